@@ -1,0 +1,1 @@
+"""The `tiergate` command: a thin shell over the package."""

@@ -1,0 +1,206 @@
+"""The device-class catalogue: one TOML file per class under targets/.
+
+Adding a device class is adding a file. Every file is validated on load; an
+error names the file and the field.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tiergate.errors import InputError
+from tiergate.paths import targets_dir
+
+ARCHES = ("amd64", "arm64")
+RUNTIMES = ("onnxruntime", "tflite", "onnxruntime-gpu")
+EXECUTIONS = ("native", "emulated", "remote")
+MACHINE_OF_ARCH = {"amd64": "x86_64", "arm64": "aarch64"}
+FORMAT_OF_RUNTIME = {"onnxruntime": "onnx", "onnxruntime-gpu": "onnx", "tflite": "tflite"}
+_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
+
+
+@dataclass(frozen=True)
+class ContainerLimits:
+    memory: str = "2g"
+    pids_limit: int = 256
+    timeout_s: int = 900
+
+
+@dataclass(frozen=True)
+class DeviceClass:
+    name: str
+    tier: str
+    arch: str
+    runtime: str
+    runtime_version: str
+    threads: int
+    batch_size: int
+    execution: str
+    docker_host: str
+    cost_per_hour: float
+    description: str = ""
+    gpu: bool = False
+    base_image: str | None = None
+    limits: ContainerLimits = field(default_factory=ContainerLimits)
+    cost_tags: dict[str, str] = field(default_factory=dict)
+    source: Path | None = None
+
+    @property
+    def emulated(self) -> bool:
+        return self.execution == "emulated"
+
+    @property
+    def machine(self) -> str:
+        """What `uname -m` says on this class's hardware."""
+        return MACHINE_OF_ARCH[self.arch]
+
+    @property
+    def artifact_format(self) -> str:
+        return FORMAT_OF_RUNTIME[self.runtime]
+
+    @property
+    def platform(self) -> str:
+        return f"linux/{self.arch}"
+
+
+_FIELDS: dict[str, tuple[type | tuple[type, ...], bool]] = {
+    # field: (type, required)
+    "name": (str, False),
+    "tier": (str, True),
+    "description": (str, False),
+    "arch": (str, True),
+    "runtime": (str, True),
+    "runtime_version": (str, True),
+    "threads": (int, True),
+    "batch_size": (int, False),
+    "execution": (str, True),
+    "docker_host": (str, False),
+    "cost_per_hour": ((int, float), True),
+    "gpu": (bool, False),
+    "base_image": (str, False),
+    "container": (dict, False),
+    "cost_tags": (dict, False),
+}
+_LIMIT_FIELDS = {"memory": str, "pids_limit": int, "timeout_s": int}
+_CHOICES = {"arch": ARCHES, "runtime": RUNTIMES, "execution": EXECUTIONS}
+
+
+def _bad(path: Path, key: str, problem: str) -> InputError:
+    return InputError(f"device class file {path}: field '{key}' {problem}")
+
+
+def _check_type(path: Path, key: str, value, expected) -> None:
+    if isinstance(value, bool) and expected is not bool and bool not in (
+        expected if isinstance(expected, tuple) else (expected,)
+    ):
+        raise _bad(path, key, f"must be {_type_name(expected)}, not a boolean")
+    if not isinstance(value, expected):
+        raise _bad(path, key, f"must be {_type_name(expected)}, got {value!r}")
+
+
+def _type_name(expected) -> str:
+    types = expected if isinstance(expected, tuple) else (expected,)
+    names = {"str": "a string", "int": "an integer", "float": "a number",
+             "bool": "true or false", "dict": "a table"}
+    return " or ".join(names.get(t.__name__, t.__name__) for t in types)
+
+
+def parse_device_class(path: Path, data: dict) -> DeviceClass:
+    """Validate one catalogue entry; every error names the file and the field."""
+    for key in data:
+        if key not in _FIELDS:
+            raise _bad(path, key, f"is unknown (known: {', '.join(sorted(_FIELDS))})")
+    for key, (expected, required) in _FIELDS.items():
+        if key not in data:
+            if required:
+                raise _bad(path, key, "is missing")
+            continue
+        _check_type(path, key, data[key], expected)
+    for key, choices in _CHOICES.items():
+        if data[key] not in choices:
+            raise _bad(path, key, f"must be one of {', '.join(choices)}, got {data[key]!r}")
+    name = data.get("name", path.stem)
+    if name != path.stem:
+        raise _bad(path, "name", f"is {name!r} but the file is named {path.stem!r}")
+    if not _NAME.match(name):
+        raise _bad(path, "name", "may hold only lower-case letters, digits, '.', '_' and '-'")
+    for key in ("threads", "batch_size"):
+        if key in data and data[key] < 1:
+            raise _bad(path, key, "must be at least 1")
+    if data["cost_per_hour"] < 0:
+        raise _bad(path, "cost_per_hour", "must not be negative")
+    host = data.get("docker_host", "local")
+    if host != "local" and not host.startswith(("ssh://", "unix://", "tcp://")):
+        raise _bad(path, "docker_host", "must be 'local', ssh://user@host, unix:// or tcp://")
+    if data["execution"] == "remote" and host == "local":
+        raise _bad(path, "docker_host", "must name the remote engine when execution is 'remote'")
+    if data["runtime"] == "onnxruntime-gpu" and not data.get("gpu", False):
+        raise _bad(path, "gpu", "must be true for the onnxruntime-gpu runtime")
+    limits = _parse_limits(path, data.get("container", {}))
+    tags = data.get("cost_tags", {})
+    for key, value in tags.items():
+        if not isinstance(value, str):
+            raise _bad(path, f"cost_tags.{key}", "must be a string")
+    return DeviceClass(
+        name=name,
+        tier=data["tier"],
+        description=data.get("description", ""),
+        arch=data["arch"],
+        runtime=data["runtime"],
+        runtime_version=data["runtime_version"],
+        threads=data["threads"],
+        batch_size=data.get("batch_size", 1),
+        execution=data["execution"],
+        docker_host=host,
+        cost_per_hour=float(data["cost_per_hour"]),
+        gpu=data.get("gpu", False),
+        base_image=data.get("base_image"),
+        limits=limits,
+        cost_tags=dict(tags),
+        source=path,
+    )
+
+
+def _parse_limits(path: Path, table: dict) -> ContainerLimits:
+    for key, value in table.items():
+        if key not in _LIMIT_FIELDS:
+            raise _bad(path, f"container.{key}", f"is unknown (known: {', '.join(_LIMIT_FIELDS)})")
+        _check_type(path, f"container.{key}", value, _LIMIT_FIELDS[key])
+    return ContainerLimits(**table)
+
+
+def load_device_class_file(path: Path) -> DeviceClass:
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InputError(f"device class file {path} does not exist") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise InputError(f"device class file {path} is not valid TOML: {exc}") from None
+    return parse_device_class(path, data)
+
+
+def catalogue(directory: Path | None = None) -> dict[str, DeviceClass]:
+    """Every device class in the catalogue folder, by name."""
+    directory = directory or targets_dir()
+    if not directory.is_dir():
+        raise InputError(f"device class catalogue {directory} is not a folder")
+    return {dc.name: dc for dc in map(load_device_class_file, sorted(directory.glob("*.toml")))}
+
+
+def resolve(names: str | list[str], directory: Path | None = None) -> list[DeviceClass]:
+    """Device classes by name (a comma-separated string or a list); unknown names are errors."""
+    wanted = [n.strip() for n in (names.split(",") if isinstance(names, str) else names)]
+    wanted = [n for n in wanted if n]
+    if not wanted:
+        raise InputError("no device class named (give --targets NAME[,NAME...])")
+    known = catalogue(directory)
+    missing = [n for n in wanted if n not in known]
+    if missing:
+        raise InputError(
+            f"unknown device class {', '.join(map(repr, missing))}; "
+            f"known: {', '.join(sorted(known))}"
+        )
+    return [known[n] for n in wanted]

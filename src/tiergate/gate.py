@@ -1,0 +1,496 @@
+"""The gate: from saved results on every device class to PROMOTE or REJECT, every check listed.
+
+Pure computation over saved results (no Docker, no Prefect). Inputs, per device
+class: the candidate's RunOutcome, the FP32 reference's, optionally the
+incumbent's (the currently promoted artifact), all run on the same samples.
+
+The caller says whether the candidate is quantized (`quantized=True`, e.g. from
+`Artifact.is_quantized`): the cosine and SQNR floors apply to quantized
+candidates only. A failed run is a failed check (REJECT), never a crash; the
+other device classes are still evaluated.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from tiergate import results as results_mod
+from tiergate import stats
+from tiergate.errors import InputError
+from tiergate.metrics.accuracy import Estimate, accuracy, correct, is_classifier, predictions
+from tiergate.metrics.cost import cost_per_1k
+from tiergate.metrics.drift import OutputDrift, compare_outputs, non_finite_count
+from tiergate.metrics.latency import LatencyStats, latency_stats
+from tiergate.policy import Policy, Thresholds
+from tiergate.results import TargetResult
+from tiergate.targets import DeviceClass
+
+PROMOTE, REJECT = "PROMOTE", "REJECT"
+
+
+@dataclass
+class RunOutcome:
+    """One saved run: its TargetResult and its outputs (None when the run failed)."""
+
+    result: TargetResult
+    outputs: dict[str, np.ndarray] | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.result.ok and self.outputs is not None
+
+    @classmethod
+    def load(cls, folder: str | Path) -> "RunOutcome":
+        """Read a result folder (result.json, and outputs.npz when the run succeeded)."""
+        folder = Path(folder)
+        result = results_mod.load(folder)
+        return cls(result, results_mod.load_outputs(folder) if result.ok else None)
+
+
+@dataclass(frozen=True)
+class Check:
+    device_class: str
+    tier: str
+    name: str                        # accuracy_ratio, cosine, sqnr_db, latency_p99_ms, run, ...
+    value: float | str | None
+    threshold: float | str | None
+    op: str                          # how value must compare to threshold: ">=", "<=", ">", "=="
+    passed: bool
+    output: str | None = None        # the model output checked, for per-output checks
+    detail: str = ""
+
+    @property
+    def label(self) -> str:
+        return f"{self.name}[{self.output}]" if self.output else self.name
+
+    def sentence(self) -> str:
+        text = f"{self.device_class} ({self.tier}): {self.label} is {_fmt(self.value)}"
+        if self.threshold is not None:
+            text += f", must be {self.op} {_fmt(self.threshold)}"
+        return text + (f" ({self.detail})" if self.detail else "")
+
+
+@dataclass
+class TargetMetrics:
+    """Everything computed for one device class, failed checks or not."""
+
+    device_class: str
+    tier: str
+    execution: str
+    emulated: bool
+    candidate_status: str
+    reference_status: str
+    thresholds: Thresholds
+    outputs: dict[str, OutputDrift] = field(default_factory=dict)
+    label_output: str | None = None
+    accuracy: dict[str, Estimate] = field(default_factory=dict)       # candidate / reference / incumbent
+    latency: dict[str, LatencyStats] = field(default_factory=dict)    # candidate / reference / incumbent
+    latency_ratio_vs_reference: float | None = None                   # candidate mean / reference mean
+    cost_per_1k: dict[str, float] = field(default_factory=dict)       # candidate / reference (real hardware)
+    ab: dict | None = None                                            # A/B against the incumbent
+
+    def to_json(self) -> dict:
+        data = {k: v for k, v in self.__dict__.items() if k not in ("outputs", "accuracy", "latency", "ab")}
+        data["thresholds"] = asdict(self.thresholds)
+        data["outputs"] = {k: v.to_json() for k, v in self.outputs.items()}
+        data["accuracy"] = {k: asdict(v) for k, v in self.accuracy.items()}
+        data["latency"] = {k: v.to_json() for k, v in self.latency.items()}
+        data["ab"] = None if self.ab is None else {k: (v.to_json() if hasattr(v, "to_json") else v)
+                                                   for k, v in self.ab.items()}
+        return data
+
+
+@dataclass
+class DriftMatrix:
+    """Pairwise drift of the same artifact across device classes: pairs[(row, col)][output] = drift of col vs row."""
+
+    device_classes: list[str]
+    pairs: dict[tuple[str, str], dict[str, OutputDrift]]
+
+    @property
+    def outputs(self) -> list[str]:
+        names: dict[str, None] = {}
+        for per_output in self.pairs.values():
+            names.update(dict.fromkeys(per_output))
+        return list(names)
+
+    def matrix(self, metric: str, output: str) -> np.ndarray:
+        """A square array (rows = the side taken as reference); NaN on the diagonal and where not comparable."""
+        n = len(self.device_classes)
+        table = np.full((n, n), np.nan)
+        for i, row in enumerate(self.device_classes):
+            for j, col in enumerate(self.device_classes):
+                drift = self.pairs.get((row, col), {}).get(output)
+                value = getattr(drift, metric) if drift is not None else None
+                table[i, j] = np.nan if value is None else value
+        return table
+
+    def to_json(self) -> dict:
+        metrics = ("max_abs_error", "relative_l2", "sqnr_db", "cosine", "top1_agreement")
+        return {"device_classes": self.device_classes,
+                "outputs": {out: {m: self.matrix(m, out).tolist() for m in metrics} for out in self.outputs}}
+
+
+@dataclass
+class Decision:
+    verdict: str
+    checks: list[Check]
+    metrics: dict[str, TargetMetrics]
+    drift: dict[str, DriftMatrix]        # "candidate" and "reference" cross-tier drift
+    notes: list[str]
+    quantized: bool
+    policy_sources: list[str]
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict == PROMOTE
+
+    @property
+    def reasons(self) -> list[str]:
+        return [check.sentence() for check in self.checks if not check.passed]
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.passed else 1
+
+    def to_json(self) -> dict:
+        """A JSON-ready dict (NaN -> null, infinities -> "inf"/"-inf"); shape in docs/json-shapes.md."""
+        return _clean({
+            "schema": 1,
+            "verdict": self.verdict,
+            "quantized": self.quantized,
+            "reasons": self.reasons,
+            "notes": self.notes,
+            "checks": [{**asdict(c), "label": c.label} for c in self.checks],
+            "metrics": {name: m.to_json() for name, m in self.metrics.items()},
+            "drift": {side: matrix.to_json() for side, matrix in self.drift.items()},
+            "policy_sources": self.policy_sources,
+        })
+
+    def dumps(self) -> str:
+        return json.dumps(self.to_json(), indent=1, allow_nan=False)
+
+
+def evaluate(candidate: dict[str, RunOutcome], reference: dict[str, RunOutcome],
+             device_classes: dict[str, DeviceClass], policy: Policy, labels: np.ndarray | None,
+             incumbent: dict[str, RunOutcome] | None = None, *, quantized: bool = False,
+             label_output: str | None = None, seed: int = 0) -> Decision:
+    """Every check on every device class the candidate ran on, and the verdict.
+
+    `labels` (one int per sample) enable accuracy; without them the A/B test
+    uses agreement with the FP32 reference's top-1 as per-sample correctness.
+    `label_output` names the classifier output (default: the first output with
+    two or more scores per sample). `seed` makes the bootstrap reproducible.
+    """
+    incumbent = incumbent or {}
+    _check_inputs(candidate, reference, incumbent, device_classes)
+    labels = _check_label_array(labels)
+    checks, notes, metrics = [], [], {}
+    for name in candidate:
+        target = _TargetEval(device_classes[name], policy.for_target(device_classes[name]), quantized, seed)
+        metrics[name] = target.run(candidate[name], reference[name], incumbent.get(name), labels, label_output)
+        checks += target.checks
+        notes += target.notes
+    for name in incumbent:
+        if name not in candidate:
+            notes.append(f"incumbent result for {name} ignored: the candidate did not run there")
+    drift = {"candidate": cross_tier_drift(candidate), "reference": cross_tier_drift(reference)}
+    verdict = PROMOTE if checks and all(c.passed for c in checks) else REJECT
+    return Decision(verdict, checks, metrics, drift, notes, quantized, list(policy.sources))
+
+
+def cross_tier_drift(outcomes: dict[str, RunOutcome]) -> DriftMatrix:
+    """Pairwise drift between the successful runs of one artifact on several device classes."""
+    names = [name for name, outcome in outcomes.items() if outcome.ok]
+    pairs = {}
+    for row in names:
+        for col in names:
+            if row != col:
+                pairs[(row, col)] = _shared_drift(outcomes[row].outputs, outcomes[col].outputs)
+    return DriftMatrix(names, pairs)
+
+
+def _shared_drift(ref: dict[str, np.ndarray], out: dict[str, np.ndarray]) -> dict[str, OutputDrift]:
+    return {name: compare_outputs(ref[name], out[name])
+            for name in ref if name in out and ref[name].shape == out[name].shape}
+
+
+class _TargetEval:
+    """The checks and metrics of one device class."""
+
+    def __init__(self, dc: DeviceClass, thresholds: Thresholds, quantized: bool, seed: int):
+        self.dc, self.t, self.quantized, self.seed = dc, thresholds, quantized, seed
+        self.checks: list[Check] = []
+        self.notes: list[str] = []
+
+    def check(self, name, value, op, threshold, *, output=None, detail="", passed=None) -> bool:
+        if passed is None:
+            passed = _compare(value, op, threshold)
+        self.checks.append(Check(self.dc.name, self.dc.tier, name, _plain(value), _plain(threshold), op,
+                                 bool(passed), output, detail))
+        return bool(passed)
+
+    def note(self, text: str) -> None:
+        self.notes.append(f"{self.dc.name}: {text}")
+
+    @property
+    def emulated(self) -> bool:
+        return self.dc.emulated
+
+    def run(self, cand: RunOutcome, ref: RunOutcome, inc: RunOutcome | None, labels, label_output):
+        m = TargetMetrics(self.dc.name, self.dc.tier, self.dc.execution, self.emulated or cand.result.emulated,
+                          cand.result.status, ref.result.status, self.t)
+        cand_ok = self.check("run", cand.result.status, "==", "ok", passed=cand.ok,
+                             detail=_failure(cand, "candidate"))
+        ref_ok = self.check("reference_run", ref.result.status, "==", "ok", passed=ref.ok,
+                            detail=_failure(ref, "FP32 reference"))
+        self._latency(m, cand, ref, inc)
+        if not (cand_ok and ref_ok):
+            return m
+        self._outputs(m, cand.outputs, ref.outputs)
+        m.label_output = _pick_label_output(ref.outputs, label_output, labels)
+        if labels is not None:
+            self._accuracy(m, cand, ref, inc, labels)
+        if inc is not None:
+            self._ab(m, cand, ref, inc, labels)
+        return m
+
+    # -- agreement with the FP32 reference, per output -------------------------------------
+    def _outputs(self, m: TargetMetrics, cand: dict, ref: dict) -> None:
+        for name, ref_out in ref.items():
+            out = cand.get(name)
+            if out is None:
+                self.check("output_present", "missing", "==", "present", output=name, passed=False,
+                           detail=f"candidate outputs: {', '.join(cand) or 'none'}")
+                continue
+            if out.shape != ref_out.shape:
+                self.check("output_shape", str(out.shape), "==", str(ref_out.shape), output=name, passed=False)
+                continue
+            m.outputs[name] = drift = compare_outputs(ref_out, out)
+            self.check("finite", drift.non_finite, "==", 0, output=name,
+                       detail="NaN or Inf in the candidate's output" if drift.non_finite else "")
+            ref_bad = non_finite_count(ref_out)
+            self.check("reference_finite", ref_bad, "==", 0, output=name,
+                       detail="NaN or Inf in the FP32 reference's output" if ref_bad else "")
+            self._drift_checks(name, drift)
+        for name in cand:
+            if name not in ref:
+                self.note(f"candidate output '{name}' has no FP32 reference counterpart; not compared")
+
+    def _drift_checks(self, name: str, drift: OutputDrift) -> None:
+        t = self.t
+        limits = [("top1_agreement", ">=", t.min_top1_agreement), ("relative_l2", "<=", t.max_relative_l2),
+                  ("max_abs_error", "<=", t.max_abs_error), ("kl_divergence", "<=", t.max_kl_divergence)]
+        if self.quantized:
+            limits = [("cosine", ">=", t.min_cosine), ("sqnr_db", ">=", t.min_sqnr_db)] + limits
+        for metric, op, threshold in limits:
+            if threshold is None:
+                continue
+            value = getattr(drift, metric)
+            if value is None:
+                self.note(f"{metric} limit not applied to output '{name}' (not a "
+                          f"{'probability' if metric == 'kl_divergence' else 'classifier'} output)")
+                continue
+            self.check(metric, value, op, threshold, output=name)
+
+    # -- accuracy against labels -----------------------------------------------------------
+    def _accuracy(self, m: TargetMetrics, cand, ref, inc, labels) -> None:
+        name, conf = m.label_output, self.t.confidence
+        _check_labels_fit(labels, ref.outputs[name], name)
+        if name not in m.outputs:          # missing or misshapen in the candidate: already failed
+            return
+        m.accuracy["candidate"] = acc = accuracy(cand.outputs[name], labels, conf)
+        m.accuracy["reference"] = base = accuracy(ref.outputs[name], labels, conf)
+        if inc is not None and inc.ok and _same_shape(inc, name, ref):
+            m.accuracy["incumbent"] = accuracy(inc.outputs[name], labels, conf)
+        if self.t.min_accuracy_ratio is not None:
+            ratio = acc.value / base.value if base.value > 0 else (1.0 if acc.value == 0 else math.inf)
+            self.check("accuracy_ratio", ratio, ">=", self.t.min_accuracy_ratio, output=name,
+                       detail=f"candidate {_pct(acc)} vs FP32 {_pct(base)}")
+
+    # -- latency and cost ------------------------------------------------------------------
+    def _latency(self, m: TargetMetrics, cand, ref, inc) -> None:
+        for side, outcome in (("candidate", cand), ("reference", ref), ("incumbent", inc)):
+            if outcome is not None and outcome.result.ok:
+                stats_ = latency_stats(outcome.result.latencies_ns, outcome.result.batch_size or 1,
+                                       emulated=m.emulated, max_cov=self.t.max_latency_cov,
+                                       min_samples_p99=self.t.p99_min_samples)
+                if stats_ is not None:
+                    m.latency[side] = stats_
+        lat, base = m.latency.get("candidate"), m.latency.get("reference")
+        if lat and base:
+            m.latency_ratio_vs_reference = lat.mean_ms / base.mean_ms if base.mean_ms > 0 else math.nan
+        if lat and lat.unstable:
+            self.note(f"candidate latency is unstable (CoV {lat.cov:.2f} > {self.t.max_latency_cov}); "
+                      "reported, not trusted")
+        if m.emulated:
+            if lat:
+                self.note("latency is emulated (QEMU): reported, used only relative to the FP32 reference, "
+                          "not gated; no cost computed")
+            return
+        if cand.ok:
+            self._latency_checks(m, lat)
+        for side in ("candidate", "reference"):
+            if side in m.latency:
+                m.cost_per_1k[side] = cost_per_1k(self.dc.cost_per_hour, m.latency[side].throughput_per_s)
+        if self.t.max_cost_per_1k is not None and cand.ok:
+            self.check("cost_per_1k", m.cost_per_1k.get("candidate"), "<=", self.t.max_cost_per_1k,
+                       detail=f"{self.dc.cost_per_hour}/h at measured single-stream throughput")
+
+    def _latency_checks(self, m: TargetMetrics, lat: LatencyStats | None) -> None:
+        limits = [("latency_p50_ms", self.t.max_latency_p50_ms), ("latency_p90_ms", self.t.max_latency_p90_ms),
+                  ("latency_p99_ms", self.t.max_latency_p99_ms), ("latency_ratio", self.t.max_latency_ratio)]
+        for name, limit in limits:
+            if limit is None:
+                continue
+            value = m.latency_ratio_vs_reference if name == "latency_ratio" else \
+                (getattr(lat, name.removeprefix("latency_")) if lat else None)
+            untrusted = _untrusted(lat, name, self.t)
+            self.check(name, value, "<=", limit, passed=_compare(value, "<=", limit) and not untrusted,
+                       detail=untrusted or ("no latency measurements" if lat is None else ""))
+
+    # -- A/B against the incumbent ---------------------------------------------------------
+    def _ab(self, m: TargetMetrics, cand, ref, inc, labels) -> None:
+        name = m.label_output
+        if not inc.ok:
+            self.note(f"incumbent run failed ({inc.result.reason}); no A/B comparison")
+            return
+        if name is None or name not in m.outputs or not _same_shape(inc, name, ref):
+            self.note("no classifier output shared with the incumbent; no A/B comparison")
+            return
+        truth = labels if labels is not None else predictions(ref.outputs[name])
+        basis = "labels" if labels is not None else "agreement with FP32 top-1"
+        ok_cand, ok_inc = correct(cand.outputs[name], truth), correct(inc.outputs[name], truth)
+        conf, n_res = self.t.confidence, self.t.bootstrap_resamples
+        diff = stats.accuracy_difference(ok_cand, ok_inc, confidence=conf, n_resamples=n_res, seed=self.seed)
+        mcnemar = stats.mcnemar_exact(ok_cand, ok_inc)
+        m.ab = {"correctness": basis, "output": name, "mcnemar": mcnemar, "accuracy_difference": diff}
+        margin = self.t.noninferiority_margin
+        self.check("noninferior_accuracy", diff.low, ">", -margin, output=name,
+                   detail=f"candidate - incumbent ({basis}) = {diff.estimate:+.4f}, "
+                          f"{conf:.0%} CI [{diff.low:+.4f}, {diff.high:+.4f}]; McNemar exact p = {mcnemar.p_value:.3g}")
+        self._ab_latency(m, cand, inc)
+
+    def _ab_latency(self, m: TargetMetrics, cand, inc) -> None:
+        a, b = cand.result.latencies_ns, inc.result.latencies_ns
+        if len(a) < 2 or len(b) < 2:
+            return
+        ratio = stats.latency_ratio(a, b, confidence=self.t.confidence, n_resamples=self.t.bootstrap_resamples,
+                                    seed=self.seed)
+        m.ab["latency_ratio"] = ratio
+        if m.emulated:
+            return
+        self.check("noninferior_latency", ratio.high, "<=", 1 + self.t.max_latency_regression,
+                   detail=f"candidate / incumbent mean latency = {ratio.estimate:.3f}, "
+                          f"{ratio.confidence:.0%} CI [{ratio.low:.3f}, {ratio.high:.3f}]")
+
+
+# -- input validation ----------------------------------------------------------------------
+def _check_inputs(candidate, reference, incumbent, device_classes) -> None:
+    if not candidate:
+        raise InputError("gate: no candidate results to evaluate")
+    for side, outcomes in (("candidate", candidate), ("reference", reference), ("incumbent", incumbent)):
+        for name, outcome in outcomes.items():
+            if name not in device_classes:
+                raise InputError(f"{side} result: unknown device class '{name}'; known: "
+                                 f"{', '.join(sorted(device_classes))}")
+            if outcome.result.device_class and outcome.result.device_class != name:
+                raise InputError(f"{side} result filed under '{name}' was run on "
+                                 f"'{outcome.result.device_class}'")
+    missing = [name for name in candidate if name not in reference]
+    if missing:
+        raise InputError(f"no FP32 reference result for device class {', '.join(map(repr, missing))}")
+
+
+def _check_label_array(labels) -> np.ndarray | None:
+    if labels is None:
+        return None
+    labels = np.asarray(labels)
+    if labels.ndim != 1 or not np.issubdtype(labels.dtype, np.integer):
+        raise InputError(f"labels must be one integer per sample, got shape {labels.shape} dtype {labels.dtype}")
+    if labels.size and labels.min() < 0:
+        raise InputError(f"labels must not be negative (found {labels.min()})")
+    return labels
+
+
+def _pick_label_output(outputs: dict[str, np.ndarray], wanted: str | None, labels) -> str | None:
+    if wanted is not None:
+        if wanted not in outputs:
+            raise InputError(f"label output '{wanted}' is not a model output (outputs: {', '.join(outputs)})")
+        return wanted
+    name = next((name for name, out in outputs.items() if is_classifier(out)), None)
+    if name is None and labels is not None:
+        raise InputError("labels given, but no model output has two or more scores per sample")
+    return name
+
+
+def _check_labels_fit(labels: np.ndarray, output: np.ndarray, name: str) -> None:
+    if len(labels) != len(output):
+        raise InputError(f"labels: {len(labels)} labels but output '{name}' holds {len(output)} samples")
+    classes = output.size // max(len(output), 1)
+    if labels.size and labels.max() >= classes:
+        raise InputError(f"labels: label {labels.max()} but output '{name}' has only {classes} scores per sample")
+
+
+# -- small helpers -------------------------------------------------------------------------
+def _untrusted(lat: LatencyStats | None, name: str, t: Thresholds) -> str:
+    if lat is None:
+        return ""
+    if lat.unstable:
+        return f"unstable run: CoV {lat.cov:.2f} > {t.max_latency_cov}; rerun on a quieter machine"
+    if name == "latency_p99_ms" and not lat.p99_reliable:
+        return f"only {lat.n_calls} calls; p99 needs at least {t.p99_min_samples}"
+    return ""
+
+
+def _same_shape(outcome: RunOutcome, name: str, ref: RunOutcome) -> bool:
+    out = (outcome.outputs or {}).get(name)
+    return out is not None and out.shape == ref.outputs[name].shape
+
+
+def _failure(outcome: RunOutcome, who: str) -> str:
+    if outcome.ok:
+        return ""
+    if outcome.result.ok:
+        return f"{who} run has no saved outputs"
+    return f"{who} run failed: {outcome.result.reason or 'no reason recorded'}"
+
+
+def _compare(value, op: str, threshold) -> bool:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return False
+    return {">=": value >= threshold, "<=": value <= threshold, ">": value > threshold,
+            "==": value == threshold}[op]
+
+
+def _plain(value):
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def _pct(est: Estimate) -> str:
+    return f"{est.value:.2%} [{est.low:.2%}, {est.high:.2%}]"
+
+
+def _fmt(value) -> str:
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return str(value)
+
+
+def _clean(obj):
+    if isinstance(obj, dict):
+        return {str(k): _clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_clean(v) for v in obj]
+    if isinstance(obj, np.generic):
+        obj = obj.item()
+    if isinstance(obj, Path):
+        return str(obj)
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None if math.isnan(obj) else ("inf" if obj > 0 else "-inf")
+    return obj

@@ -1,0 +1,151 @@
+"""The gate policy: thresholds from a TOML file, with defaults and per-tier overrides.
+
+Shape of a policy file (see docs/policy.md and data/default-policy.toml):
+
+    [defaults]            # any Thresholds field; replaces the built-in default
+    min_cosine = 0.998
+    [override.cortex-a]   # a tier name or a device-class name
+    max_latency_p99_ms = 40
+
+A threshold set to `false` is switched off. Unknown tables or keys are errors
+naming the file and the key.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import asdict, dataclass, fields, replace
+from importlib import resources
+from pathlib import Path
+from typing import Iterable
+
+from tiergate.errors import InputError
+from tiergate.targets import DeviceClass
+
+DEFAULT_POLICY = "default-policy.toml"
+_TABLES = ("defaults", "override")
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """Every limit the gate applies to one device class; None means the check is off."""
+
+    min_accuracy_ratio: float | None = None
+    min_cosine: float | None = None
+    min_sqnr_db: float | None = None
+    min_top1_agreement: float | None = None
+    max_relative_l2: float | None = None
+    max_abs_error: float | None = None
+    max_kl_divergence: float | None = None
+    max_latency_p50_ms: float | None = None
+    max_latency_p90_ms: float | None = None
+    max_latency_p99_ms: float | None = None
+    max_latency_ratio: float | None = None
+    max_latency_cov: float | None = None
+    p99_min_samples: int = 299
+    max_cost_per_1k: float | None = None
+    noninferiority_margin: float = 0.01
+    max_latency_regression: float = 0.10
+    confidence: float = 0.95
+    bootstrap_resamples: int = 9999
+
+
+_INT_KEYS = {"p99_min_samples", "bootstrap_resamples"}
+_REQUIRED = {"p99_min_samples", "noninferiority_margin", "max_latency_regression",
+             "confidence", "bootstrap_resamples"}   # cannot be switched off
+_KNOWN = tuple(f.name for f in fields(Thresholds))
+
+
+@dataclass(frozen=True)
+class Policy:
+    defaults: Thresholds
+    overrides: dict[str, dict[str, float | int | None]]
+    sources: tuple[str, ...] = ()
+
+    def for_target(self, device_class: DeviceClass) -> Thresholds:
+        """Defaults, then the tier's override, then the device class's own override."""
+        merged = self.defaults
+        for key in (device_class.tier, device_class.name):
+            if key in self.overrides:
+                merged = replace(merged, **self.overrides[key])
+        return merged
+
+    def check_override_names(self, device_classes: Iterable[DeviceClass]) -> None:
+        """An override naming no known tier or device class is a typo: refuse it."""
+        classes = list(device_classes)
+        known = {dc.tier for dc in classes} | {dc.name for dc in classes}
+        unknown = sorted(set(self.overrides) - known)
+        if unknown:
+            raise InputError(
+                f"policy {self.sources[-1] if self.sources else ''}: [override.{unknown[0]}] names no "
+                f"known tier or device class (known: {', '.join(sorted(known))})"
+            )
+
+    def to_json(self) -> dict:
+        return {"sources": list(self.sources), "defaults": asdict(self.defaults),
+                "overrides": self.overrides}
+
+
+def load_policy(path: str | Path | None = None) -> Policy:
+    """The built-in defaults, with the user's policy file (if any) on top."""
+    default_text = resources.files("tiergate").joinpath("data", DEFAULT_POLICY).read_text("utf-8")
+    base = _parse(DEFAULT_POLICY, default_text)
+    if path is None:
+        return _build(base, {}, (f"builtin:{DEFAULT_POLICY}",))
+    path = Path(path)
+    try:
+        text = path.read_text("utf-8")
+    except FileNotFoundError:
+        raise InputError(f"policy {path}: file does not exist") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"policy {path}: cannot be read ({exc})") from None
+    user = _parse(str(path), text)
+    merged_defaults = {**base["defaults"], **user["defaults"]}
+    return _build({"defaults": merged_defaults}, user["override"],
+                  (f"builtin:{DEFAULT_POLICY}", str(path)))
+
+
+def _build(base: dict, overrides: dict, sources: tuple[str, ...]) -> Policy:
+    return Policy(defaults=Thresholds(**base["defaults"]), overrides=overrides, sources=sources)
+
+
+def _parse(name: str, text: str) -> dict:
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(f"policy {name}: not valid TOML: {exc}") from None
+    for key in data:
+        if key not in _TABLES:
+            raise InputError(f"policy {name}: unknown key '{key}' (known tables: [defaults], [override.NAME])")
+    defaults = _section(name, "defaults", data.get("defaults", {}))
+    overrides = data.get("override", {})
+    if not isinstance(overrides, dict):
+        raise InputError(f"policy {name}: 'override' must be tables [override.NAME]")
+    return {"defaults": defaults,
+            "override": {target: _section(name, f"override.{target}", table)
+                         for target, table in overrides.items()}}
+
+
+def _section(name: str, where: str, table) -> dict:
+    if not isinstance(table, dict):
+        raise InputError(f"policy {name}: '{where}' must be a table")
+    return {key: _value(name, where, key, value) for key, value in table.items()}
+
+
+def _value(name: str, where: str, key: str, value):
+    if key not in _KNOWN:
+        raise InputError(f"policy {name}: unknown key '{key}' in [{where}] (known: {', '.join(_KNOWN)})")
+    bad = f"policy {name}: [{where}] {key}"
+    if value is False:
+        if key in _REQUIRED:
+            raise InputError(f"{bad} cannot be switched off")
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InputError(f"{bad} must be a number (or false to switch it off), got {value!r}")
+    if key in _INT_KEYS and (not isinstance(value, int) or value < 1):
+        raise InputError(f"{bad} must be a whole number of at least 1, got {value!r}")
+    if value < 0:
+        raise InputError(f"{bad} must not be negative, got {value!r}")
+    if key == "confidence" and not 0 < value < 1:
+        raise InputError(f"{bad} must be between 0 and 1, got {value!r}")
+    return int(value) if key in _INT_KEYS else float(value)

@@ -1,0 +1,109 @@
+"""A/B statistics on the same samples: exact McNemar and paired bootstrap intervals (scipy.stats).
+
+The gate asks non-inferiority questions ("is the candidate no worse than the
+incumbent by more than a margin?"), answered from the confidence intervals
+here; the McNemar p-value is reported alongside ("do they differ at all?").
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import asdict, dataclass
+
+import numpy as np
+from scipy import stats
+
+_MAX_BATCH_ELEMENTS = 2_000_000   # bound bootstrap memory: resamples per batch x sample count
+
+
+@dataclass(frozen=True)
+class McNemar:
+    n: int
+    only_a: int          # pairs where A is right and B wrong
+    only_b: int          # pairs where B is right and A wrong
+    p_value: float       # exact two-sided: binomial test on the discordant pairs
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Interval:
+    estimate: float
+    low: float
+    high: float
+    confidence: float
+    method: str
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def mcnemar_exact(correct_a, correct_b) -> McNemar:
+    """Exact McNemar test: scipy.stats.binomtest(only_a, only_a + only_b, 0.5)."""
+    a, b = _paired_bools(correct_a, correct_b)
+    only_a = int(np.count_nonzero(a & ~b))
+    only_b = int(np.count_nonzero(~a & b))
+    discordant = only_a + only_b
+    p = 1.0 if discordant == 0 else float(stats.binomtest(only_a, discordant, 0.5).pvalue)
+    return McNemar(n=len(a), only_a=only_a, only_b=only_b, p_value=p)
+
+
+def accuracy_difference(correct_a, correct_b, *, confidence: float = 0.95, n_resamples: int = 9999,
+                        seed: int = 0) -> Interval:
+    """Paired bootstrap CI of accuracy(A) - accuracy(B) over the same samples."""
+    a, b = _paired_bools(correct_a, correct_b)
+    diff = a.astype(np.float64) - b.astype(np.float64)
+    estimate = float(diff.mean())
+    if np.all(diff == diff[0]):            # no variation at all: the interval is the point
+        return Interval(estimate, estimate, estimate, confidence, "degenerate")
+    return _bootstrap((a.astype(np.float64), b.astype(np.float64)), _difference_of_means, estimate,
+                      confidence, n_resamples, seed, paired=True)
+
+
+def latency_ratio(latencies_a, latencies_b, *, confidence: float = 0.95, n_resamples: int = 9999,
+                  seed: int = 0) -> Interval:
+    """Bootstrap CI of mean(A) / mean(B); paired by call when both ran the same calls."""
+    a = np.asarray(latencies_a, dtype=np.float64)
+    b = np.asarray(latencies_b, dtype=np.float64)
+    if a.size < 2 or b.size < 2:
+        raise ValueError("a latency ratio needs at least two calls on each side")
+    estimate = float(a.mean() / b.mean())
+    return _bootstrap((a, b), _ratio_of_means, estimate, confidence, n_resamples, seed,
+                      paired=a.size == b.size)
+
+
+def noninferior(interval: Interval, margin: float) -> bool:
+    """Accuracy difference (candidate - incumbent): the whole CI lies above -margin."""
+    return bool(interval.low > -margin)
+
+
+def _difference_of_means(a, b, axis=-1):
+    return np.mean(a, axis=axis) - np.mean(b, axis=axis)
+
+
+def _ratio_of_means(a, b, axis=-1):
+    return np.mean(a, axis=axis) / np.mean(b, axis=axis)
+
+
+def _bootstrap(data, statistic, estimate, confidence, n_resamples, seed, *, paired) -> Interval:
+    batch = max(1, _MAX_BATCH_ELEMENTS // max(len(x) for x in data))
+    for method in ("BCa", "percentile"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            result = stats.bootstrap(data, statistic, n_resamples=n_resamples, batch=batch,
+                                     vectorized=True, paired=paired, confidence_level=confidence,
+                                     method=method, rng=np.random.default_rng(seed))
+        low, high = float(result.confidence_interval.low), float(result.confidence_interval.high)
+        if np.isfinite(low) and np.isfinite(high):
+            return Interval(estimate, low, high, confidence, f"bootstrap-{method}")
+    return Interval(estimate, low, high, confidence, "bootstrap-failed")
+
+
+def _paired_bools(a, b) -> tuple[np.ndarray, np.ndarray]:
+    a, b = np.asarray(a, dtype=bool).ravel(), np.asarray(b, dtype=bool).ravel()
+    if a.size != b.size:
+        raise ValueError(f"paired samples differ in length: {a.size} vs {b.size}")
+    if a.size == 0:
+        raise ValueError("no paired samples")
+    return a, b

@@ -1,0 +1,70 @@
+"""Recording a gate decision (tiergate.gate.Decision, or its to_json() dict) in the registry.
+
+Maps the gate's per-device-class metrics to the flat run-metrics shape the drift
+report reads (docs/registry.md), turns its checks into registry checks, and records
+decision + checks + runs + alias moves in one transaction.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import datetime
+from typing import Any, Iterable
+
+from tiergate.registry.db import Registry
+from tiergate.registry.records import Check, DecisionRecord, NewRun
+
+_CHECK_FIELDS = ("name", "passed", "device_class", "value", "threshold", "detail", "tier", "op", "output")
+
+
+def _as_json(decision: Any) -> dict:
+    return decision.to_json() if hasattr(decision, "to_json") else dict(decision)
+
+
+def _worst(outputs: dict[str, dict], key: str, pick) -> float | None:
+    values = [o.get(key) for o in outputs.values() if isinstance(o.get(key), (int, float))]
+    return pick(values) if values else None
+
+
+def flat_metrics(target: dict) -> dict[str, Any]:
+    """The flat run-metrics shape from one device class's entry in Decision.to_json()["metrics"]."""
+    outputs = target.get("outputs") or {}
+    latency = (target.get("latency") or {}).get("candidate") or {}
+    accuracy = (target.get("accuracy") or {}).get("candidate") or {}
+    return {
+        "accuracy": accuracy.get("value"),
+        "cosine": _worst(outputs, "cosine", min),
+        "sqnr_db": _worst(outputs, "sqnr_db", min),
+        "max_abs_error": _worst(outputs, "max_abs_error", max),
+        "latency_p50_ms": latency.get("p50_ms"),
+        "latency_p99_ms": latency.get("p99_ms"),
+        "cost_per_1k": (target.get("cost_per_1k") or {}).get("candidate"),
+        "emulated": bool(target.get("emulated", False)),
+    }
+
+
+def checks_of(decision: Any) -> list[Check]:
+    return [Check(**{k: c.get(k) for k in _CHECK_FIELDS}) for c in _as_json(decision).get("checks", [])]
+
+
+def tiers_of(decision: Any) -> list[str]:
+    data = _as_json(decision)
+    tiers = {m.get("tier") for m in data.get("metrics", {}).values()} | {c.get("tier") for c in data.get("checks", [])}
+    return sorted(t for t in tiers if t)
+
+
+def record_gate_decision(registry: Registry, artifact_sha: str, decision: Any, *,
+                         runs: Iterable[NewRun | int] = (), cost_tags: dict[str, str] | None = None,
+                         tiers: Iterable[str] | None = None, at: datetime | None = None) -> DecisionRecord:
+    """Record a gate decision; each NewRun gets the flat metrics of its device class (its own keys win).
+
+    A PROMOTE moves the model's alias on every tier the decision covered (or `tiers`).
+    """
+    data = _as_json(decision)
+    per_class = data.get("metrics", {})
+    filled = [dataclasses.replace(r, metrics={**flat_metrics(per_class.get(r.device_class, {})), **r.metrics})
+              if isinstance(r, NewRun) else r for r in runs]
+    return registry.record_decision(
+        artifact_sha, data["verdict"], tiers=list(tiers) if tiers is not None else tiers_of(data),
+        reasons=data.get("reasons", []), checks=checks_of(data), cost_tags=cost_tags, detail=data,
+        runs=filled, at=at)

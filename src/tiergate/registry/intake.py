@@ -1,0 +1,93 @@
+"""Registering a model file: validate it, fingerprint it, store it, record it (with its FP32 reference)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from tiergate.errors import InputError
+from tiergate.registry.db import Registry
+from tiergate.registry.names import model_name
+from tiergate.registry.records import ArtifactRecord
+from tiergate.registry.store import file_sha256
+
+_FLOAT_PRECISION = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32", "float64": "fp64"}
+
+
+@dataclass(frozen=True)
+class Registered:
+    artifact: ArtifactRecord
+    reference: ArtifactRecord
+
+
+def precision_of(artifact) -> str:
+    """'int8', 'uint8', 'fp16', 'fp32'... from quantization parameters, else the weights' float type."""
+    if artifact.quant:
+        counts = Counter(q.dtype for q in artifact.quant.values())
+        return counts.most_common(1)[0][0]
+    floats = Counter(_FLOAT_PRECISION[d] for _, d in artifact.initializers.values() if d in _FLOAT_PRECISION)
+    return floats.most_common(1)[0][0] if floats else "fp32"
+
+
+def _jsonable(value: Any) -> Any:
+    if hasattr(value, "to_json"):
+        return value.to_json()
+    if dataclasses.is_dataclass(value):
+        return dataclasses.asdict(value)
+    if isinstance(value, dict):
+        return value
+    raise TypeError(f"cannot record a fingerprint of type {type(value).__name__}")
+
+
+def _load(path: Path, role: str):
+    """The artifact and its fingerprint (JSON); InputError for anything that is not a model."""
+    from tiergate.artifact import load_artifact
+    from tiergate.fingerprint import fingerprint
+
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"{path}: {role} does not exist or is not a file")
+    artifact = load_artifact(path)
+    return artifact, _jsonable(fingerprint(artifact))
+
+
+def register_artifact(registry: Registry, path: Path, *, model: str, reference: Path,
+                      parent: str | None = None, tags: dict[str, str] | None = None,
+                      config: Path | None = None, at: datetime | None = None) -> Registered:
+    """Store and record an artifact and its FP32 reference; everything is checked before anything is stored."""
+    model_name(model)
+    artifact, fp = _load(Path(path), "artifact")
+    ref, ref_fp = _load(Path(reference), "reference")
+    if ref.is_quantized:
+        raise InputError(f"{reference}: the reference is quantized ({precision_of(ref)}); give the FP32 model")
+    parent_sha = registry.artifact(parent).sha256 if parent else None
+    config_sha = _config_sha(config)
+    for loaded in (artifact, ref):
+        owner = registry.find_artifact(loaded.sha256)
+        if owner is not None and owner.model != model:
+            raise InputError(f"{loaded.path}: already registered as model {owner.model!r} ({loaded.sha256[:12]})")
+    ref_record = _add(registry, ref, ref_fp, model=model, at=at)
+    record = _add(registry, artifact, fp, model=model, at=at, parent_sha=parent_sha,
+                  reference_sha=ref_record.sha256 if ref_record.sha256 != artifact.sha256 else None,
+                  config_sha=config_sha, tags=tags)
+    return Registered(artifact=record, reference=ref_record)
+
+
+def _add(registry: Registry, artifact, fp: dict, *, model: str, at: datetime | None, **fields) -> ArtifactRecord:
+    return registry.add_artifact(
+        Path(artifact.path), sha256=artifact.sha256, model=model, format=artifact.format,
+        precision=precision_of(artifact), fingerprint=fp, external_data=tuple(artifact.external_data),
+        at=at, **fields)
+
+
+def _config_sha(config: Path | None) -> str | None:
+    if config is None:
+        return None
+    config = Path(config)
+    if not config.is_file():
+        raise InputError(f"{config}: compiler/quantizer configuration file does not exist")
+    return file_sha256(config)

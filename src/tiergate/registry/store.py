@@ -1,0 +1,141 @@
+"""The content-addressed store: artifacts and result folders by sha256, on disk or at an fsspec URL.
+
+Layout under the store root (a folder, or any fsspec URL such as s3://bucket/tiergate):
+  ab/<sha256>/model.onnx            an artifact (ONNX external data files beside it, at their
+                                    relative locations), sha256 = the artifact's content hash
+  results/ab/<sha256>/result.json   a saved run result folder (tiergate.results), sha256 over
+  results/ab/<sha256>/outputs.npz   its files
+
+Keys kept in the registry are relative to the root, so a store can move. Each file is
+written under a temporary name and renamed, and the file that marks an entry complete
+(the model, result.json) is written last: a crash leaves no half entry that looks whole.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import uuid
+from pathlib import Path, PurePosixPath
+
+from tiergate.errors import InputError
+from tiergate.paths import home
+
+STORE_ENV = "TIERGATE_STORE"
+RESULT_FILES = ("outputs.npz", "result.json")  # result.json last: it marks the entry complete
+
+
+def default_location() -> str:
+    return os.environ.get(STORE_ENV) or str(home() / "store")
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+class Store:
+    """Content-addressed files in a folder or at an fsspec URL."""
+
+    def __init__(self, location: str | Path | None = None):
+        import fsspec
+
+        self.location = str(location or default_location())
+        self.fs, root = fsspec.core.url_to_fs(self.location)
+        self.root = root.rstrip("/")
+        self._local = "file" in _protocols(self.fs)
+
+    def __repr__(self) -> str:
+        return f"Store({self.location!r})"
+
+    # -- paths ---------------------------------------------------------------
+    def _path(self, key: str) -> str:
+        return f"{self.root}/{key}"
+
+    def url(self, key: str) -> str:
+        """Where a key lies, as a path (local store) or a URL."""
+        return self._path(key) if self._local else self.fs.unstrip_protocol(self._path(key))
+
+    def exists(self, key: str) -> bool:
+        return self.fs.exists(self._path(key))
+
+    # -- writing -------------------------------------------------------------
+    def _put(self, local: Path, key: str) -> None:
+        target = self._path(key)
+        parent = target.rsplit("/", 1)[0]
+        self.fs.makedirs(parent, exist_ok=True)
+        temp = f"{parent}/.part-{uuid.uuid4().hex}"
+        self.fs.put_file(str(local), temp)
+        self.fs.mv(temp, target)
+
+    def _put_entry(self, files: list[tuple[Path, str]]) -> None:
+        """Files of one entry, the last one marking it complete; skipped when already whole."""
+        if self.exists(files[-1][1]):
+            return
+        for local, key in files:
+            self._put(local, key)
+
+    def put_artifact(self, path: Path, sha256: str, fmt: str, external_data: tuple[str, ...] = ()) -> str:
+        """Store a model file under its content hash; returns its key.
+
+        `external_data` are the ONNX external data locations (Artifact.external_data, checked by
+        the loader); they are stored beside the model at the same relative places.
+        """
+        folder = f"{sha256[:2]}/{sha256}"
+        files = [(path.parent / rel, f"{folder}/{_relative(rel)}") for rel in external_data]
+        key = artifact_key(sha256, fmt)
+        self._put_entry(files + [(path, key)])
+        return key
+
+    def put_result(self, folder: Path) -> str:
+        """Store a result folder (result.json, outputs.npz if present); returns its key (a folder)."""
+        present = [name for name in RESULT_FILES if (folder / name).is_file()]
+        if "result.json" not in present:
+            raise InputError(f"{folder}: no result.json to store")
+        digest = hashlib.sha256()
+        for name in present:
+            digest.update(name.encode() + b"\0" + file_sha256(folder / name).encode())
+        sha = digest.hexdigest()
+        key = f"results/{sha[:2]}/{sha}"
+        self._put_entry([(folder / name, f"{key}/{name}") for name in present])
+        return key
+
+    def remove(self, key: str) -> None:
+        """Delete a stored entry (the folder of an artifact key, or a result key)."""
+        folder = key if key.startswith("results/") else key.rsplit("/", 1)[0]
+        if self.fs.exists(self._path(folder)):
+            self.fs.rm(self._path(folder), recursive=True)
+
+    # -- reading -------------------------------------------------------------
+    def fetch(self, key: str, dest: Path) -> Path:
+        """Copy an artifact (its whole folder) or a result folder to dest; returns the model file or dest."""
+        folder = key if key.startswith("results/") else key.rsplit("/", 1)[0]
+        if not self.exists(key if key.startswith("results/") else key):
+            raise InputError(f"store {self.location}: {key} is missing")
+        dest.mkdir(parents=True, exist_ok=True)
+        for remote in self.fs.find(self._path(folder)):
+            rel = remote[len(self._path(folder)) + 1:]
+            if rel.split("/")[-1].startswith(".part-"):
+                continue
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            self.fs.get_file(remote, str(dest / rel))
+        return dest if key.startswith("results/") else dest / key.rsplit("/", 1)[1]
+
+
+def artifact_key(sha256: str, fmt: str) -> str:
+    return f"{sha256[:2]}/{sha256}/model.{fmt}"
+
+
+def _relative(location: str) -> str:
+    parts = PurePosixPath(location.replace("\\", "/")).parts
+    if not parts or parts[0] == "/" or ".." in parts:
+        raise InputError(f"external data location {location!r} leaves the model's folder")
+    return "/".join(parts)
+
+
+def _protocols(fs) -> tuple[str, ...]:
+    proto = fs.protocol
+    return (proto,) if isinstance(proto, str) else tuple(proto)

@@ -1,0 +1,386 @@
+"""One container image per device class, with the artifact as the last layer.
+
+Two stages of caching:
+
+1. a runtime image per (runtime recipe, arch, pinned lock, base image, harness,
+   CA bundle, pip settings), built once from containers/<runtime>/Dockerfile;
+2. a thin artifact image `FROM` it (containers/artifact.Dockerfile) that copies
+   the artifact last and carries the labels.
+
+Each tag is a content hash of everything that went into the image, so an
+unchanged input gives the same tag and the image is reused without building
+(`BuiltImage.reused`). Python packages for the runtime image are, by default,
+downloaded on the host for the target platform (`pip download --platform ...
+--only-binary=:all:`) and installed offline in the image; `pip_mode="image"`
+runs pip inside the build instead (with the CA bundle and pip.conf copied in).
+See docs/execution.md for the measurements behind that default.
+"""
+
+from __future__ import annotations
+
+import configparser
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import docker
+
+from tiergate.errors import EnvironmentProblem, InputError
+from tiergate.paths import containers_dir
+from tiergate.targets import DeviceClass, resolve
+
+LABEL = "org.tiergate"
+DEFAULT_BASE_IMAGE = "python:3.11-slim-bookworm"  # for users with a registry
+HOST_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
+HOST_PIP_CONF = Path("/etc/pip.conf")
+PIP_MODES = ("host", "image")
+MODEL_DIR = "/opt/tiergate/model"
+HARNESS = "harness/tiergate_harness.py"
+_EXTENSIONS = {".onnx": "onnx", ".tflite": "tflite"}
+_PY_OF_BASE: dict[str, str] = {}
+
+
+@dataclass(frozen=True)
+class BuiltImage:
+    tag: str
+    image_id: str
+    labels: dict[str, str]
+    reused: bool
+    runtime_tag: str = ""
+    runtime_reused: bool = False
+    build_s: float = 0.0
+
+    @property
+    def model_path(self) -> str:
+        """Where the artifact lies inside the image."""
+        return self.labels[f"{LABEL}.model.path"]
+
+    @property
+    def versions(self) -> dict[str, str]:
+        return json.loads(self.labels.get(f"{LABEL}.versions", "{}"))
+
+
+@dataclass(frozen=True)
+class RuntimeImage:
+    tag: str
+    image_id: str
+    versions: dict[str, str]
+    base_image: str
+    reused: bool
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+# --- public entry point ----------------------------------------------------------------
+
+
+def build_image(device_class: DeviceClass | str, artifact_path: Path | str, *, artifact_sha256: str,
+                fingerprint: str = "", base_image: str | None = None, ca_bundle: Path | None = None,
+                client=None, pip_mode: str = "host") -> BuiltImage:
+    """The image that runs `artifact_path` on `device_class`, built or reused."""
+    from tiergate.execution.engine import connect, with_retries  # execution imports build
+
+    dc = _device_class(device_class)
+    files = artifact_files(dc, Path(artifact_path))
+    client = client or with_retries(lambda: connect(dc.docker_host), what=f"connecting to {dc.docker_host}")
+    t0 = time.monotonic()
+    runtime = ensure_runtime_image(dc, client=client, base_image=base_image, ca_bundle=ca_bundle,
+                                   pip_mode=pip_mode)
+    labels = image_labels(dc, runtime, files[0].name, artifact_sha256, fingerprint)
+    digest = _digest([runtime.tag, runtime.image_id, json.dumps(labels, sort_keys=True),
+                      *(f"{p.name}:{_file_sha256(p)}" for p in files)])
+    tag = f"tiergate/{dc.name}:{digest[:20]}"
+    found = _local_image(client, tag)
+    if found is not None:
+        return BuiltImage(tag, found.id, dict(found.labels), True, runtime.tag, runtime.reused,
+                          time.monotonic() - t0)
+    with tempfile.TemporaryDirectory(prefix="tiergate-artifact-") as tmp:
+        ctx = Path(tmp)
+        shutil.copy(containers_dir() / "artifact.Dockerfile", ctx / "Dockerfile")
+        (ctx / "model").mkdir()
+        for path in files:
+            shutil.copy(path, ctx / "model" / path.name)
+        image = _docker_build(client, ctx, tag, {"RUNTIME_IMAGE": runtime.tag}, labels)
+    return BuiltImage(tag, image.id, dict(image.labels), False, runtime.tag, runtime.reused,
+                      time.monotonic() - t0)
+
+
+# --- the runtime image -----------------------------------------------------------------
+
+
+def ensure_runtime_image(dc: DeviceClass, *, client, base_image: str | None = None,
+                         ca_bundle: Path | None = None, pip_mode: str = "host") -> RuntimeImage:
+    """The runtime image for the device class's runtime and arch, built once."""
+    if pip_mode not in PIP_MODES:
+        raise InputError(f"pip_mode {pip_mode!r}: must be one of {', '.join(PIP_MODES)}")
+    recipe = containers_dir() / dc.runtime
+    if not (recipe / "Dockerfile").is_file():
+        raise EnvironmentProblem(f"no container recipe for runtime {dc.runtime} ({recipe}/Dockerfile missing)")
+    base = base_image or dc.base_image or DEFAULT_BASE_IMAGE
+    base_id = ensure_base_image(client, base, dc)
+    lock = render_lock(recipe, dc)
+    cas = ca_bundle_bytes(ca_bundle)
+    pip_conf = image_pip_conf()
+    harness = (containers_dir() / HARNESS).read_bytes()
+    versions = lock_versions(lock, dc)
+    digest = _digest([dc.runtime, dc.arch, base, base_id, pip_mode, lock, pip_conf,
+                      hashlib.sha256(cas).hexdigest(), hashlib.sha256(harness).hexdigest(),
+                      *(f"{p.name}:{_file_sha256(p)}" for p in sorted(recipe.iterdir()) if p.is_file())])
+    tag = f"tiergate/runtime-{dc.runtime}-{dc.arch}:{digest[:20]}"
+    labels = {f"{LABEL}.runtime": dc.runtime, f"{LABEL}.arch": dc.arch, f"{LABEL}.base_image": base,
+              f"{LABEL}.versions": json.dumps(versions, sort_keys=True),
+              f"{LABEL}.harness.sha256": hashlib.sha256(harness).hexdigest()}
+    found = _local_image(client, tag)
+    if found is not None:
+        return RuntimeImage(tag, found.id, versions, base, True, dict(found.labels))
+    with tempfile.TemporaryDirectory(prefix="tiergate-runtime-") as tmp:
+        ctx = Path(tmp)
+        shutil.copy(recipe / "Dockerfile", ctx / "Dockerfile")
+        (ctx / "requirements.txt").write_text(lock)
+        (ctx / "ca-bundle.crt").write_bytes(cas)
+        (ctx / "pip.conf").write_text(pip_conf)
+        for name in ("wheels", "out", "data", "harness"):
+            (ctx / name).mkdir()
+        shutil.copy(containers_dir() / HARNESS, ctx / HARNESS)
+        if pip_mode == "host":
+            python = base_python_version(client, base, base_id)
+            for wheel in download_wheels(lock, dc, python, ctx / "ca-bundle.crt" if ca_bundle else None):
+                shutil.copy(wheel, ctx / "wheels" / wheel.name)
+        image = _docker_build(client, ctx, tag, {"BASE_IMAGE": base}, labels)
+    return RuntimeImage(tag, image.id, versions, base, False, dict(image.labels))
+
+
+def ensure_base_image(client, base: str, dc: DeviceClass) -> str:
+    """The base image's id, pulled for the class's platform if it is not local; arch checked."""
+    image = _local_image(client, base)
+    if image is None:
+        try:
+            image = client.images.pull(base, platform=dc.platform)
+        except docker.errors.DockerException as exc:
+            raise EnvironmentProblem(
+                f"base image {base} for {dc.name} is not present and cannot be pulled: {_one_line(exc)}",
+                hint="run scripts/setup for the offline bases tiergate/base:bookworm-{amd64,arm64}, "
+                     "or set base_image") from None
+    arch = (image.labels or {}).get(f"{LABEL}.arch") or image.attrs.get("Architecture", "")
+    if arch and arch != dc.arch:
+        raise EnvironmentProblem(f"base image {base} is for {arch}, but {dc.name} needs {dc.arch}")
+    return image.id
+
+
+def base_python_version(client, base: str, base_id: str) -> str:
+    """'3.11': the base image's python3, asked once per base image id."""
+    if base_id not in _PY_OF_BASE:
+        code = "import sys; print('%d.%d' % sys.version_info[:2])"
+        out = client.containers.run(base, ["python3", "-c", code], remove=True, network_mode="none",
+                                    entrypoint=[])
+        _PY_OF_BASE[base_id] = out.decode().strip()
+    return _PY_OF_BASE[base_id]
+
+
+# --- inputs of the build ---------------------------------------------------------------
+
+
+def render_lock(recipe: Path, dc: DeviceClass) -> str:
+    """The recipe's pinned lock with the device class's runtime version filled in."""
+    text = (recipe / "requirements.txt").read_text()
+    return text.replace("{runtime_version}", dc.runtime_version)
+
+
+def lock_versions(lock: str, dc: DeviceClass) -> dict[str, str]:
+    """Versions of the runtime package and numpy, read from the lock."""
+    pins = {}
+    for line in lock.splitlines():
+        line = line.split("#")[0].strip()
+        if "==" in line:
+            name, version = line.split("==", 1)
+            pins[name.strip().lower()] = version.strip()
+    package = {"tflite": "ai-edge-litert"}.get(dc.runtime, dc.runtime)
+    return {package: pins.get(package, dc.runtime_version), "numpy": pins.get("numpy", "")}
+
+
+def ca_bundle_bytes(extra: Path | None) -> bytes:
+    """The host's CA bundle plus an optional extra one (a proxy's CA), as one PEM file."""
+    parts = [HOST_CA_BUNDLE.read_bytes()] if HOST_CA_BUNDLE.is_file() else []
+    if extra is not None:
+        extra = Path(extra)
+        if not extra.is_file():
+            raise InputError(f"{extra}: CA bundle does not exist")
+        data = extra.read_bytes()
+        if b"-----BEGIN CERTIFICATE-----" not in data:
+            raise InputError(f"{extra}: not a PEM CA bundle (no BEGIN CERTIFICATE block)")
+        parts.append(data)
+    return b"\n".join(p.rstrip(b"\n") + b"\n" for p in parts)
+
+
+def image_pip_conf() -> str:
+    """pip settings for pip inside a build: the host's index settings, our CA bundle."""
+    host = configparser.ConfigParser()
+    if HOST_PIP_CONF.is_file():
+        try:
+            host.read(HOST_PIP_CONF)
+        except configparser.Error:
+            pass
+    lines = ["[global]", "cert = /etc/tiergate/ca-bundle.crt"]
+    for key in ("index-url", "extra-index-url", "trusted-host", "timeout"):
+        value = host.get("global", key, fallback="")
+        urls = [v for v in value.split() if not v.startswith("file:")]
+        if urls:
+            lines.append(f"{key} = {' '.join(urls)}")
+    return "\n".join(lines) + "\n"
+
+
+def platform_tags(machine: str) -> list[str]:
+    legacy = ["manylinux1", "manylinux2010"] if machine == "x86_64" else []
+    return [f"{p}_{machine}" for p in (*legacy, "manylinux2014")] + \
+           [f"manylinux_2_{minor}_{machine}" for minor in range(5, 37)]
+
+
+def download_wheels(lock: str, dc: DeviceClass, python: str, cert: Path | None) -> list[Path]:
+    """The lock's wheels for the target platform, downloaded on the host once and cached."""
+    key = _digest([lock, dc.machine, python])[:20]
+    folder = cache_dir() / "wheels" / f"{dc.runtime}-{dc.machine}-py{python}-{key}"
+    done = folder / ".complete"
+    if not done.exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as req:
+            req.write(lock)
+        abi = "cp" + python.replace(".", "")
+        cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
+               "--python-version", python, "--implementation", "cp", "--abi", abi, "--abi", "abi3",
+               "--abi", "none", "--dest", str(folder), "-r", req.name]
+        for tag in platform_tags(dc.machine):
+            cmd += ["--platform", tag]
+        if cert is not None:
+            cmd += ["--cert", str(cert)]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        os.unlink(req.name)
+        if proc.returncode != 0:
+            lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("ERROR")] or proc.stderr.splitlines()
+            raise EnvironmentProblem(
+                f"pip could not download the {dc.runtime} wheels for {dc.machine}: "
+                f"{lines[-1] if lines else 'exit ' + str(proc.returncode)}")
+        done.write_text(lock)
+    return sorted(folder.glob("*.whl"))
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("TIERGATE_CACHE_DIR") or Path.home() / ".cache" / "tiergate")
+
+
+def image_labels(dc: DeviceClass, runtime: RuntimeImage, model_name: str, artifact_sha256: str,
+                 fingerprint: str) -> dict[str, str]:
+    labels = {
+        f"{LABEL}.artifact.sha256": artifact_sha256,
+        f"{LABEL}.fingerprint": fingerprint,
+        f"{LABEL}.device_class": dc.name,
+        f"{LABEL}.tier": dc.tier,
+        f"{LABEL}.arch": dc.arch,
+        f"{LABEL}.execution": dc.execution,
+        f"{LABEL}.runtime": dc.runtime,
+        f"{LABEL}.runtime.version": dc.runtime_version,
+        f"{LABEL}.versions": json.dumps(runtime.versions, sort_keys=True),
+        f"{LABEL}.runtime_image": runtime.tag,
+        f"{LABEL}.base_image": runtime.base_image,
+        f"{LABEL}.model.path": f"{MODEL_DIR}/{model_name}",
+        f"{LABEL}.model.format": dc.artifact_format,
+        f"{LABEL}.cost_per_hour": f"{dc.cost_per_hour:g}",
+    }
+    labels.update({f"{LABEL}.cost.{k}": v for k, v in sorted(dc.cost_tags.items())})
+    return labels
+
+
+# --- the artifact ----------------------------------------------------------------------
+
+
+def artifact_files(dc: DeviceClass, path: Path) -> list[Path]:
+    """The artifact file (first) and any ONNX external-data files it names; format checked."""
+    if not path.is_file():
+        raise InputError(f"{path}: artifact does not exist")
+    fmt = _EXTENSIONS.get(path.suffix.lower())
+    if fmt is None:
+        raise InputError(f"{path}: unknown artifact type (expected .onnx or .tflite)")
+    if fmt != dc.artifact_format:
+        raise InputError(f"{path}: a {fmt} artifact cannot run on {dc.name} "
+                         f"(runtime {dc.runtime} needs {dc.artifact_format})")
+    if fmt == "tflite":
+        if path.read_bytes()[4:8] != b"TFL3":
+            raise InputError(f"{path}: not a TFLite flatbuffer (no TFL3 identifier)")
+        return [path]
+    return [path, *onnx_external_files(path)]
+
+
+def onnx_external_files(path: Path) -> list[Path]:
+    import onnx
+
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except Exception as exc:  # noqa: BLE001 - any parse failure is bad input
+        raise InputError(f"{path}: not a readable ONNX model: {_one_line(exc)}") from None
+    names = set()
+    for tensor in onnx.external_data_helper._get_all_tensors(model):
+        if tensor.data_location == onnx.TensorProto.EXTERNAL:
+            names.update(e.value for e in tensor.external_data if e.key == "location")
+    files = []
+    for name in sorted(names):
+        target = (path.parent / name).resolve()
+        if target.parent != path.parent.resolve() or not target.is_file():
+            raise InputError(f"{path}: external data {name!r} must be a file next to the model")
+        files.append(target)
+    return files
+
+
+# --- docker helpers --------------------------------------------------------------------
+
+
+def _docker_build(client, ctx: Path, tag: str, buildargs: dict, labels: dict):
+    from tiergate.execution.engine import with_retries
+
+    def build():
+        image, _ = client.images.build(path=str(ctx), tag=tag, buildargs=buildargs, labels=labels,
+                                       rm=True, forcerm=True, pull=False)
+        return image
+
+    try:
+        return with_retries(build, what=f"building {tag}")
+    except docker.errors.BuildError as exc:
+        tail = [str(e.get("stream") or e.get("error") or "").strip() for e in exc.build_log]
+        tail = [t for t in tail if t][-6:]
+        raise EnvironmentProblem(f"building {tag} failed: {_one_line(exc.msg)}",
+                                 hint=" | ".join(tail)[-600:]) from None
+
+
+def _local_image(client, name: str):
+    try:
+        return client.images.get(name)
+    except docker.errors.ImageNotFound:
+        return None
+
+
+def _device_class(device_class: DeviceClass | str) -> DeviceClass:
+    return resolve([device_class])[0] if isinstance(device_class, str) else device_class
+
+
+def _digest(parts: list[str]) -> str:
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(part.encode())
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+def _file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _one_line(exc) -> str:
+    return " ".join(str(exc).split())[:400]

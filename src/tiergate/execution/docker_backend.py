@@ -1,0 +1,182 @@
+"""Docker backend: the harness in the device class's image, on a local, ssh:// or GPU engine.
+
+The container is confined: no network, a read-only root filesystem, a non-root
+user, a tmpfs /tmp, no capabilities, memory and pids limits from the device
+class's [container] table, and a wall-clock timeout (kill + failed result).
+
+Data travel through two job volumes, not bind mounts, so the same code serves a
+remote engine whose filesystem is not ours: the evaluation .npz is copied into
+the input volume (mounted read-only at /data), the harness writes to the output
+volume (/out), and the host copies result.json and outputs.npz back.
+"""
+
+from __future__ import annotations
+
+import tarfile
+import tempfile
+import uuid
+from contextlib import contextmanager
+from pathlib import Path
+
+import docker
+import requests
+
+from tiergate.build import LABEL
+from tiergate.errors import InfrastructureFault, InputError
+from tiergate.execution.base import (LOG_TAIL_LINES, Job, clear_outputs, exit_reason, host_fields,
+                                     last_line, read_harness_result, tail)
+from tiergate.execution.engine import DEFAULT_ATTEMPTS, DEFAULT_BACKOFF_S, connect, with_retries
+from tiergate.results import OUTPUTS_FILE, RESULT_FILE, TargetResult, failed
+
+USER = "65534:65534"  # nobody:nogroup
+DATA_NAME = "data.npz"
+TMPFS = "rw,nosuid,nodev,size=64m,mode=1777"
+
+
+class DockerBackend:
+    name = "docker"
+
+    def __init__(self, docker_host: str = "local", *, gpu: bool = False, attempts: int = DEFAULT_ATTEMPTS,
+                 backoff_s: float = DEFAULT_BACKOFF_S, use_ssh_client: bool = False):
+        self.docker_host = docker_host
+        self.gpu = gpu
+        self.attempts = attempts
+        self.backoff_s = backoff_s
+        self.use_ssh_client = use_ssh_client
+
+    def run(self, job: Job) -> TargetResult:
+        dc = job.device_class
+        if job.image is None:
+            raise InputError(f"{dc.name}: the Docker backend needs a built image (tiergate.build.build_image)")
+        host = host_fields(job)
+        try:
+            return with_retries(lambda: self._attempt(job, host), attempts=self.attempts,
+                                backoff_s=self.backoff_s, what=f"{dc.name} on {self.docker_host}")
+        except InfrastructureFault as exc:
+            return failed(dc.name, exc.message, **host)
+
+    # one attempt: any engine fault raised from here is retried by run()
+    def _attempt(self, job: Job, host: dict) -> TargetResult:
+        clear_outputs(job.out_dir)
+        client = connect(self.docker_host, use_ssh_client=self.use_ssh_client)
+        try:
+            engine_machine = client.info().get("Architecture", "")
+            with _job_volumes(client) as (data_volume, out_volume):
+                _upload(client, job.image.tag, data_volume, job.data_npz)
+                container = client.containers.create(**self.spec(job, data_volume, out_volume))
+                try:
+                    reason, log_tail = _run(container, job)
+                    if reason is None:
+                        _download(container, job.out_dir)
+                finally:
+                    container.remove(force=True)
+        finally:
+            client.close()
+        if reason is not None:
+            return failed(job.device_class.name, reason, log_tail=log_tail, **host)
+        return _check_machine(read_harness_result(job, host, log_tail), job, engine_machine)
+
+    def spec(self, job: Job, data_volume: str, out_volume: str) -> dict:
+        """The container's create() arguments: the confinement lives here."""
+        dc = job.device_class
+        spec = dict(
+            image=job.image.tag,
+            command=job.harness_args(job.image.model_path, f"/data/{DATA_NAME}", "/out"),
+            user=USER, read_only=True, tmpfs={"/tmp": TMPFS}, network_mode="none",
+            cap_drop=["ALL"], security_opt=["no-new-privileges"],
+            mem_limit=dc.limits.memory, memswap_limit=dc.limits.memory, pids_limit=dc.limits.pids_limit,
+            volumes={data_volume: {"bind": "/data", "mode": "ro"}, out_volume: {"bind": "/out", "mode": "rw"}},
+            environment=dict(job.env), labels={f"{LABEL}.device_class": dc.name},
+        )
+        if self.gpu:
+            spec["device_requests"] = [docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])]
+        return spec
+
+
+def _run(container, job: Job) -> tuple[str | None, str]:
+    """Start, wait with the class's timeout: (why it failed or None, log tail)."""
+    dc = job.device_class
+    container.start()
+    timed_out = False
+    try:
+        code = container.wait(timeout=dc.limits.timeout_s)["StatusCode"]
+    except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError):
+        container.reload()  # an engine that is gone raises here, and the attempt is retried
+        if container.status != "running":
+            raise
+        container.kill()
+        container.wait(timeout=60)
+        code, timed_out = None, True
+    container.reload()
+    log_tail = tail(container.logs(tail=LOG_TAIL_LINES).decode("utf-8", "replace"))
+    if timed_out:
+        return f"timed out after {dc.limits.timeout_s} s", log_tail
+    oom = bool(container.attrs["State"].get("OOMKilled"))
+    if oom or code != 0:
+        reason = exit_reason(code, oom=oom, memory=dc.limits.memory)
+        if 0 < code < 128 and not oom:
+            reason += f": {last_line(log_tail)}"
+        return reason, log_tail
+    return None, log_tail
+
+
+def _check_machine(result: TargetResult, job: Job, engine_machine: str) -> TargetResult:
+    """Record emulation as measured; a run on the wrong architecture is a failed run."""
+    dc = job.device_class
+    if not result.ok:
+        return result
+    result.emulated = dc.emulated or bool(engine_machine and result.machine != engine_machine)
+    if result.machine != dc.machine:
+        result.status = "failed"
+        result.reason = f"ran as {result.machine}, but {dc.name} is {dc.machine}: check its base image"
+    return result
+
+
+@contextmanager
+def _job_volumes(client):
+    job_id = uuid.uuid4().hex[:12]
+    labels = {f"{LABEL}.job": job_id}
+    volumes = [client.volumes.create(f"tiergate-{job_id}-{part}", labels=labels) for part in ("data", "out")]
+    try:
+        yield volumes[0].name, volumes[1].name
+    finally:
+        for volume in volumes:
+            try:
+                volume.remove(force=True)
+            except docker.errors.NotFound:
+                pass
+
+
+def _upload(client, image: str, volume: str, data: Path) -> None:
+    """Copy the evaluation .npz into the data volume through a container that never starts."""
+    helper = client.containers.create(image, command=["true"], network_mode="none",
+                                      volumes={volume: {"bind": "/data", "mode": "rw"}})
+    try:
+        with tempfile.TemporaryFile() as buf:
+            with tarfile.open(fileobj=buf, mode="w") as tar:
+                info = tar.gettarinfo(str(data), arcname=DATA_NAME)
+                info.uid = info.gid = 0
+                info.uname = info.gname = "root"
+                info.mode = 0o444
+                with open(data, "rb") as fh:
+                    tar.addfile(info, fh)
+            buf.seek(0)
+            if not helper.put_archive("/data", buf.read()):
+                raise InfrastructureFault(f"could not copy {data} into the job's data volume")
+    finally:
+        helper.remove(force=True)
+
+
+def _download(container, out_dir: Path) -> None:
+    """Copy result.json and outputs.npz out of the (stopped) container's output volume."""
+    stream, _ = container.get_archive("/out/.")
+    with tempfile.TemporaryFile() as buf:
+        for chunk in stream:
+            buf.write(chunk)
+        buf.seek(0)
+        with tarfile.open(fileobj=buf, mode="r") as tar:
+            for member in tar.getmembers():
+                name = Path(member.name).name
+                if member.isfile() and name in (RESULT_FILE, OUTPUTS_FILE):
+                    with tar.extractfile(member) as src, open(out_dir / name, "wb") as dst:
+                        dst.write(src.read())

@@ -66,7 +66,8 @@ def sqnr_db(ref: np.ndarray, out: np.ndarray) -> float:
     ref64 = as_float64(ref).ravel()
     signal = max(float(np.linalg.norm(ref64)), EPS)
     noise = max(float(np.linalg.norm(ref64 - as_float64(out).ravel())), EPS)
-    return 20.0 * math.log10(signal / noise)
+    ratio = signal / noise                 # NaN stays NaN; infinite noise gives -inf dB
+    return 20.0 * math.log10(ratio) if ratio > 0 else (-math.inf if ratio == 0 else math.nan)
 
 
 def cosine_per_sample(ref: np.ndarray, out: np.ndarray) -> np.ndarray:
@@ -115,6 +116,11 @@ def compare_outputs(ref: np.ndarray, out: np.ndarray) -> OutputDrift:
     ref, out = np.asarray(ref), np.asarray(out)
     if ref.shape != out.shape:
         raise ValueError(f"shapes differ: {ref.shape} vs {out.shape}")
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):   # NaN/Inf outputs give NaN metrics
+        return _compare(ref, out)
+
+
+def _compare(ref: np.ndarray, out: np.ndarray) -> OutputDrift:
     errors = abs_errors(ref, out)
     cos = cosine_per_sample(ref, out)
     return OutputDrift(

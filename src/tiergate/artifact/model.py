@@ -59,6 +59,10 @@ class Artifact:
     quant: dict[str, QuantParams] = field(default_factory=dict)  # by tensor name
     initializers: dict[str, tuple[tuple[int, ...], str]] = field(default_factory=dict)  # name -> (shape, dtype)
     metadata: dict[str, str] = field(default_factory=dict)
+    # additive (intake): element type of every tensor whose type is known, by name
+    tensor_dtypes: dict[str, str] = field(default_factory=dict)
+    # additive (intake): external-data locations exactly as written in the model (ONNX only)
+    external_data: tuple[str, ...] = ()
     handle: Any = None            # the parsed format object (onnx.ModelProto / tflite Model), not serialised
 
     @property

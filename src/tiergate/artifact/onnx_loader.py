@@ -1,0 +1,188 @@
+"""ONNX (protobuf, optionally with external data) into an Artifact."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import onnx
+from google.protobuf.message import DecodeError
+from onnx import helper
+
+from tiergate.artifact.external import load_external_data
+from tiergate.artifact.model import Artifact, Node, QuantParams, TensorSpec
+from tiergate.errors import InputError
+
+# input slots holding (scale, zero point) pairs, by op: quantization parameters, not weights
+QUANT_SLOTS: dict[str, tuple[tuple[int, int, int], ...]] = {
+    # op: ((tensor slot or -1 for output 0, scale slot, zero-point slot), ...)
+    "QuantizeLinear": ((-1, 1, 2),),
+    "DequantizeLinear": ((0, 1, 2),),
+    "QLinearConv": ((0, 1, 2), (3, 4, 5), (-1, 6, 7)),
+    "QLinearMatMul": ((0, 1, 2), (3, 4, 5), (-1, 6, 7)),
+    "QLinearAdd": ((0, 1, 2), (3, 4, 5), (-1, 6, 7)),
+    "QLinearMul": ((0, 1, 2), (3, 4, 5), (-1, 6, 7)),
+}
+
+
+def dtype_name(elem_type: int) -> str:
+    try:
+        return helper.tensor_dtype_to_np_dtype(elem_type).name
+    except (KeyError, ValueError, TypeError):
+        return helper.tensor_dtype_to_string(elem_type).removeprefix("TensorProto.").lower()
+
+
+def load_onnx(path: Path, data: bytes) -> Artifact:
+    model = _parse(path, data)
+    digest = hashlib.sha256(data)
+    locations, external_bytes = load_external_data(path, model, digest)
+    _check(path, model)
+    graph = model.graph
+    init_names = {t.name for t in graph.initializer}
+    return Artifact(
+        path=path,
+        format="onnx",
+        sha256=digest.hexdigest(),
+        size_bytes=len(data) + external_bytes,
+        version=_version(model),
+        inputs=[_spec(v) for v in graph.input if v.name not in init_names],
+        outputs=[_spec(v) for v in graph.output],
+        nodes=[_node(i, n) for i, n in enumerate(graph.node)],
+        quant=_quant(graph),
+        initializers={t.name: (tuple(t.dims), dtype_name(t.data_type)) for t in graph.initializer},
+        metadata={p.key: p.value for p in model.metadata_props},
+        tensor_dtypes=_dtypes(model),
+        external_data=locations,
+        handle=model,
+    )
+
+
+def _parse(path: Path, data: bytes) -> onnx.ModelProto:
+    model = onnx.ModelProto()
+    try:
+        model.ParseFromString(data)
+    except (DecodeError, RuntimeError, ValueError) as exc:
+        raise InputError(f"{path}: ONNX file is truncated or corrupt (protobuf does not parse: {exc})") from None
+    if model.ir_version <= 0 or not model.HasField("graph"):
+        raise InputError(f"{path}: is not an ONNX model (no IR version or no graph)")
+    return model
+
+
+def _check(path: Path, model: onnx.ModelProto) -> None:
+    try:
+        onnx.checker.check_model(model)
+    except (onnx.checker.ValidationError, ValueError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise InputError(f"{path}: ONNX model is invalid or incomplete ({first})") from None
+
+
+def _version(model: onnx.ModelProto) -> str:
+    default = [o.version for o in model.opset_import if o.domain in ("", "ai.onnx")]
+    return f"opset {default[0]}" if default else "opset ?"
+
+
+def _dims(type_proto: onnx.TypeProto) -> tuple[int | str | None, ...]:
+    if not type_proto.tensor_type.HasField("shape"):
+        return ()
+    return tuple(
+        d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
+        for d in type_proto.tensor_type.shape.dim
+    )
+
+
+def _spec(value: onnx.ValueInfoProto) -> TensorSpec:
+    return TensorSpec(value.name, _dims(value.type), dtype_name(value.type.tensor_type.elem_type))
+
+
+def _node(index: int, node: onnx.NodeProto) -> Node:
+    return Node(
+        index=index,
+        op=node.op_type,
+        name=node.name,
+        inputs=list(node.input),
+        outputs=list(node.output),
+        attributes={a.name: _attr_value(a) for a in node.attribute},
+        domain=node.domain,
+    )
+
+
+def _attr_value(attr: onnx.AttributeProto):
+    value = helper.get_attribute_value(attr)
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if isinstance(value, onnx.TensorProto):
+        return {"tensor": dtype_name(value.data_type), "dims": list(value.dims)}
+    if isinstance(value, onnx.GraphProto):
+        return {"graph": value.name, "nodes": len(value.node)}
+    if isinstance(value, list):
+        return [v.decode("utf-8", "replace") if isinstance(v, bytes) else v for v in value
+                if not isinstance(v, (onnx.TensorProto, onnx.GraphProto))]
+    return value
+
+
+def _dtypes(model: onnx.ModelProto) -> dict[str, str]:
+    """Element types of every tensor: declared ones, initializers, then shape inference."""
+    graph = model.graph
+    types = {t.name: dtype_name(t.data_type) for t in graph.initializer}
+    for value in [*graph.input, *graph.output, *graph.value_info]:
+        if value.type.tensor_type.elem_type:
+            types[value.name] = dtype_name(value.type.tensor_type.elem_type)
+    try:
+        inferred = onnx.shape_inference.infer_shapes(_skeleton(model)).graph.value_info
+    except Exception:  # noqa: BLE001 - inference is a best effort; declared types remain
+        inferred = []
+    for value in inferred:
+        if value.type.tensor_type.elem_type:
+            types.setdefault(value.name, dtype_name(value.type.tensor_type.elem_type))
+    return types
+
+
+def _skeleton(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The model without initializer data: type inference needs only names, types and dims."""
+    skeleton = onnx.ModelProto()
+    skeleton.ir_version = model.ir_version
+    skeleton.opset_import.extend(model.opset_import)
+    graph = skeleton.graph
+    graph.node.extend(model.graph.node)
+    graph.input.extend(model.graph.input)
+    graph.output.extend(model.graph.output)
+    graph.value_info.extend(model.graph.value_info)
+    known = {v.name for v in graph.input}
+    for t in model.graph.initializer:
+        if t.name not in known:
+            graph.input.append(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
+    return skeleton
+
+
+def _quant(graph: onnx.GraphProto) -> dict[str, QuantParams]:
+    """Scale and zero point of every tensor a Q/DQ or QLinear op (de)quantizes."""
+    inits = {t.name: t for t in graph.initializer}
+    found: dict[str, QuantParams] = {}
+    for node in graph.node:
+        axis = next((a.i for a in node.attribute if a.name == "axis"), None)
+        for tensor_slot, scale_slot, zp_slot in QUANT_SLOTS.get(node.op_type, ()):
+            tensor = node.output[0] if tensor_slot < 0 else _at(node.input, tensor_slot)
+            scale = inits.get(_at(node.input, scale_slot))
+            if not tensor or scale is None or tensor in found:
+                continue
+            zero = inits.get(_at(node.input, zp_slot))
+            found[tensor] = _params(tensor, scale, zero, axis)
+    return found
+
+
+def _params(tensor: str, scale: onnx.TensorProto, zero: onnx.TensorProto | None, axis: int | None) -> QuantParams:
+    from onnx import numpy_helper
+
+    scales = numpy_helper.to_array(scale).reshape(-1)
+    zeros = numpy_helper.to_array(zero).reshape(-1) if zero is not None else None
+    return QuantParams(
+        tensor=tensor,
+        scale=tuple(float(s) for s in scales),
+        zero_point=tuple(int(z) for z in zeros) if zeros is not None else (0,) * len(scales),
+        dtype=dtype_name(zero.data_type) if zero is not None else "uint8",
+        axis=axis if len(scales) > 1 else None,
+    )
+
+
+def _at(names, slot: int) -> str:
+    return names[slot] if slot < len(names) else ""

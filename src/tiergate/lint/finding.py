@@ -1,0 +1,39 @@
+"""A lint finding: which rule, how bad, what it means and which nodes it points at."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+SEVERITIES = ("error", "warning", "info")
+
+
+@dataclass(frozen=True)
+class Finding:
+    rule: str
+    severity: str                       # "error" | "warning" | "info"
+    message: str
+    nodes: tuple[int, ...] = ()         # node indices in the artifact's topological order
+    node_names: tuple[str, ...] = ()    # the same nodes' names, for people
+
+    def __post_init__(self) -> None:
+        if self.severity not in SEVERITIES:
+            raise ValueError(f"severity must be one of {SEVERITIES}, got {self.severity!r}")
+
+    def to_json(self) -> dict:
+        return {"rule": self.rule, "severity": self.severity, "message": self.message,
+                "nodes": list(self.nodes), "node_names": list(self.node_names)}
+
+
+@dataclass
+class LintContext:
+    """What every rule may read: the artifact, the target device class, and the graph index."""
+
+    artifact: object
+    device_class: object | None
+    index: object
+    precision: list[str] = field(default_factory=list)
+
+    def finding(self, rule: str, severity: str, message: str, nodes=()) -> Finding:
+        nodes = tuple(nodes)
+        names = tuple(self.artifact.nodes[i].name or f"#{i}" for i in nodes)
+        return Finding(rule, severity, message, nodes, names)

@@ -1,0 +1,109 @@
+"""Which ONNX nodes an onnxruntime execution provider has a kernel for.
+
+The kernel registry is asked of onnxruntime itself (get_all_opkernel_def: op,
+domain, provider, opset version range, accepted types), so the answer follows
+the installed onnxruntime, not a hand-kept list.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+
+import onnx
+import onnx.defs
+
+DEFAULT_DOMAINS = ("", "ai.onnx")
+
+
+@dataclass(frozen=True)
+class Kernel:
+    start: int
+    end: int
+    types: dict[str, tuple[str, ...]]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    ok: bool
+    reason: str = ""
+    decomposed: bool = False      # no kernel, but onnxruntime expands the op's function body
+    cast_fallback: bool = False   # no float16 kernel: onnxruntime inserts Casts and runs it in float32
+
+
+@cache
+def kernels(provider: str) -> dict[tuple[str, str], tuple[Kernel, ...]]:
+    from onnxruntime.capi import onnxruntime_pybind11_state as ort_state
+
+    found: dict[tuple[str, str], list[Kernel]] = {}
+    for k in ort_state.get_all_opkernel_def():
+        if k.provider == provider:
+            start, end = k.version_range
+            types = {name: tuple(v) for name, v in k.type_constraints.items()}
+            found.setdefault((k.domain, k.op_name), []).append(Kernel(start, end, types))
+    return {key: tuple(v) for key, v in found.items()}
+
+
+def has_provider(provider: str) -> bool:
+    return bool(kernels(provider))
+
+
+@cache
+def _ort_schemas() -> dict[tuple[str, str], object]:
+    from onnxruntime.capi import onnxruntime_pybind11_state as ort_state
+
+    return {(s.domain, s.name): s for s in ort_state.get_all_operator_schema()}
+
+
+def _schema(domain: str, op: str, opset: int):
+    try:
+        return onnx.defs.get_schema(op, opset, domain)
+    except onnx.defs.SchemaError:
+        return _ort_schemas().get((domain, op))
+
+
+def check_node(node, opsets: dict[str, int], dtypes: dict[str, str], provider: str) -> Verdict:
+    domain = "" if node.domain in DEFAULT_DOMAINS else node.domain
+    opset = opsets.get(domain, 1)
+    schema = _schema(domain, node.op, opset)
+    if schema is None:
+        return Verdict(False, f"{_label(domain, node.op)} is not an operator onnxruntime knows")
+    version = schema.since_version
+    candidates = [k for k in kernels(provider).get((domain, node.op), ()) if k.start <= version <= k.end]
+    if not candidates:
+        if getattr(schema, "has_function", False) or getattr(schema, "has_context_dependent_function", False):
+            return Verdict(True, f"{_label(domain, node.op)} has no {provider} kernel; onnxruntime runs "
+                                 f"its function body (decomposed, unfused)", decomposed=True)
+        return Verdict(False, f"no {provider} kernel for {_label(domain, node.op)} (opset {version})")
+    actual = _actual_types(schema, node, dtypes)
+    if not any(_accepts(k, actual) for k in candidates):
+        as_float = {p: t.replace("float16", "float") for p, t in actual.items()}
+        if as_float != actual and any(_accepts(k, as_float) for k in candidates):
+            return Verdict(False, f"no float16 {provider} kernel for {_label(domain, node.op)}: onnxruntime "
+                                  f"inserts Casts and runs it in float32", cast_fallback=True)
+        shown = ", ".join(f"{p}={t}" for p, t in sorted(actual.items()))
+        return Verdict(False, f"no {provider} kernel for {_label(domain, node.op)} with {shown}")
+    return Verdict(True)
+
+
+def _label(domain: str, op: str) -> str:
+    return f"{domain}::{op}" if domain else op
+
+
+def _onnx_type(dtype: str) -> str:
+    return {"float32": "float", "float64": "double"}.get(dtype, dtype)
+
+
+def _actual_types(schema, node, dtypes: dict[str, str]) -> dict[str, str]:
+    """Type parameter (T, T1...) -> the element type the node actually gives it."""
+    actual: dict[str, str] = {}
+    pairs = list(zip(schema.inputs, node.inputs)) + list(zip(schema.outputs, node.outputs))
+    for formal, tensor in pairs:
+        type_str = getattr(formal, "type_str", None) or getattr(formal, "typeStr", "")
+        if tensor and tensor in dtypes and not type_str.startswith(("tensor(", "seq(")):
+            actual.setdefault(type_str, f"tensor({_onnx_type(dtypes[tensor])})")
+    return actual
+
+
+def _accepts(kernel: Kernel, actual: dict[str, str]) -> bool:
+    return all(t in kernel.types[p] for p, t in actual.items() if p in kernel.types)

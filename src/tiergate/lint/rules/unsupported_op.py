@@ -1,0 +1,63 @@
+"""unsupported-op: an op the device class's runtime cannot run natively.
+
+ONNX (onnxruntime, onnxruntime-gpu): no kernel in the execution provider for the op,
+its opset version or its element types (asked of onnxruntime's kernel registry).
+On the CPU EP that means the session cannot be created (error); on the CUDA EP the
+node falls back to the CPU (warning). TFLite: custom and Flex ops (error), and
+builtins the XNNPACK delegate does not take (warning).
+"""
+
+from __future__ import annotations
+
+from tiergate.lint import ort_coverage, tflite_coverage
+
+RULE = "unsupported-op"
+SEVERITY = "error"
+DESCRIPTION = "op the device class's runtime cannot run natively (falls back or fails)"
+
+_FORMAT_OF_RUNTIME = {"onnxruntime": "onnx", "onnxruntime-gpu": "onnx", "tflite": "tflite"}
+_DEFAULT_RUNTIME = {"onnx": "onnxruntime", "tflite": "tflite"}
+
+
+def check(ctx) -> list:
+    artifact = ctx.artifact
+    runtime = ctx.device_class.runtime if ctx.device_class else _DEFAULT_RUNTIME[artifact.format]
+    if _FORMAT_OF_RUNTIME.get(runtime) != artifact.format:
+        target = f"device class {ctx.device_class.name!r} " if ctx.device_class else ""
+        return [ctx.finding(RULE, "error", f"a {artifact.format} artifact cannot run on {target}runtime {runtime}")]
+    if artifact.format == "tflite":
+        return _tflite(ctx)
+    return _onnx(ctx, runtime)
+
+
+def _tflite(ctx) -> list:
+    findings = []
+    delegated = tflite_coverage.delegated_nodes(ctx.artifact)
+    for node in ctx.artifact.nodes:
+        verdict = tflite_coverage.classify(node, delegated)
+        if verdict:
+            findings.append(ctx.finding(RULE, verdict[0], verdict[1], [node.index]))
+    return findings
+
+
+def _onnx(ctx, runtime: str) -> list:
+    provider, severity, findings = "CPUExecutionProvider", "error", []
+    if runtime == "onnxruntime-gpu":
+        if ort_coverage.has_provider("CUDAExecutionProvider"):
+            provider, severity = "CUDAExecutionProvider", "warning"
+        else:
+            findings.append(ctx.finding(RULE, "info", "CUDA execution provider coverage not checked: this "
+                                        "onnxruntime build registers no CUDA kernels; checked against the CPU EP "
+                                        "that unsupported nodes fall back to"))
+    model = ctx.artifact.handle
+    opsets = {("" if o.domain == "ai.onnx" else o.domain): o.version for o in model.opset_import}
+    for node in ctx.artifact.nodes:
+        verdict = ort_coverage.check_node(node, opsets, ctx.artifact.tensor_dtypes, provider)
+        if verdict.decomposed:
+            findings.append(ctx.finding(RULE, "info", verdict.reason, [node.index]))
+        elif verdict.cast_fallback:
+            findings.append(ctx.finding(RULE, "warning", verdict.reason, [node.index]))
+        elif not verdict.ok:
+            tail = " (falls back to the CPU EP)" if severity == "warning" else " (the session cannot be created)"
+            findings.append(ctx.finding(RULE, severity, verdict.reason + tail, [node.index]))
+    return findings

@@ -1,0 +1,369 @@
+"""Tiny models the intake tests generate themselves (ONNX with onnx.helper and
+onnxruntime.quantization, TFLite with TensorFlow), cached for the test session.
+
+Each flagged model has a clean twin that differs only in the defect.
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import shutil
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+OPSET = 17
+DEFAULT_RANGE_SCALE = 12.0 / 255.0  # (-6, 6) over uint8/int8: what an uncalibrated tensor gets
+
+
+@functools.cache
+def cache_dir() -> Path:
+    path = Path(tempfile.mkdtemp(prefix="tiergate-test-models-"))
+    atexit.register(shutil.rmtree, path, True)
+    return path
+
+
+def _init(name: str, array: np.ndarray) -> TensorProto:
+    return numpy_helper.from_array(array, name)
+
+
+def _rng(seed: int) -> np.random.Generator:
+    return np.random.default_rng(seed)
+
+
+# ---------------------------------------------------------------- ONNX, float
+
+def conv_net(*, identity: bool = False, batchnorm: bool = False, seed: int = 0, alpha: float = 0.1,
+             channels: int = 4) -> onnx.ModelProto:
+    """x[1,3,8,8] -> Conv -> [BatchNormalization] -> [Identity] -> LeakyRelu -> Conv -> Relu -> Conv -> y."""
+    rng = _rng(seed)
+    c = channels
+    inits = [
+        _init("w1", rng.standard_normal((c, 3, 3, 3)).astype(np.float32) * 0.3),
+        _init("b1", rng.standard_normal(c).astype(np.float32) * 0.1),
+        _init("w2", rng.standard_normal((c, c, 3, 3)).astype(np.float32) * 0.3),
+        _init("b2", rng.standard_normal(c).astype(np.float32) * 0.1),
+        _init("w3", rng.standard_normal((c, c, 1, 1)).astype(np.float32) * 0.3),
+        _init("b3", rng.standard_normal(c).astype(np.float32) * 0.1),
+    ]
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], name="conv1", pads=[1, 1, 1, 1])]
+    last = "c1"
+    if batchnorm:
+        inits += [_init("bn_s", np.full(c, 1.5, np.float32)), _init("bn_b", np.full(c, 0.2, np.float32)),
+                  _init("bn_m", np.full(c, 0.1, np.float32)), _init("bn_v", np.full(c, 2.0, np.float32))]
+        nodes.append(helper.make_node("BatchNormalization", [last, "bn_s", "bn_b", "bn_m", "bn_v"], ["bn"],
+                                      name="bn1"))
+        last = "bn"
+    if identity:
+        nodes.append(helper.make_node("Identity", [last], ["ident"], name="pass_inserted"))
+        last = "ident"
+    nodes += [
+        helper.make_node("LeakyRelu", [last], ["a1"], name="act1", alpha=alpha),
+        helper.make_node("Conv", ["a1", "w2", "b2"], ["c2"], name="conv2", pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c2"], ["a2"], name="act2"),
+        helper.make_node("Conv", ["a2", "w3", "b3"], ["y"], name="conv3"),
+    ]
+    graph = helper.make_graph(
+        nodes, "conv_net",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, c, 8, 8])],
+        inits,
+    )
+    return _finish(graph)
+
+
+def unary_net(op: str, dtype: int = TensorProto.FLOAT) -> onnx.ModelProto:
+    """x -> op -> y with one element type: Sin on float32 runs on the CPU EP, on float16 it does not."""
+    graph = helper.make_graph(
+        [helper.make_node(op, ["x"], ["y"], name=f"{op.lower()}0")], "unary",
+        [helper.make_tensor_value_info("x", dtype, [1, 4])],
+        [helper.make_tensor_value_info("y", dtype, [1, 4])],
+    )
+    return _finish(graph)
+
+
+def _finish(graph: onnx.GraphProto) -> onnx.ModelProto:
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model
+
+
+def save(model: onnx.ModelProto, name: str, folder: Path | None = None) -> Path:
+    path = (folder or cache_dir()) / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(model, path)
+    return path
+
+
+def renamed(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The same model with every node and value renamed and the initializers in reverse order."""
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    graph = out.graph
+    keep = {v.name for v in graph.input if v.name not in {t.name for t in graph.initializer}}
+    keep |= {v.name for v in graph.output}
+    mapping = {}
+    for t in graph.initializer:
+        mapping[t.name] = f"zz_{t.name}_renamed"
+    for node in graph.node:
+        node.name = f"renamed_{node.name or node.op_type}"
+        for k, name in enumerate(node.output):
+            if name and name not in keep:
+                mapping.setdefault(name, f"v_{len(mapping)}")
+    for t in graph.initializer:
+        t.name = mapping[t.name]
+    for node in graph.node:
+        node.input[:] = [mapping.get(n, n) for n in node.input]
+        node.output[:] = [mapping.get(n, n) for n in node.output]
+    for value in graph.value_info:
+        value.name = mapping.get(value.name, value.name)
+    reordered = list(graph.initializer)[::-1]
+    del graph.initializer[:]
+    graph.initializer.extend(reordered)
+    return out
+
+
+# ---------------------------------------------------------------- ONNX, quantized (QDQ)
+
+class _Calibration:
+    """A tiny calibration reader for onnxruntime.quantization.quantize_static."""
+
+    def __init__(self, n: int = 8, seed: int = 1):
+        rng = _rng(seed)
+        self.batches = iter([{"x": rng.standard_normal((1, 3, 8, 8)).astype(np.float32)} for _ in range(n)])
+
+    def get_next(self):
+        return next(self.batches, None)
+
+
+@functools.cache
+def quantized_path(exclude_middle: bool = False) -> Path:
+    """conv_net quantized with QDQ (uint8 activations, int8 weights); optionally leave conv2 in float."""
+    from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
+
+    src = save(conv_net(), "float_for_quant.onnx")
+    out = cache_dir() / ("quant_island.onnx" if exclude_middle else "quant.onnx")
+    quantize_static(
+        str(src), str(out), _Calibration(),
+        quant_format=QuantFormat.QDQ, activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
+        nodes_to_exclude=["conv2"] if exclude_middle else [],
+        extra_options={"ForceQuantizeNoInputCheck": True},
+    )
+    return out
+
+
+def quantized_net(exclude_middle: bool = False) -> onnx.ModelProto:
+    return onnx.load(quantized_path(exclude_middle))
+
+
+def with_activation_scales(model: onnx.ModelProto, scale: float, zero_point: int | None = None) -> onnx.ModelProto:
+    """Overwrite the scale (and zero point) of every activation QuantizeLinear: an uncalibrated model."""
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    inits = {t.name: t for t in out.graph.initializer}
+    for node in out.graph.node:
+        if node.op_type != "QuantizeLinear":
+            continue
+        scale_t = inits[node.input[1]]
+        scale_t.CopyFrom(_init(scale_t.name, np.array(scale, dtype=np.float32)))
+        if zero_point is not None and len(node.input) > 2:
+            zp_t = inits[node.input[2]]
+            dtype = numpy_helper.to_array(zp_t).dtype
+            zp_t.CopyFrom(_init(zp_t.name, np.array(zero_point, dtype=dtype)))
+    return out
+
+
+# ---------------------------------------------------------------- TFLite (TensorFlow in the tests only)
+
+def _tf():
+    import os
+
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    import tensorflow as tf
+
+    return tf
+
+
+def _keras_net(middle=None, seed: int = 0):
+    """x[1,8,8,3] -> Conv2D+relu -> [middle] -> Conv2D+relu -> Conv2D(1x1) -> y."""
+    tf = _tf()
+    tf.keras.utils.set_random_seed(seed)
+    inp = tf.keras.Input((8, 8, 3), batch_size=1)
+    x = tf.keras.layers.Conv2D(4, 3, padding="same", activation="relu")(inp)
+    if middle is not None:
+        x = tf.keras.layers.Lambda(middle)(x)
+    x = tf.keras.layers.Conv2D(4, 3, padding="same", activation="relu")(x)
+    x = tf.keras.layers.Conv2D(4, 1)(x)
+    return tf.keras.Model(inp, x)
+
+
+def _representative():
+    rng = _rng(1)
+    for _ in range(8):
+        yield [rng.standard_normal((1, 8, 8, 3)).astype(np.float32)]
+
+
+def _convert(model, mode: str) -> bytes:
+    tf = _tf()
+    converter = tf.lite.TFLiteConverter.from_keras_model(model)
+    if mode in ("int8", "mixed"):
+        converter.optimizations = [tf.lite.Optimize.DEFAULT]
+        converter.representative_dataset = _representative
+    if mode == "int8":
+        converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+        converter.inference_input_type = tf.int8
+        converter.inference_output_type = tf.int8
+    return converter.convert()
+
+
+@functools.cache
+def tflite_bytes(kind: str) -> bytes:
+    """'float': fused float CNN; 'int8': fully int8; 'island': int8 with a float SIN in the middle
+    (no int8 SIN kernel, so the converter dequantizes around it); 'int8_io_float': int8 inside,
+    float input/output (the island's clean twin); 'argmax': a builtin XNNPACK does not take."""
+    tf = _tf()
+    middles = {"island": lambda v: tf.math.sin(v), "argmax": lambda v: tf.cast(tf.argmax(v, axis=-1), tf.float32)}
+    mode = {"float": "float", "int8": "int8", "island": "mixed", "int8_io_float": "mixed", "argmax": "float"}[kind]
+    if kind == "argmax":
+        inp = tf.keras.Input((8, 8, 3), batch_size=1)
+        x = tf.keras.layers.Conv2D(4, 3, padding="same", activation="relu")(inp)
+        return _convert(tf.keras.Model(inp, tf.keras.layers.Lambda(middles["argmax"])(x)), mode)
+    return _convert(_keras_net(middles.get(kind)), mode)
+
+
+def save_tflite(data: bytes, name: str, folder: Path | None = None) -> Path:
+    path = (folder or cache_dir()) / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    return path
+
+
+def _schema():
+    from ai_edge_litert import schema_py_generated as schema
+
+    return schema
+
+
+def _unpack(data: bytes):
+    return _schema().ModelT.InitFromPackedBuf(data, 0)
+
+
+def _pack(model) -> bytes:
+    import flatbuffers
+
+    builder = flatbuffers.Builder(1024)
+    builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
+    return bytes(builder.Output())
+
+
+def _opcode(model, builtin: int, custom: str | None = None) -> int:
+    schema = _schema()
+    for i, code in enumerate(model.operatorCodes):
+        name = code.customCode.decode() if isinstance(code.customCode, bytes) else code.customCode
+        if max(code.builtinCode, code.deprecatedBuiltinCode) == builtin and name == custom:
+            return i
+    code = schema.OperatorCodeT()
+    code.builtinCode, code.deprecatedBuiltinCode, code.version = builtin, min(builtin, 127), 1
+    code.customCode = custom
+    model.operatorCodes.append(code)
+    return len(model.operatorCodes) - 1
+
+
+def _new_tensor(model, like: int, name: str, data: np.ndarray | None = None) -> int:
+    import copy
+
+    schema = _schema()
+    graph = model.subgraphs[0]
+    tensor = copy.deepcopy(graph.tensors[like])
+    tensor.name = name
+    tensor.buffer = 0
+    if data is not None:
+        buffer = schema.BufferT()
+        buffer.data = np.frombuffer(data.tobytes(), dtype=np.uint8)
+        model.buffers.append(buffer)
+        tensor.buffer = len(model.buffers) - 1
+        tensor.shape = list(data.shape)
+        tensor.shapeSignature = None
+        tensor.type = {np.dtype(np.float32): 0, np.dtype(np.int32): 2}[data.dtype]
+        tensor.quantization = None
+    graph.tensors.append(tensor)
+    return len(graph.tensors) - 1
+
+
+def _operator(model, code: int, inputs: list[int], outputs: list[int]):
+    op = _schema().OperatorT()
+    op.opcodeIndex, op.inputs, op.outputs = code, inputs, outputs
+    return op
+
+
+def tflite_unfused(noop: bool) -> bytes:
+    """The float CNN with its first conv's RELU split off as a separate op (after a same-shape
+    RESHAPE when noop): the pair no longer fuses."""
+    schema = _schema()
+    model = _unpack(tflite_bytes("float"))
+    graph = model.subgraphs[0]
+    conv = graph.operators[0]
+    conv.builtinOptions.fusedActivationFunction = schema.ActivationFunctionType.NONE
+    out = conv.outputs[0]
+    pre = _new_tensor(model, out, "conv_pre_activation")
+    conv.outputs = [pre]
+    ops, last = [], pre
+    if noop:
+        shape = _new_tensor(model, out, "same_shape", np.array(graph.tensors[out].shape, dtype=np.int32))
+        moved = _new_tensor(model, out, "reshaped")
+        ops.append(_operator(model, _opcode(model, schema.BuiltinOperator.RESHAPE), [last, shape], [moved]))
+        last = moved
+    ops.append(_operator(model, _opcode(model, schema.BuiltinOperator.RELU), [last], [out]))
+    graph.operators[1:1] = ops
+    return _pack(model)
+
+
+def tflite_unfolded_bn() -> bytes:
+    """The float CNN with a per-channel MUL and ADD (an unfolded batch norm) after its last conv."""
+    schema = _schema()
+    model = _unpack(tflite_bytes("float"))
+    graph = model.subgraphs[0]
+    conv = graph.operators[-1]
+    out = conv.outputs[0]
+    channels = graph.tensors[out].shape[-1]
+    raw = _new_tensor(model, out, "conv_raw")
+    scaled = _new_tensor(model, out, "bn_scaled")
+    gamma = _new_tensor(model, out, "bn_gamma", np.full(channels, 1.5, np.float32))
+    beta = _new_tensor(model, out, "bn_beta", np.full(channels, 0.2, np.float32))
+    conv.outputs = [raw]
+    graph.operators += [
+        _operator(model, _opcode(model, schema.BuiltinOperator.MUL), [raw, gamma], [scaled]),
+        _operator(model, _opcode(model, schema.BuiltinOperator.ADD), [scaled, beta], [out]),
+    ]
+    for op in graph.operators[-2:]:
+        op.builtinOptionsType = {schema.BuiltinOperator.MUL: schema.BuiltinOptions.MulOptions}.get(
+            model.operatorCodes[op.opcodeIndex].builtinCode, schema.BuiltinOptions.AddOptions)
+        op.builtinOptions = (schema.MulOptionsT() if op.builtinOptionsType == schema.BuiltinOptions.MulOptions
+                             else schema.AddOptionsT())
+    return _pack(model)
+
+
+def tflite_activation_ranges(scale: float, zero_point: int) -> bytes:
+    """The int8 CNN with every activation tensor's (scale, zero point) overwritten: uncalibrated."""
+    model = _unpack(tflite_bytes("int8"))
+    graph = model.subgraphs[0]
+    for tensor in graph.tensors:
+        q = tensor.quantization
+        if tensor.type == 9 and model.buffers[tensor.buffer].data is None and q is not None and q.scale is not None:
+            q.scale, q.zeroPoint = [scale], [zero_point]
+    return _pack(model)
+
+
+def tflite_custom_op() -> bytes:
+    """The float CNN with its last conv turned into a custom op no stock runtime has a kernel for."""
+    schema = _schema()
+    model = _unpack(tflite_bytes("float"))
+    op = model.subgraphs[0].operators[-1]
+    op.opcodeIndex = _opcode(model, schema.BuiltinOperator.CUSTOM, "TiergateMysteryOp")
+    op.builtinOptionsType, op.builtinOptions = 0, None
+    return _pack(model)

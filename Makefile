@@ -1,0 +1,18 @@
+# The two commands of the README.
+#   make demo   set up this machine (idempotent) and run the main job on the embedded default
+#   make test   set up this machine (idempotent) and run the whole test suite
+PYTEST_ARGS ?=
+
+.PHONY: setup demo test bench
+
+setup:
+	scripts/setup
+
+demo: setup
+	.venv/bin/tiergate demo
+
+test: setup
+	.venv/bin/pytest $(PYTEST_ARGS)
+
+bench: setup
+	.venv/bin/python bench/run_all.py

@@ -27,7 +27,7 @@ def doctor(as_json: bool = typer.Option(False, "--json", help="Print the checks 
         table.add_column(column, overflow="fold")
     for c in checks:
         table.add_row(c.name, f"[{_STYLE[c.status]}]{c.status}[/]", c.detail, c.fix)
-    console = Console()
+    console = Console(width=max(Console().width, 120))
     console.print(table)
     failed = [c for c in checks if c.failed]
     if failed:

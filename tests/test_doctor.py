@@ -1,0 +1,60 @@
+"""tiergate doctor: real checks on this machine, and a clear exit 2 without an engine."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tiergate import doctor
+from tiergate.cli.main import main
+
+TIERGATE = [sys.executable, "-m", "tiergate.cli.main"]
+
+
+def test_no_engine_exits_2_with_one_line_hint(tmp_path):
+    env = {"DOCKER_HOST": f"unix://{tmp_path}/no-engine.sock", "PATH": "/usr/bin:/bin"}
+    proc = subprocess.run(TIERGATE + ["doctor"], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 2
+    err_lines = proc.stderr.strip().splitlines()
+    assert len(err_lines) == 1, proc.stderr
+    assert "docker engine" in err_lines[0] and "fix:" in err_lines[0]
+    assert "Traceback" not in proc.stdout + proc.stderr
+    assert "docker engine" in proc.stdout and "fail" in proc.stdout
+    # rows that need the engine are skipped, not failed, so the one fix is the engine
+    assert proc.stdout.count("fail") == 1
+
+
+def test_binfmt_entry_without_flag_f_fails(tmp_path):
+    entry = tmp_path / "qemu-aarch64"
+    entry.write_text("enabled\ninterpreter /bin/true\nflags: OC\noffset 0\n")
+    check = doctor.check_emulation_registration(entry)
+    assert check.failed and "flag F" in check.detail and check.fix
+
+
+def test_missing_binfmt_entry_fails(tmp_path):
+    check = doctor.check_emulation_registration(tmp_path / "absent")
+    assert check.failed and "scripts/setup" in check.fix
+
+
+def test_disk_check_reports_free_space(tmp_path):
+    check = doctor.check_disk(tmp_path)
+    assert check.status in ("ok", "fail") and "GB free" in check.detail
+
+
+@pytest.mark.docker
+@pytest.mark.emulated
+def test_doctor_passes_on_a_set_up_machine(capsys):
+    code = main(["doctor", "--json"])
+    report = json.loads(capsys.readouterr().out)
+    rows = {row["name"]: row for row in report["checks"]}
+    assert code == 0 and report["ok"] is True
+    assert rows["docker engine"]["status"] == "ok"
+    assert rows["arm64 emulation"]["status"] == "ok" and "QEMU" in rows["arm64 emulation"]["detail"]
+    assert rows["arm64 container"]["status"] == "ok"  # uname -m in an arm64 container said aarch64
+    for tag in doctor.BASE_IMAGES:
+        assert rows[f"image {tag}"]["status"] == "ok"
+    assert rows["gpu"]["status"] in ("ok", "warn")

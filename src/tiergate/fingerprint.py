@@ -45,7 +45,10 @@ def fingerprint_graph(graph: CanonGraph, fmt: str) -> Fingerprint:
     quant = hashlib.sha256()
     for node in graph.nodes:
         structure.update(node.structure_text().encode())
-        weights.update(json.dumps(sorted(node.weights.items())).encode())
-        quant.update(json.dumps(sorted(node.quant.items())).encode())
+        # nodes without weights (or quantization) add nothing, so inserting an Identity moves only `structure`
+        if node.weights:
+            weights.update(json.dumps(sorted(node.weights.items())).encode())
+        if node.quant:
+            quant.update(json.dumps(sorted(node.quant.items())).encode())
     weights.update(json.dumps(graph.loose_weights).encode())
     return Fingerprint(structure.hexdigest(), weights.hexdigest(), quant.hexdigest())

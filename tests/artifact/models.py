@@ -301,6 +301,19 @@ def _operator(model, code: int, inputs: list[int], outputs: list[int]):
     return op
 
 
+def tflite_resaved(data: bytes) -> bytes:
+    """The same model written differently: every tensor renamed, the constant buffers in reverse order."""
+    model = _unpack(data)
+    graph = model.subgraphs[0]
+    order = [0] + list(range(len(model.buffers) - 1, 0, -1))
+    where = {old: new for new, old in enumerate(order)}
+    model.buffers = [model.buffers[i] for i in order]
+    for i, tensor in enumerate(graph.tensors):
+        tensor.buffer = where[tensor.buffer]
+        tensor.name = f"renamed_{i}"
+    return _pack(model)
+
+
 def tflite_unfused(noop: bool) -> bytes:
     """The float CNN with its first conv's RELU split off as a separate op (after a same-shape
     RESHAPE when noop): the pair no longer fuses."""

@@ -24,7 +24,7 @@ def check(ctx) -> list:
     runtime = ctx.device_class.runtime if ctx.device_class else _DEFAULT_RUNTIME[artifact.format]
     if _FORMAT_OF_RUNTIME.get(runtime) != artifact.format:
         target = f"device class {ctx.device_class.name!r} " if ctx.device_class else ""
-        return [ctx.finding(RULE, "error", f"a {artifact.format} artifact cannot run on {target}runtime {runtime}")]
+        return [ctx.finding(RULE, "error", f"this {artifact.format.upper()} artifact cannot run on {target}runtime {runtime}")]
     if artifact.format == "tflite":
         return _tflite(ctx)
     return _onnx(ctx, runtime)

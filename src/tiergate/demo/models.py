@@ -6,6 +6,7 @@ rebuilt only when the seed, this package's source or the toolchain versions chan
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -18,6 +19,7 @@ from typing import Literal
 import numpy as np
 
 from tiergate.demo import data
+from tiergate.demo.quiet import captured_output
 from tiergate.errors import InputError
 
 MANIFEST = "demo-set.json"
@@ -76,8 +78,13 @@ _CANDIDATES = (
 )
 
 
-def build_demo_set(out_dir: Path, *, seed: int = 0) -> DemoSet:
-    """Write the demo models and eval data into `out_dir`, or reuse a matching earlier build."""
+def build_demo_set(out_dir: Path, *, seed: int = 0, quiet: bool = True) -> DemoSet:
+    """Write the demo models and eval data into `out_dir`, or reuse a matching earlier build.
+
+    quiet: hold back TensorFlow's and the calibrators' console output (fd 1 and 2) while
+    building, replaying it only if the build fails; pass False when another thread (a
+    progress display) must keep writing to the terminal meanwhile.
+    """
     out_dir = Path(out_dir)
     key = _cache_key(seed)
     cached = _load_cached(out_dir, key)
@@ -88,7 +95,8 @@ def build_demo_set(out_dir: Path, *, seed: int = 0) -> DemoSet:
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir()
     try:
-        demo = _build(staging, seed)
+        with captured_output() if quiet else contextlib.nullcontext():
+            demo = _build(staging, seed)
         demo = _move_into(demo, staging, out_dir)
     finally:
         shutil.rmtree(staging, ignore_errors=True)

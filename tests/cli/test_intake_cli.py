@@ -1,0 +1,131 @@
+"""`tiergate inspect` and `tiergate diff`: exit codes, the JSON shape, and one clear line for bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from onnx import TensorProto
+
+from artifact import models as m
+from tiergate.cli.main import main
+
+TIERGATE = Path(sys.executable).parent / "tiergate"
+
+
+def _run(capsys, *args):
+    capsys.readouterr()  # drop what generating the models printed (the TFLite converter talks)
+    code = main(list(map(str, args)))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_inspect_clean_model_exits_0_with_documented_json(capsys, tmp_path):
+    path = m.save(m.conv_net(), "clean.onnx", tmp_path)
+    code, out, _ = _run(capsys, "inspect", path, "--json")
+    doc = json.loads(out)
+    assert code == 0 and doc["ok"] is True and doc["findings"] == []
+    assert set(doc) == {"version", "artifact", "precision", "fingerprint", "target", "findings", "summary", "ok"}
+    assert set(doc["artifact"]) == {"path", "format", "version", "sha256", "size_bytes", "inputs", "outputs",
+                                    "node_count", "op_counts", "quantization", "external_data"}
+    assert doc["artifact"]["inputs"] == [{"name": "x", "shape": [1, 3, 8, 8], "dtype": "float32"}]
+    assert doc["artifact"]["op_counts"] == {"Conv": 3, "LeakyRelu": 1, "Relu": 1}
+    assert set(doc["fingerprint"]) == {"structure", "weights", "quantization", "combined"}
+
+
+def test_inspect_warnings_only_exits_0_and_prints_a_table(capsys, tmp_path):
+    path = m.save(m.conv_net(batchnorm=True, identity=True), "seed.onnx", tmp_path)
+    code, out, _ = _run(capsys, "inspect", path)
+    assert code == 0
+    assert "unfused-activation" in out and "unfolded-batchnorm" in out and "pass_inserted" in out
+    assert "0 error(s), 2 warning(s)" in out
+
+
+def test_inspect_error_findings_exit_1(capsys, tmp_path):
+    path = m.save(m.unary_net("Det", TensorProto.DOUBLE), "det.onnx", tmp_path)
+    code, out, _ = _run(capsys, "inspect", path, "--json", "--target", "x86_64-cpu-onnxruntime")
+    doc = json.loads(out)
+    assert code == 1 and doc["ok"] is False and doc["target"] == "x86_64-cpu-onnxruntime"
+    assert doc["summary"]["error"] == 1 and doc["findings"][0]["rule"] == "unsupported-op"
+
+
+def test_inspect_quantized_tflite_lists_quantization(capsys):
+    path = m.save_tflite(m.tflite_activation_ranges(12 / 255, 0), "default.tflite")
+    code, out, _ = _run(capsys, "inspect", path, "--json", "--target", "arm64-cpu-tflite")
+    doc = json.loads(out)
+    assert code == 1 and doc["artifact"]["format"] == "tflite"
+    assert {q["dtype"] for q in doc["artifact"]["quantization"]} >= {"int8"}
+    assert [f["rule"] for f in doc["findings"] if f["severity"] == "error"] == ["default-calibration-range"]
+
+
+def test_diff_identical_exits_0_and_different_exits_1(capsys, tmp_path):
+    a = m.save(m.conv_net(), "a.onnx", tmp_path)
+    b = m.save(m.renamed(m.conv_net()), "b.onnx", tmp_path)
+    c = m.save(m.conv_net(identity=True, alpha=0.2), "c.onnx", tmp_path)
+    assert _run(capsys, "diff", a, b)[0] == 0
+    code, out, _ = _run(capsys, "diff", a, c, "--json")
+    doc = json.loads(out)
+    assert code == 1 and doc["identical"] is False
+    assert doc["same"] == {"structure": False, "weights": True, "quantization": True}
+    assert [n["op"] for n in doc["added"]] == ["Identity"]
+    assert any(x["key"] == "alpha" for c in doc["changed"] for x in c["changes"])
+    code, out, _ = _run(capsys, "diff", a, c)
+    assert code == 1 and "added" in out and "Identity" in out and "alpha" in out
+
+
+def _bad_inputs(tmp_path) -> dict[str, Path]:
+    onnx_bytes = m.conv_net().SerializeToString()
+    (tmp_path / "empty.onnx").write_bytes(b"")
+    (tmp_path / "truncated.onnx").write_bytes(onnx_bytes[: len(onnx_bytes) - 40])
+    (tmp_path / "readme.txt").write_text("not a model\n")
+    tflite = m.tflite_bytes("float")
+    (tmp_path / "truncated.tflite").write_bytes(tflite[: len(tflite) // 2])
+    escape = tmp_path / "art"
+    escape.mkdir()
+    import onnx
+
+    model = m.conv_net()
+    onnx.save(model, escape / "model.onnx", save_as_external_data=True, location="w.bin", size_threshold=0)
+    saved = onnx.load(escape / "model.onnx", load_external_data=False)
+    for t in saved.graph.initializer:
+        for entry in t.external_data:
+            if entry.key == "location":
+                entry.value = "../../../etc/passwd"
+    onnx.save(saved, escape / "model.onnx")
+    return {"is empty": tmp_path / "empty.onnx", "truncated or corrupt": tmp_path / "truncated.onnx",
+            "not an ONNX or TFLite model": tmp_path / "readme.txt",
+            "TFLite file is truncated or corrupt": tmp_path / "truncated.tflite",
+            "escapes the model's folder": escape / "model.onnx",
+            "does not exist": tmp_path / "missing.onnx"}
+
+
+def test_bad_input_exits_2_with_one_line(capsys, tmp_path):
+    for problem, path in _bad_inputs(tmp_path).items():
+        for argv in (["inspect", path], ["diff", path, path], ["inspect", path, "--json"]):
+            code, out, err = _run(capsys, *argv)
+            assert code == 2, (argv, err)
+            assert err.count("\n") == 1 and err.startswith(f"tiergate: error: {path}: "), err
+            assert problem in err and "Traceback" not in err and out == ""
+
+
+def test_unknown_target_exits_2(capsys, tmp_path):
+    code, _, err = _run(capsys, "inspect", m.save(m.conv_net(), "a.onnx", tmp_path), "--target", "no-such-class")
+    assert code == 2 and "unknown device class" in err
+
+
+def test_installed_entry_point(tmp_path):
+    if not TIERGATE.exists():
+        pytest.skip(f"{TIERGATE} is not installed")
+    path = m.save(m.conv_net(batchnorm=True), "bn.onnx", tmp_path)
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    done = subprocess.run([str(TIERGATE), "inspect", str(path), "--json"], capture_output=True, text=True,
+                          env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert [f["rule"] for f in json.loads(done.stdout)["findings"]] == ["unfolded-batchnorm"]
+    bad = subprocess.run([str(TIERGATE), "diff", str(path), str(tmp_path / "nope.onnx")], capture_output=True,
+                         text=True, env=env, timeout=120)
+    assert bad.returncode == 2 and bad.stderr.strip() == f"tiergate: error: {tmp_path / 'nope.onnx'}: does not exist"

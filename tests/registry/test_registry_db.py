@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import add, at, make_onnx
+from registry_kit import add, at, make_onnx
 from sqlalchemy import create_engine, text
 
 from tiergate import results

@@ -7,7 +7,7 @@ import uuid
 import numpy as np
 import onnxruntime as ort
 import pytest
-from conftest import make_onnx
+from registry_kit import make_onnx
 
 from tiergate import results
 from tiergate.errors import InputError

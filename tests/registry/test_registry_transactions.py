@@ -7,7 +7,7 @@ import sys
 import textwrap
 
 import pytest
-from conftest import add, at, make_onnx
+from registry_kit import add, at, make_onnx
 from sqlalchemy import exc
 
 from tiergate.registry import Check, NewRun, Registry, count_rows

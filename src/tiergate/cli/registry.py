@@ -1,7 +1,122 @@
-"""CLI commands: registry (being built)."""
+"""CLI commands: `tiergate register` (store and record an artifact) and `tiergate report` (drift report)."""
+
+from __future__ import annotations
+
+import json
+import os
+import tomllib
+from pathlib import Path
 
 import typer
+
+_REGISTRY_HELP = "SQLAlchemy URL of the registry (default: $TIERGATE_REGISTRY_URL or sqlite:///$TIERGATE_HOME/registry.db)."
+_STORE_HELP = "Artifact store folder or fsspec URL (default: $TIERGATE_STORE or $TIERGATE_HOME/store)."
+EVENT = "tiergate.artifact.registered"
+
+
+def _open(registry_url: str | None, store: str | None):
+    from tiergate.registry import Registry
+
+    return Registry(registry_url, store)
+
+
+def prefect_api_url() -> str | None:
+    """PREFECT_API_URL from the environment or the active Prefect profile, read without importing Prefect."""
+    if os.environ.get("PREFECT_API_URL"):
+        return os.environ["PREFECT_API_URL"]
+    prefect_home = Path(os.environ.get("PREFECT_HOME") or Path.home() / ".prefect")
+    profiles = Path(os.environ.get("PREFECT_PROFILES_PATH") or prefect_home / "profiles.toml")
+    try:
+        data = tomllib.loads(profiles.read_text())
+    except (OSError, tomllib.TOMLDecodeError):
+        return None
+    active = os.environ.get("PREFECT_PROFILE") or data.get("active", "ephemeral")
+    return data.get("profiles", {}).get(active, {}).get("PREFECT_API_URL") or None
+
+
+def emit_registered(record, reference) -> str:
+    """Emit the Prefect event naming the artifact; returns what happened, in a few words.
+
+    Without a Prefect API to send to, nothing is emitted: Prefect would otherwise start a
+    throw-away local server (many seconds) whose events nobody can see.
+    """
+    if not prefect_api_url():
+        return "not sent (no Prefect API: set PREFECT_API_URL)"
+    from prefect.events import emit_event
+    from prefect.events.worker import EventsWorker
+
+    resource = {"prefect.resource.id": f"tiergate.artifact.{record.sha256}",
+                "prefect.resource.name": f"{record.model}@{record.short}",
+                "tiergate.model": record.model, "tiergate.format": record.format,
+                "tiergate.precision": record.precision}
+    related = [{"prefect.resource.id": f"tiergate.artifact.{reference.sha256}", "prefect.resource.role": "reference"}]
+    payload = {"sha256": record.sha256, "parent_sha": record.parent_sha, "reference_sha": reference.sha256,
+               "tags": record.tags, "store_key": record.store_key}
+    try:
+        event = emit_event(event=EVENT, resource=resource, related=related, payload=payload)
+        EventsWorker.drain_all(timeout=10)
+    except Exception as exc:  # noqa: BLE001 - the artifact is recorded; a lost event is only reported
+        return f"not sent ({type(exc).__name__}: {exc})"
+    return f"sent (id {event.id})" if event is not None else "not sent (Prefect events are disabled)"
+
+
+def register_command(
+    artifact: Path = typer.Argument(..., help="The model file (ONNX or TFLite) to register."),
+    model: str = typer.Option(..., "--model", help="Model name: letters, digits, '.', '_', '-'."),
+    reference: Path = typer.Option(..., "--reference", help="The FP32 reference model (registered too)."),
+    parent: str | None = typer.Option(None, "--parent", help="sha256 (or unique prefix) of the parent artifact."),
+    tag: list[str] = typer.Option([], "--tag", help="Free-form KEY=VALUE tag; repeat for more."),
+    config: Path | None = typer.Option(None, "--config", help="Compiler/quantizer configuration file (its hash is kept)."),
+    registry_url: str | None = typer.Option(None, "--registry", help=_REGISTRY_HELP),
+    store: str | None = typer.Option(None, "--store", help=_STORE_HELP),
+    as_json: bool = typer.Option(False, "--json", help="Print the record as JSON."),
+) -> None:
+    """Store an artifact content-addressed, record it with its FP32 reference, emit a Prefect event."""
+    from tiergate.registry import register_artifact
+    from tiergate.registry.names import model_name, tags as parse_tags
+
+    model_name(model)
+    tags = parse_tags(tag)
+    with _open(registry_url, store) as registry:
+        done = register_artifact(registry, artifact, model=model, reference=reference, parent=parent,
+                                 tags=tags, config=config)
+        where = registry.store.url(done.artifact.store_key)
+    event = emit_registered(done.artifact, done.reference)
+    if as_json:
+        typer.echo(json.dumps({"sha256": done.artifact.sha256, "model": model, "format": done.artifact.format,
+                               "precision": done.artifact.precision, "reference_sha": done.reference.sha256,
+                               "parent_sha": done.artifact.parent_sha, "tags": done.artifact.tags,
+                               "stored_at": where, "event": event}, indent=1))
+        return
+    a = done.artifact
+    typer.echo(f"registered {a.sha256} as {model} ({a.format}, {a.precision})")
+    typer.echo(f"  reference {done.reference.sha256} ({done.reference.precision})")
+    typer.echo(f"  stored at {where}")
+    typer.echo(f"  event {EVENT}: {event}")
+
+
+def report_command(
+    model: str = typer.Option(..., "--model", help="Model name to report on."),
+    out: Path = typer.Option(..., "--out", help="Folder to write report.html and report.json into."),
+    since: str | None = typer.Option(None, "--since", help="Only artifacts registered on or after this ISO date."),
+    registry_url: str | None = typer.Option(None, "--registry", help=_REGISTRY_HELP),
+    store: str | None = typer.Option(None, "--store", help=_STORE_HELP),
+) -> None:
+    """Drift, accuracy, latency and cost per tier over time, and the cross-tier drift matrix (HTML + JSON)."""
+    from tiergate.registry.names import model_name, since as parse_since
+    from tiergate.reports.drift import build_drift_report
+    from tiergate.reports.html import write_report
+
+    model_name(model)
+    when = parse_since(since) if since else None
+    with _open(registry_url, store) as registry:
+        report = build_drift_report(registry, model, since=when)
+    html_path, json_path = write_report(report, out)
+    typer.echo(f"wrote {html_path}")
+    typer.echo(f"wrote {json_path}")
 
 
 def register(app: typer.Typer) -> None:
     """Add this module's commands to the tiergate app."""
+    app.command("register")(register_command)
+    app.command("report")(report_command)

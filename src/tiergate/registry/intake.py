@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime
@@ -15,7 +16,8 @@ from tiergate.registry.names import model_name
 from tiergate.registry.records import ArtifactRecord
 from tiergate.registry.store import file_sha256
 
-_FLOAT_PRECISION = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32", "float64": "fp64"}
+_PRECISION = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32", "float64": "fp64",
+              "int8": "int8", "uint8": "uint8", "int4": "int4", "uint4": "uint4", "int16": "int16"}
 
 
 @dataclass(frozen=True)
@@ -25,12 +27,19 @@ class Registered:
 
 
 def precision_of(artifact) -> str:
-    """'int8', 'uint8', 'fp16', 'fp32'... from quantization parameters, else the weights' float type."""
+    """'int8', 'uint8', 'fp16', 'fp32'...: the quantized tensors' type, else the type holding most weight elements."""
     if artifact.quant:
-        counts = Counter(q.dtype for q in artifact.quant.values())
-        return counts.most_common(1)[0][0]
-    floats = Counter(_FLOAT_PRECISION[d] for _, d in artifact.initializers.values() if d in _FLOAT_PRECISION)
-    return floats.most_common(1)[0][0] if floats else "fp32"
+        dtype = Counter(q.dtype for q in artifact.quant.values()).most_common(1)[0][0]
+        return _PRECISION.get(dtype, dtype)
+    elements: Counter = Counter()
+    for shape, dtype in artifact.initializers.values():
+        if dtype in _PRECISION:
+            elements[_PRECISION[dtype]] += math.prod(d for d in shape if isinstance(d, int)) if shape else 1
+    return elements.most_common(1)[0][0] if elements else "fp32"
+
+
+def is_float(precision: str) -> bool:
+    return precision.startswith(("fp", "bf"))
 
 
 def _jsonable(value: Any) -> Any:
@@ -62,7 +71,7 @@ def register_artifact(registry: Registry, path: Path, *, model: str, reference: 
     model_name(model)
     artifact, fp = _load(Path(path), "artifact")
     ref, ref_fp = _load(Path(reference), "reference")
-    if ref.is_quantized:
+    if ref.is_quantized or not is_float(precision_of(ref)):
         raise InputError(f"{reference}: the reference is quantized ({precision_of(ref)}); give the FP32 model")
     parent_sha = registry.artifact(parent).sha256 if parent else None
     config_sha = _config_sha(config)

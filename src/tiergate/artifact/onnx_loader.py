@@ -36,7 +36,7 @@ def load_onnx(path: Path, data: bytes) -> Artifact:
     model = _parse(path, data)
     digest = hashlib.sha256(data)
     locations, external_bytes = load_external_data(path, model, digest)
-    _check(path, model)
+    _check(path, model.SerializeToString() if locations else data)
     graph = model.graph
     init_names = {t.name for t in graph.initializer}
     return Artifact(
@@ -68,9 +68,10 @@ def _parse(path: Path, data: bytes) -> onnx.ModelProto:
     return model
 
 
-def _check(path: Path, model: onnx.ModelProto) -> None:
+def _check(path: Path, serialized: bytes) -> None:
+    """The ONNX checker, on bytes (a ModelProto would be serialised again, twice, inside it)."""
     try:
-        onnx.checker.check_model(model)
+        onnx.checker.check_model(serialized)
     except (onnx.checker.ValidationError, ValueError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise InputError(f"{path}: ONNX model is invalid or incomplete ({first})") from None

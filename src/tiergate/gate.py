@@ -335,10 +335,14 @@ class _TargetEval:
             return
         if cand.ok:
             self._latency_checks(m, lat)
+        self._cost(m, cand.ok)
+
+    def _cost(self, m: TargetMetrics, candidate_ok: bool) -> None:
+        """Cost per 1,000 inferences on real hardware only (never from emulated latency)."""
         for side in ("candidate", "reference"):
             if side in m.latency:
                 m.cost_per_1k[side] = cost_per_1k(self.dc.cost_per_hour, m.latency[side].throughput_per_s)
-        if self.t.max_cost_per_1k is not None and cand.ok:
+        if self.t.max_cost_per_1k is not None and candidate_ok:
             self.check("cost_per_1k", m.cost_per_1k.get("candidate"), "<=", self.t.max_cost_per_1k,
                        detail=f"{self.dc.cost_per_hour}/h at measured single-stream throughput")
 

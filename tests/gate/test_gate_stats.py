@@ -97,3 +97,14 @@ def test_non_inferiority_reads_the_lower_bound():
 def test_unpaired_lengths_are_refused_for_correctness():
     with pytest.raises(ValueError, match="differ in length"):
         stats.mcnemar_exact([True, False], [True])
+
+
+def test_large_samples_use_the_percentile_method_and_agree_with_bca(monkeypatch):
+    rng = np.random.default_rng(8)
+    a = rng.random(3000) < 0.9
+    b = np.where(rng.random(3000) < 0.08, ~a, a)
+    bca = stats.accuracy_difference(a, b, n_resamples=3000, seed=2)
+    monkeypatch.setattr(stats, "BCA_MAX_SAMPLES", 1000)
+    percentile = stats.accuracy_difference(a, b, n_resamples=3000, seed=2)
+    assert (bca.method, percentile.method) == ("bootstrap-BCa", "bootstrap-percentile")
+    assert percentile.low == pytest.approx(bca.low, abs=0.003) and percentile.high == pytest.approx(bca.high, abs=0.003)

@@ -13,11 +13,12 @@ naming the file and the key.
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import asdict, dataclass, fields, replace
 from importlib import resources
 from pathlib import Path
 from typing import Iterable
+
+import tomllib
 
 from tiergate.errors import InputError
 from tiergate.targets import DeviceClass

@@ -223,11 +223,11 @@ def test_missing_or_misshapen_output_fails(runs, device_classes, policy):
 
 
 @pytest.mark.parametrize("mutate, message", [
-    (lambda c, r, l: c.update(riscv=c["x86"]), "candidate result: unknown device class 'riscv'; known: arm, x86"),
-    (lambda c, r, l: r.pop("arm"), "no FP32 reference result for device class 'arm'"),
-    (lambda c, r, l: l.__setitem__(0, l[0][:-5]), "labels: 595 labels but output 'probs' holds 600 samples"),
-    (lambda c, r, l: l.__setitem__(0, l[0] + 10), "but output 'probs' has only 10 scores per sample"),
-    (lambda c, r, l: l.__setitem__(0, l[0].astype(float)), "labels must be one integer per sample"),
+    (lambda c, r, lab: c.update(riscv=c["x86"]), "candidate result: unknown device class 'riscv'; known: arm, x86"),
+    (lambda c, r, lab: r.pop("arm"), "no FP32 reference result for device class 'arm'"),
+    (lambda c, r, lab: lab.__setitem__(0, lab[0][:-5]), "labels: 595 labels but output 'probs' holds 600 samples"),
+    (lambda c, r, lab: lab.__setitem__(0, lab[0] + 10), "but output 'probs' has only 10 scores per sample"),
+    (lambda c, r, lab: lab.__setitem__(0, lab[0].astype(float)), "labels must be one integer per sample"),
 ])
 def test_bad_input_is_one_clear_error(runs, device_classes, policy, classifier_data, mutate, message):
     reference, candidate = runs
@@ -281,3 +281,13 @@ def test_saved_result_folders_round_trip(runs, tmp_path, device_classes, policy,
     direct = evaluate(candidate, reference, device_classes, policy, classifier_data[1], quantized=True)
     from_disk = evaluate(loaded["cand"], loaded["ref"], device_classes, policy, classifier_data[1], quantized=True)
     assert from_disk.to_json() == direct.to_json()
+
+
+def test_gate_core_imports_neither_docker_nor_prefect():
+    import subprocess
+    import sys
+
+    code = ("import sys, tiergate.gate, tiergate.evaldata, tiergate.reports.junit, tiergate.reports.markdown; "
+            "print(sorted(m for m in ('docker', 'prefect') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

@@ -13,8 +13,8 @@ import pytest
 from onnxruntime.quantization.qdq_loss_debug import compute_signal_to_quantization_noice_ratio
 
 from tiergate import results
-from tiergate.evaldata import load_eval_data, validate_against
 from tiergate.artifact.model import TensorSpec
+from tiergate.evaldata import load_eval_data, validate_against
 from tiergate.gate import PROMOTE, REJECT, RunOutcome, evaluate
 from tiergate.policy import load_policy
 from tiergate.reports.junit import write_junit

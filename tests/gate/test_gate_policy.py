@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import tomllib
 from importlib import resources
 
 import pytest
+import tomllib
 
 from tiergate.errors import InputError
 from tiergate.policy import Thresholds, load_policy

@@ -8,7 +8,7 @@ import xml.etree.ElementTree as ET
 import numpy as np
 import pytest
 
-from tiergate.gate import RunOutcome, evaluate
+from tiergate.gate import evaluate
 from tiergate.policy import load_policy
 from tiergate.reports.junit import write_junit
 from tiergate.reports.markdown import render_markdown, write_summary

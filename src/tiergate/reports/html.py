@@ -1,0 +1,173 @@
+"""The drift report as one self-contained HTML file (inline SVG plots, inline CSS, no scripts) plus JSON.
+
+A person opens report.html straight from disk; nothing is fetched. Each plot is an
+<svg> element with a stable id: `plot-tier-<tier>` per tier, `plot-cross-tier` for the matrix.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+from html import escape
+from pathlib import Path
+
+import numpy as np
+
+HTML_FILE = "report.html"
+JSON_FILE = "report.json"
+
+_PANELS = (  # (metric key, panel title)
+    ("cosine", "cosine vs FP32 (higher is closer)"),
+    ("sqnr_db", "SQNR vs FP32 (dB)"),
+    ("max_abs_error", "max |error| vs FP32"),
+    ("accuracy", "accuracy"),
+    ("latency_p50_ms", "latency p50 (ms)"),
+    ("cost_per_1k", "cost per 1k inferences"),
+)
+_COLUMNS = (("accuracy", "accuracy", "{:.4f}"), ("cosine", "cosine", "{:.6f}"), ("sqnr_db", "SQNR dB", "{:.1f}"),
+            ("max_abs_error", "max |err|", "{:.3g}"), ("latency_p50_ms", "p50 ms", "{:.3f}"),
+            ("latency_p99_ms", "p99 ms", "{:.3f}"), ("cost_per_1k", "cost/1k", "{:.3g}"))
+_CSS = """
+body{font-family:system-ui,sans-serif;margin:2em;color:#222}
+table{border-collapse:collapse;margin:0.5em 0 1.5em}
+th,td{border:1px solid #ccc;padding:0.25em 0.6em;text-align:right;font-size:0.9em}
+th{background:#f0f0f0}td.l,th.l{text-align:left}
+tr.promoted{background:#e8f6e8}.emulated{color:#a05a00}.reject{color:#b00020}.promote{color:#006400}
+figure{margin:0}figure svg{max-width:100%;height:auto}.note{color:#666;font-size:0.9em}
+"""
+
+
+def element_id(prefix: str, name: str) -> str:
+    return f"{prefix}-{re.sub(r'[^A-Za-z0-9_-]', '-', name)}"
+
+
+def _svg(figure, svg_id: str) -> str:
+    import matplotlib
+
+    buffer = io.StringIO()
+    with matplotlib.rc_context({"svg.id": svg_id, "svg.fonttype": "none", "svg.hashsalt": svg_id}):
+        figure.savefig(buffer, format="svg", bbox_inches="tight")
+    text = buffer.getvalue()
+    return text[text.index("<svg"):]  # drop the XML prolog and DOCTYPE: inline SVG in HTML
+
+
+def tier_figure(report: dict, tier: str) -> str:
+    """One SVG: a panel per metric, one line per device class across the artifacts in registration order."""
+    from matplotlib.figure import Figure
+
+    order = {a["sha256"]: i for i, a in enumerate(report["artifacts"])}
+    rows = report["tiers"][tier]["rows"]
+    figure = Figure(figsize=(11, 7.5), layout="constrained")
+    axes = figure.subplots(2, 3).ravel()
+    for ax, (key, title) in zip(axes, _PANELS):
+        for device_class in report["tiers"][tier]["device_classes"]:
+            points = [(order[r["artifact_sha"]], r["metrics"][key], r) for r in rows
+                      if r["device_class"] == device_class and r["metrics"][key] is not None]
+            if not points:
+                continue
+            emulated = any(p[2]["emulated"] for p in points)
+            label = f"{device_class} (emulated)" if key.startswith("latency") and emulated else device_class
+            ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=label)
+            for x, y, r in points:
+                if r["promoted"]:
+                    ax.plot([x], [y], marker="*", markersize=14, color="gold", markeredgecolor="black")
+        ax.set_title(title, fontsize=10)
+        ax.set_xticks(range(len(report["artifacts"])), [a["short"][:8] for a in report["artifacts"]],
+                      rotation=45, fontsize=7)
+        if ax.lines:
+            ax.legend(fontsize=7)
+        else:
+            ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes, color="grey")
+    figure.suptitle(f"{report['model']}: tier {tier} across registered artifacts (star: promoted)")
+    return _svg(figure, element_id("plot-tier", tier))
+
+
+def matrix_figure(cross: dict) -> str:
+    """One SVG heatmap of max |error| between the promoted artifacts' outputs, tier by tier."""
+    from matplotlib.figure import Figure
+
+    names = [f"{c['tier']}\n{c['device_class']}" for c in cross["labels"]]
+    values = np.array([[np.nan if v is None else v for v in row] for row in cross["max_abs_error"]], dtype=float)
+    figure = Figure(figsize=(2.2 + 1.4 * len(names), 1.6 + 1.1 * len(names)), layout="constrained")
+    ax = figure.subplots()
+    image = ax.imshow(values, cmap="viridis")
+    figure.colorbar(image, ax=ax, label="max |error|")
+    ax.set_xticks(range(len(names)), names, rotation=30, fontsize=7)
+    ax.set_yticks(range(len(names)), names, fontsize=7)
+    for (i, j), value in np.ndenumerate(values):
+        bright = not np.isnan(value) and image.norm(value) > 0.6  # light cells (viridis yellow) get dark text
+        ax.text(j, i, "n/a" if np.isnan(value) else f"{value:.2g}", ha="center", va="center", fontsize=7,
+                color="black" if bright else "white")
+    ax.set_title("cross-tier drift of the promoted artifacts")
+    return _svg(figure, "plot-cross-tier")
+
+
+def _fmt(value, pattern: str) -> str:
+    return "—" if value is None else pattern.format(value)
+
+
+def tier_table(tier: str, entry: dict) -> str:
+    head = "".join(f"<th>{escape(label)}</th>" for _, label, _ in _COLUMNS)
+    out = [f'<table id="{element_id("table-tier", tier)}"><tr><th class="l">artifact</th><th class="l">registered</th>'
+           f'<th class="l">precision</th><th class="l">device class</th><th class="l">status</th>{head}'
+           '<th class="l">decision</th><th class="l">cost tags</th></tr>']
+    for row in entry["rows"]:
+        cells = "".join(f"<td>{_fmt(row['metrics'][key], pattern)}</td>" for key, _, pattern in _COLUMNS)
+        device = escape(row["device_class"]) + (' <span class="emulated">(emulated)</span>' if row["emulated"] else "")
+        verdict = row["decision"] or ""
+        tags = ", ".join(f"{escape(k)}={escape(v)}" for k, v in sorted(row["cost_tags"].items()))
+        out.append(f'<tr class="{"promoted" if row["promoted"] else ""}"><td class="l"><code>{row["short"]}</code>'
+                   f'{" ★" if row["promoted"] else ""}</td><td class="l">{escape(row["registered_at"])}</td>'
+                   f'<td class="l">{escape(row["precision"])}</td><td class="l">{device}</td>'
+                   f'<td class="l">{escape(row["status"])}</td>{cells}'
+                   f'<td class="l {escape(verdict)}">{escape(verdict)}</td><td class="l">{tags}</td></tr>')
+    return "\n".join(out) + "</table>"
+
+
+def matrix_table(cross: dict) -> str:
+    labels = [f"{escape(c['tier'])} / {escape(c['device_class'])}" for c in cross["labels"]]
+    head = "".join(f"<th>{label}</th>" for label in labels)
+    rows = [f'<tr><th class="l">{label}</th>' + "".join(
+        f"<td>{_fmt(err, '{:.3g}')} / {_fmt(cos, '{:.6f}')}</td>"
+        for err, cos in zip(cross["max_abs_error"][i], cross["cosine"][i])) + "</tr>"
+        for i, label in enumerate(labels)]
+    return f'<table id="table-cross-tier"><tr><th class="l">max |err| / cosine</th>{head}</tr>{"".join(rows)}</table>'
+
+
+def render_html(report: dict) -> str:
+    """The whole report page (self-contained)."""
+    title = f"tiergate drift report: {escape(report['model'])}"
+    parts = [f"<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{title}</title>"
+             f"<style>{_CSS}</style></head><body><h1>{title}</h1>",
+             f'<p class="note">Generated <time id="generated-at">{escape(report["generated_at"])}</time>; '
+             f'{len(report["artifacts"])} artifacts'
+             f'{" registered since " + escape(report["since"]) if report["since"] else ""}. '
+             "Emulated latency (QEMU) is not a measurement of real hardware: compare it only with itself.</p>"]
+    parts.append("<h2>Promoted now</h2><ul>" + "".join(
+        f"<li>{escape(tier)}: <code>{sha[:12]}</code></li>" for tier, sha in report["promoted"].items())
+        + ("" if report["promoted"] else "<li>nothing promoted yet</li>") + "</ul>")
+    for tier, entry in report["tiers"].items():
+        parts.append(f'<h2 id="{element_id("tier", tier)}">Tier {escape(tier)}</h2>')
+        parts.append(f"<figure>{tier_figure(report, tier)}</figure>")
+        parts.append(tier_table(tier, entry))
+    if not report["tiers"]:
+        parts.append('<p class="note">No runs recorded for these artifacts.</p>')
+    parts.append("<h2>Cross-tier drift of the promoted artifacts</h2>")
+    cross = report["cross_tier"]
+    if cross["labels"]:
+        parts.append(f"<figure>{matrix_figure(cross)}</figure>{matrix_table(cross)}")
+    else:
+        parts.append('<p class="note">No promoted artifact has a stored run yet.</p>')
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+def write_report(report: dict, out_dir: Path) -> tuple[Path, Path]:
+    """Write report.html and report.json into out_dir; returns their paths."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    html_path, json_path = out_dir / HTML_FILE, out_dir / JSON_FILE
+    json_path.write_text(json.dumps(report, indent=1, sort_keys=True, allow_nan=False))
+    html_path.write_text(render_html(report), encoding="utf-8")
+    return html_path, json_path

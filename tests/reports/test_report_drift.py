@@ -1,0 +1,108 @@
+"""The drift report's data and page, from a registry filled with real runs."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import pytest
+from report_kit import T0, populate
+
+from tiergate.cli.main import main
+from tiergate.registry import Registry
+from tiergate.reports.drift import build_drift_report, flat_metrics
+from tiergate.reports.html import render_html, write_report
+
+
+@pytest.fixture
+def filled(tmp_path):
+    with Registry(f"sqlite:///{tmp_path / 'registry.db'}", tmp_path / "store") as registry:
+        yield registry, populate(registry, tmp_path)
+
+
+def test_rows_per_tier_follow_the_registry(filled):
+    registry, made = filled
+    report = build_drift_report(registry, "digits")
+    shas = made["shas"]
+    assert [a["sha256"] for a in report["artifacts"]] == [shas["fp32"], shas["v1"], shas["v2"]]
+    assert sorted(report["tiers"]) == ["cortex-a", "x86-server"]
+    assert report["promoted"] == {"cortex-a": shas["v2"], "x86-server": shas["v2"]}
+    rows = report["tiers"]["cortex-a"]["rows"]
+    assert [r["artifact_sha"] for r in rows] == [shas["fp32"], shas["v1"], shas["v2"]]
+    assert [r["decision"] for r in rows] == ["promote", "reject", "promote"]
+    assert [r["promoted"] for r in rows] == [False, False, True]
+    assert all(r["emulated"] for r in rows)
+    assert not any(r["emulated"] for r in report["tiers"]["x86-server"]["rows"])
+    v1 = registry.runs(artifact_sha=shas["v1"], device_class="x86_64-cpu-onnxruntime")[0]
+    x86_v1 = report["tiers"]["x86-server"]["rows"][1]
+    assert x86_v1["metrics"] == flat_metrics(v1.metrics) and x86_v1["metrics"]["cost_per_1k"] == pytest.approx(0.002)
+    labels, out = made["labels"], made["outputs"]["v1"]["x86_64-cpu-onnxruntime"]
+    assert x86_v1["metrics"]["accuracy"] == pytest.approx(np.mean(out.argmax(1) == labels))
+    assert x86_v1["reasons"] == ["cosine too low"] and x86_v1["cost_tags"] == {"billing": "edge-fleet"}
+
+
+def test_cross_tier_matrix_is_computed_from_the_stored_outputs(filled):
+    registry, made = filled
+    cross = build_drift_report(registry, "digits")["cross_tier"]
+    assert [(c["tier"], c["device_class"]) for c in cross["labels"]] == [
+        ("cortex-a", "arm64-cpu-onnxruntime"), ("x86-server", "x86_64-cpu-onnxruntime")]
+    arm = made["outputs"]["v2"]["arm64-cpu-onnxruntime"].astype(np.float64)
+    x86 = made["outputs"]["v2"]["x86_64-cpu-onnxruntime"].astype(np.float64)
+    expected = float(np.max(np.abs(arm - x86)))
+    assert 0 < expected < 1e-4
+    assert cross["max_abs_error"][0][1] == pytest.approx(expected, rel=1e-9)
+    assert cross["max_abs_error"][1][0] == pytest.approx(expected, rel=1e-9)
+    assert cross["max_abs_error"][0][0] == 0.0 and cross["cosine"][1][1] == pytest.approx(1.0)
+    cos = np.sum(arm * x86, axis=1) / (np.linalg.norm(arm, axis=1) * np.linalg.norm(x86, axis=1))
+    assert cross["cosine"][0][1] == pytest.approx(float(cos.mean()), rel=1e-12)
+
+
+def test_since_keeps_later_artifacts_only(filled):
+    registry, made = filled
+    report = build_drift_report(registry, "digits", since=T0.replace(day=2))
+    assert [a["sha256"] for a in report["artifacts"]] == [made["shas"]["v1"], made["shas"]["v2"]]
+    assert all(len(t["rows"]) == 2 for t in report["tiers"].values())
+    assert report["since"].startswith("2026-03-02")
+
+
+def test_html_is_self_contained_with_one_plot_per_tier(filled, tmp_path):
+    registry, _ = filled
+    report = build_drift_report(registry, "digits")
+    html_path, json_path = write_report(report, tmp_path / "out")
+    page = html_path.read_text()
+    for svg_id in ("plot-tier-cortex-a", "plot-tier-x86-server", "plot-cross-tier"):
+        assert len(re.findall(f'<svg[^>]* id="{svg_id}"', page)) == 1
+    assert "arm64-cpu-onnxruntime (emulated)" in page
+    assert page.count('id="table-tier-') == 2 and 'id="table-cross-tier"' in page
+    assert not re.search(r"<script|<link|(src|href)=\"https?:", page)
+    assert json.loads(json_path.read_text())["promoted"] == report["promoted"]
+    assert report["generated_at"] in page
+
+
+def test_report_cli(filled, tmp_path, capsys):
+    registry, _ = filled
+    args = ["--registry", registry.url, "--store", registry.store.location]
+    out = tmp_path / "report"
+    assert main(["report", "--model", "digits", "--out", str(out), "--since", "2026-03-02", *args]) == 0
+    printed = capsys.readouterr().out
+    assert f"wrote {out / 'report.html'}" in printed and f"wrote {out / 'report.json'}" in printed
+    assert len(json.loads((out / "report.json").read_text())["artifacts"]) == 2
+    for bad in (["--model", "nosuch"], ["--model", "a/b"], ["--model", "digits", "--since", "yesterday"]):
+        assert main(["report", *bad, "--out", str(tmp_path / "x"), *args]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("tiergate: error:")
+
+
+def test_a_model_without_runs_still_reports(tmp_path):
+    from report_kit import tiny_model
+    from tiergate.registry.store import file_sha256
+
+    with Registry(f"sqlite:///{tmp_path / 'r.db'}", tmp_path / "store") as registry:
+        path = tiny_model(tmp_path / "m.onnx", np.ones((4, 3)), np.zeros(3))
+        registry.add_artifact(path, sha256=file_sha256(path), model="lonely", format="onnx", precision="fp32",
+                              fingerprint={})
+        report = build_drift_report(registry, "lonely")
+    assert report["tiers"] == {} and report["cross_tier"]["labels"] == []
+    page = render_html(report)
+    assert "No runs recorded" in page and "<svg" not in page

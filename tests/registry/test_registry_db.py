@@ -90,7 +90,7 @@ def test_cached_run_matches_the_exact_input_only(registry, tmp_path):
 
 def test_cached_run_reloads_its_result_folder(registry, tmp_path):
     sha = add(registry, make_onnx(tmp_path / "m.onnx", seed=1)).sha256
-    result = results.TargetResult(device_class="x86_64-cpu-onnxruntime", status="ok", artifact_sha256=sha,
+    result = results.TargetResult(device_class="x86_64-cpu-onnxruntime", status="ok", artifact_sha256=sha, tier="x86-server",
                                   image_id="sha256:img1", data_sha256=DATA, latencies_ns=[5, 6, 7])
     outputs = {"y": np.eye(3, dtype=np.float32)}
     folder = results.save(result, tmp_path / "result", outputs)
@@ -121,10 +121,15 @@ def test_promotion_moves_alias_per_tier_and_keeps_history(registry, tmp_path):
     assert stored[0].cost_tags == {"billing": "edge"} and stored[1].reasons == rejected.reasons
 
 
-def test_unknown_verdict_is_refused(registry, tmp_path):
+def test_unknown_verdict_and_tierless_runs_are_refused(registry, tmp_path):
     a = add(registry, make_onnx(tmp_path / "a.onnx", seed=1)).sha256
     with pytest.raises(InputError, match="verdict"):
         registry.record_decision(a, "maybe", tiers=["x86-server"])
+    with pytest.raises(InputError, match="names no tier"):
+        registry.record_decision(a, "promote", tiers=["x86-server"], runs=[_run(tier="")])
+    with pytest.raises(InputError, match="names no tier"):
+        registry.record_run(_run(tier=""), a)
+    assert count_rows(registry)["runs"] == 0
     assert count_rows(registry)["decisions"] == 0
 
 

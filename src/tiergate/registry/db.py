@@ -203,6 +203,7 @@ class Registry:
 
     # -- runs ------------------------------------------------------------------
     def record_run(self, run: NewRun, artifact_sha: str, at: datetime | None = None) -> RunRecord:
+        _check_runs([run])
         key = self.store.put_result(run.result_folder) if run.result_folder else None
         with self._write() as conn:
             return _insert_run(conn, run, artifact_sha, key, at or now())
@@ -249,6 +250,7 @@ class Registry:
             raise InputError(f"decision verdict {verdict!r} is not one of {', '.join(VERDICTS)}")
         artifact = self.artifact(artifact_sha)
         tiers, reasons, runs = sorted(set(tiers)), list(reasons), list(runs)
+        _check_runs(runs)
         keys = [self.store.put_result(r.result_folder) if isinstance(r, NewRun) and r.result_folder else None
                 for r in runs]
         when = at or now()
@@ -301,6 +303,13 @@ class Registry:
         with self._read() as conn:
             rows = conn.execute(query.order_by(s.alias_history.c.id)).mappings().all()
         return [AliasMove(**{k: v for k, v in r.items() if k != "id"}) for r in rows]
+
+
+def _check_runs(runs: list) -> None:
+    for run in runs:
+        if isinstance(run, NewRun) and not (run.device_class and run.tier):
+            raise InputError(f"run of device class {run.device_class!r} names no tier; "
+                             "give NewRun(tier=...) from the device class")
 
 
 def _insert_run(conn: Connection, run: NewRun, artifact_sha: str, key: str | None, when: datetime) -> RunRecord:

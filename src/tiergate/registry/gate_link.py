@@ -53,6 +53,12 @@ def tiers_of(decision: Any) -> list[str]:
     return sorted(t for t in tiers if t)
 
 
+def _filled(run: NewRun, target: dict) -> NewRun:
+    """The run with its tier and flat metrics taken from the gate where the run does not say them."""
+    return dataclasses.replace(run, tier=run.tier or target.get("tier", ""),
+                               metrics={**flat_metrics(target), **run.metrics})
+
+
 def record_gate_decision(registry: Registry, artifact_sha: str, decision: Any, *,
                          runs: Iterable[NewRun | int] = (), cost_tags: dict[str, str] | None = None,
                          tiers: Iterable[str] | None = None, at: datetime | None = None) -> DecisionRecord:
@@ -62,8 +68,7 @@ def record_gate_decision(registry: Registry, artifact_sha: str, decision: Any, *
     """
     data = _as_json(decision)
     per_class = data.get("metrics", {})
-    filled = [dataclasses.replace(r, metrics={**flat_metrics(per_class.get(r.device_class, {})), **r.metrics})
-              if isinstance(r, NewRun) else r for r in runs]
+    filled = [_filled(r, per_class.get(r.device_class, {})) if isinstance(r, NewRun) else r for r in runs]
     return registry.record_decision(
         artifact_sha, data["verdict"], tiers=list(tiers) if tiers is not None else tiers_of(data),
         reasons=data.get("reasons", []), checks=checks_of(data), cost_tags=cost_tags, detail=data,

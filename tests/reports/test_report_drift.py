@@ -88,8 +88,11 @@ def test_report_cli(filled, tmp_path, capsys):
     printed = capsys.readouterr().out
     assert f"wrote {out / 'report.html'}" in printed and f"wrote {out / 'report.json'}" in printed
     assert len(json.loads((out / "report.json").read_text())["artifacts"]) == 2
-    for bad in (["--model", "nosuch"], ["--model", "a/b"], ["--model", "digits", "--since", "yesterday"]):
-        assert main(["report", *bad, "--out", str(tmp_path / "x"), *args]) == 2
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    for bad in (["--model", "nosuch"], ["--model", "a/b"], ["--model", "digits", "--since", "yesterday"],
+                ["--model", "digits", "--out", str(a_file)]):
+        assert main(["report", "--out", str(tmp_path / "x"), *bad, *args]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith("tiergate: error:")
 

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
+from tiergate.errors import InputError
+
 HTML_FILE = "report.html"
 JSON_FILE = "report.json"
 
@@ -166,6 +168,8 @@ def render_html(report: dict) -> str:
 def write_report(report: dict, out_dir: Path) -> tuple[Path, Path]:
     """Write report.html and report.json into out_dir; returns their paths."""
     out_dir = Path(out_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise InputError(f"{out_dir}: --out must be a folder, and this is a file")
     out_dir.mkdir(parents=True, exist_ok=True)
     html_path, json_path = out_dir / HTML_FILE, out_dir / JSON_FILE
     json_path.write_text(json.dumps(report, indent=1, sort_keys=True, allow_nan=False))

@@ -1,7 +1,108 @@
-"""CLI commands: demo (being built)."""
+"""`tiergate demo`: the whole job on the embedded default (digits CNN, four candidates, four tiers)."""
+
+from __future__ import annotations
+
+from pathlib import Path
 
 import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from tiergate.errors import EXIT_FAIL, EXIT_OK
+
+
+def demo(
+    work_dir: Path | None = typer.Option(None, "--work-dir", help="Where models, runs and the report go "
+                                         "(default: $TIERGATE_HOME/demo)."),
+    max_parallel: int = typer.Option(2, "--max-parallel", min=1, help="Target runs at a time."),
+) -> None:
+    """Train a digits CNN, make INT8/FP16 candidates, gate each on x86 and emulated arm64, report.
+
+    Exit 0 when every candidate got the decision it was built for (the good ones
+    promoted, the broken calibration rejected), 1 otherwise.
+    """
+    from tiergate.demo.job import run_demo
+
+    console = Console(width=max(Console().width, 140))
+    columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+               TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=False) as bar:
+        task = bar.add_task("candidates", total=4)
+        step = bar.add_task("starting", total=None)
+        seen = []
+
+        def on_candidate(candidate):
+            if seen:
+                bar.advance(task)
+            seen.append(candidate.name)
+            bar.update(task, description=f"candidate {candidate.name}")
+
+        outcome = run_demo(work_dir, progress=lambda text: bar.update(step, description=text),
+                           on_candidate=on_candidate, max_parallel=max_parallel)
+        bar.advance(task)
+        bar.update(step, description="done", total=1, completed=1)
+    console.print(verdict_table(outcome))
+    for item in outcome.outcomes:
+        for reason in item.decision.reasons[:4]:
+            console.print(f"[red]{item.candidate.name}:[/] {reason}", highlight=False)
+    console.print(f"drift report: {outcome.report_html}\n             {outcome.report_json}", highlight=False)
+    if outcome.as_expected:
+        console.print("[bold green]every candidate got the decision it was built for[/]")
+        raise typer.Exit(EXIT_OK)
+    console.print("[bold red]a candidate did not get the decision it was built for[/]")
+    raise typer.Exit(EXIT_FAIL)
+
+
+def verdict_table(outcome) -> Table:
+    table = Table(title="tiergate demo: verdict per candidate and device tier")
+    for column in ("candidate", "device class (tier)", "accuracy", "drift vs FP32", "latency p50",
+                   "cost / 1k", "decision"):
+        table.add_column(column, overflow="fold")
+    for item in outcome.outcomes:
+        for name, m in item.decision.metrics.items():
+            table.add_row(item.candidate.name + (f"\nA/B vs {item.incumbent}" if item.incumbent else ""),
+                          f"{name}\n({m.tier})", _accuracy(m), _drift(m), _latency(m),
+                          _cost(m), _decision(item.decision, name))
+        table.add_section()
+    return table
+
+
+def _accuracy(m) -> str:
+    acc, ref = m.accuracy.get("candidate"), m.accuracy.get("reference")
+    if acc is None:
+        return "n/a"
+    return f"{acc.value:.2%}" + (f" (FP32 {ref.value:.2%})" if ref else "")
+
+
+def _drift(m) -> str:
+    drift = m.outputs.get(m.label_output) or next(iter(m.outputs.values()), None)
+    if drift is None:
+        return "n/a"
+    return f"cos {drift.cosine:.4f}\nSQNR {drift.sqnr_db:.1f} dB"
+
+
+def _latency(m) -> str:
+    lat = m.latency.get("candidate")
+    if lat is None:
+        return "n/a"
+    label = "emulated" if lat.emulated else "native"
+    return f"{lat.p50_ms:.3f} ms ({label})"
+
+
+def _cost(m) -> str:
+    cost = m.cost_per_1k.get("candidate")
+    if m.emulated:
+        return "n/a (emulated)"
+    return "n/a" if cost is None else f"${cost:.2e}"
+
+
+def _decision(decision, device_class: str) -> str:
+    failed = [c.label for c in decision.checks if c.device_class == device_class and not c.passed]
+    if not failed:
+        return f"[green]pass[/] ({decision.verdict})"
+    return f"[red]fail[/]: {', '.join(failed)} ({decision.verdict})"
 
 
 def register(app: typer.Typer) -> None:
-    """Add this module's commands to the tiergate app."""
+    app.command("demo")(demo)

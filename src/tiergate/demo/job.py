@@ -1,0 +1,108 @@
+"""The main job on the embedded default: real digits model, realistic candidates, every tier, a verdict.
+
+`run_demo` builds (or reuses) the demo set, registers every candidate with its
+FP32 reference, gates each one on the device classes of its format (native x86
+and emulated arm64), records the decisions, and writes the drift report. The
+FP32 reference's runs are shared by all candidates of a format (the run cache).
+A candidate gated after another of its format and precision was promoted is
+A/B-tested against that incumbent (like with like: a precision change is judged
+against the FP32 reference, since e.g. INT8 XNNPACK kernels can be slower than
+FP16-as-FP32 ones on x86 and the A/B latency check would rightly object).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tiergate import pipeline
+from tiergate.demo.models import Candidate, DemoSet, build_demo_set
+from tiergate.gate import Decision
+from tiergate.paths import home
+from tiergate.policy import load_policy
+from tiergate.targets import resolve
+
+MODEL = "digits-cnn"
+TARGETS = {
+    "onnx": ["x86_64-cpu-onnxruntime", "arm64-cpu-onnxruntime"],
+    "tflite": ["x86_64-cpu-tflite", "arm64-cpu-tflite"],
+}
+
+
+@dataclass
+class CandidateOutcome:
+    candidate: Candidate
+    decision: Decision
+    incumbent: str | None
+    cache_hits: int
+    containers_started: int
+
+
+@dataclass
+class DemoOutcome:
+    demo: DemoSet
+    outcomes: list[CandidateOutcome] = field(default_factory=list)
+    report_html: Path | None = None
+    report_json: Path | None = None
+
+    @property
+    def as_expected(self) -> bool:
+        return all((o.decision.verdict == "PROMOTE") == (o.candidate.expected == "promote")
+                   for o in self.outcomes)
+
+
+def run_demo(work_dir: Path | None = None, *, targets: dict[str, list[str]] | None = None,
+             progress: Callable[[str], None] | None = None,
+             on_candidate: Callable[[Candidate], None] | None = None, max_parallel: int = 2) -> DemoOutcome:
+    from tiergate.registry import Registry
+
+    work_dir = Path(work_dir or home() / "demo")
+    say = progress or (lambda _text: None)
+    say("training the digits CNN and exporting candidates (cached after the first run)")
+    demo = build_demo_set(work_dir / "models")
+    registry = Registry()
+    policy = load_policy(None)
+    outcome = DemoOutcome(demo)
+    for candidate in demo.candidates:
+        if on_candidate:
+            on_candidate(candidate)
+        outcome.outcomes.append(_gate_one(registry, demo, candidate, targets or TARGETS, policy, say, max_parallel))
+    say("writing the drift report")
+    outcome.report_html, outcome.report_json = _report(registry, work_dir / "report")
+    return outcome
+
+
+def _gate_one(registry, demo: DemoSet, candidate: Candidate, targets, policy, say, max_parallel) -> CandidateOutcome:
+    from tiergate.registry import register_artifact
+
+    reference = demo.reference_onnx if candidate.format == "onnx" else demo.reference_tflite
+    device_classes = resolve(targets[candidate.format])
+    register_artifact(registry, candidate.path, model=MODEL, reference=reference,
+                      tags={"demo": candidate.name, "precision": candidate.precision})
+    incumbent = _incumbent(registry, candidate, device_classes)
+    say(f"{candidate.name}: gating on {', '.join(dc.name for dc in device_classes)}")
+    run = pipeline.gate(candidate.path, reference, demo.eval_data, device_classes, policy,
+                        incumbent=incumbent, registry=registry, max_parallel=max_parallel,
+                        progress=lambda text: say(f"{candidate.name}: {text}"))
+    pipeline.record(registry, run, cost_tags={"demo": candidate.name})
+    return CandidateOutcome(candidate, run.decision, incumbent.name if incumbent else None,
+                            run.cache_hits, run.containers_started)
+
+
+def _incumbent(registry, candidate: Candidate, device_classes) -> Path | None:
+    """The artifact promoted on the first tier, when it is another artifact of the same format and precision."""
+    record = registry.alias(MODEL, device_classes[0].tier)
+    if record is None or record.filename == candidate.path.name:
+        return None
+    if (record.format, record.precision) != (candidate.format, candidate.precision):
+        return None
+    dest = home() / "incumbents" / record.short
+    return registry.fetch_artifact(record.sha256, dest)
+
+
+def _report(registry, out_dir: Path) -> tuple[Path, Path]:
+    from tiergate.reports.drift import build_drift_report
+    from tiergate.reports.html import write_report
+
+    return write_report(build_drift_report(registry, MODEL), out_dir)

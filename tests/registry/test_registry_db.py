@@ -155,3 +155,15 @@ def test_default_location_follows_tiergate_home(tiergate_home, tmp_path, monkeyp
         add(registry, make_onnx(tmp_path / "m.onnx", seed=1))
     assert (tiergate_home / "registry.db").is_file()
     assert len(list((tiergate_home / "store").rglob("model.onnx"))) == 1
+
+
+def test_schema_compiles_for_postgresql():
+    """A team registry is PostgreSQL: every table's DDL must compile for it (no server here to run it)."""
+    from sqlalchemy.dialects import postgresql
+    from sqlalchemy.schema import CreateTable
+
+    from tiergate.registry import schema
+
+    ddl = [str(CreateTable(t).compile(dialect=postgresql.dialect())) for t in schema.metadata.sorted_tables]
+    assert any("TIMESTAMP WITHOUT TIME ZONE" in d for d in ddl) and any("JSON" in d for d in ddl)
+    assert len(ddl) == len(schema.metadata.tables) == 8

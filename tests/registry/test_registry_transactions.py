@@ -95,3 +95,25 @@ def test_concurrent_promotions_keep_a_consistent_history(promoted):
     for earlier, later in zip(history, history[1:]):
         assert later.previous_sha == earlier.artifact_sha
     assert registry.alias("digits", "x86-server").sha256 == history[-1].artifact_sha
+
+
+def test_two_processes_registering_the_same_bytes_both_succeed(registry, tmp_path):
+    model = make_onnx(tmp_path / "same.onnx", seed=5)
+    script = textwrap.dedent(f"""
+        from pathlib import Path
+        from tiergate.registry import Registry
+        from tiergate.registry.store import file_sha256
+        registry = Registry({registry.url!r}, {registry.store.location!r})
+        path = Path({str(model)!r})
+        for _ in range(5):
+            record = registry.add_artifact(path, sha256=file_sha256(path), model="digits", format="onnx",
+                                           precision="fp32", fingerprint={{}})
+        print(record.sha256)
+    """)
+    procs = [subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for _ in range(2)]
+    outs = [proc.communicate(timeout=120) for proc in procs]
+    assert [p.returncode for p in procs] == [0, 0], [err for _, err in outs]
+    assert {out.strip() for out, _ in outs} == {registry.find_artifact(outs[0][0].strip()).sha256}
+    assert count_rows(registry)["artifacts"] == 1
+    assert registry.store.exists(registry.find_artifact(outs[0][0].strip()).store_key)

@@ -18,7 +18,7 @@ from typing import Any, Iterable, Iterator
 
 from sqlalchemy import create_engine, event, func, insert, select, update
 from sqlalchemy.engine import Connection, Engine, make_url
-from sqlalchemy.exc import ArgumentError, NoSuchModuleError, OperationalError
+from sqlalchemy.exc import ArgumentError, IntegrityError, NoSuchModuleError, OperationalError
 
 from tiergate.errors import EnvironmentProblem, InputError
 from tiergate.paths import home
@@ -33,7 +33,7 @@ from tiergate.registry.records import (
     NewRun,
     RunRecord,
 )
-from tiergate.registry.store import Store, artifact_key
+from tiergate.registry.store import Store
 
 URL_ENV = "TIERGATE_REGISTRY_URL"
 
@@ -137,7 +137,9 @@ class Registry:
         for label, sha in (("parent", parent_sha), ("reference", reference_sha)):
             if sha is not None and sha != sha256 and self.find_artifact(sha) is None:
                 raise InputError(f"{label} artifact {sha[:12]} is not in the registry")
-        key_existed = self.store.exists(artifact_key(sha256, format))
+        # The file goes in first: a row never names a missing file. If the row cannot be written,
+        # the stored file stays as a harmless orphan (content-addressed: a retry reuses it); it is
+        # not deleted, as another process may be registering the same bytes at the same moment.
         key = self.store.put_artifact(path, sha256, format, external_data)
         row = dict(sha256=sha256, model=model, format=format, precision=precision, fingerprint=fingerprint,
                    parent_sha=parent_sha, reference_sha=reference_sha, config_sha=config_sha,
@@ -146,11 +148,12 @@ class Registry:
         try:
             with self._write() as conn:
                 conn.execute(insert(s.artifacts).values(**row))
-        except BaseException:
-            if not key_existed:
-                self.store.remove(key)
-            raise
-        return ArtifactRecord(**{k: v for k, v in row.items() if k != "store_key"}, store_key=key)
+        except IntegrityError:
+            winner = self.find_artifact(sha256)  # registered by another process meanwhile
+            if winner is None or winner.model != model:
+                raise
+            return winner
+        return ArtifactRecord(**row)
 
     def find_artifact(self, sha256: str) -> ArtifactRecord | None:
         with self._read() as conn:

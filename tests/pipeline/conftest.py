@@ -1,0 +1,20 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def demo_set(tmp_path_factory):
+    """The real digits classifier and its candidates (built once per test session)."""
+    pytest.importorskip("tensorflow", reason="the tflite extra builds the demo models")
+    from tiergate.demo.models import build_demo_set
+
+    return build_demo_set(tmp_path_factory.mktemp("demo-models"))
+
+
+@pytest.fixture(scope="session")
+def shared_home(tmp_path_factory) -> Path:
+    """One TIERGATE_HOME for the module's gate runs, so reference runs are cached between tests."""
+    return tmp_path_factory.mktemp("tiergate-home")

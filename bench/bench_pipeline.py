@@ -1,0 +1,113 @@
+"""Benchmark of the whole pipeline, measured side by side in one run, printed as ratios.
+
+  1. the gate cold (tiergate images removed, so runtime and artifact images are built)
+     versus warm (images present, no saved results);
+  2. an unchanged re-run (every run reused from the cache) versus a warm full run;
+  3. the orchestrator's peak memory (max RSS of the `tiergate gate` process; containers are
+     separate processes) at 1,000 versus 100,000 evaluation samples.
+
+Each measurement runs `tiergate gate` as a subprocess with its own TIERGATE_HOME, on the
+demo's digits model (ONNX INT8 candidate and FP32 reference). Usage:
+
+  .venv/bin/python bench/bench_pipeline.py [--targets x86_64-cpu-onnxruntime,arm64-cpu-onnxruntime]
+                                           [--skip-cold]
+
+Step 1 removes every image whose repository starts with `tiergate/` except the base images.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+TIERGATE = [sys.executable, "-m", "tiergate.cli.main"]
+
+
+def gate(home: Path, demo, data: Path, targets: str) -> tuple[float, dict]:
+    """(wall seconds, its JSON) for one `tiergate gate` subprocess."""
+    cmd = TIERGATE + ["gate", "--candidate", str(demo.candidate("onnx-int8-entropy").path),
+                      "--reference", str(demo.reference_onnx), "--data", str(data), "--targets", targets, "--json"]
+    env = dict(os.environ, TIERGATE_HOME=str(home))
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    if proc.returncode not in (0, 1):
+        raise SystemExit(f"tiergate gate failed ({proc.returncode}): {proc.stderr.strip()[-400:]}")
+    return wall, json.loads(proc.stdout)
+
+
+def remove_tiergate_images() -> int:
+    import docker
+
+    client = docker.from_env()
+    removed = 0
+    for image in client.images.list():
+        tags = [t for t in image.tags if t.startswith("tiergate/") and not t.startswith("tiergate/base:")]
+        for tag in tags:
+            client.images.remove(tag, force=True)
+            removed += 1
+    client.images.prune(filters={"dangling": True})
+    return removed
+
+
+def peak_memory(samples: int, demo, targets: str, work: Path) -> tuple[int, float]:
+    """Peak RSS (MiB) of a gate on `samples` evaluation samples.
+
+    A fresh bench process runs exactly one `tiergate gate` child, so RUSAGE_CHILDREN's
+    max RSS there is that gate process's peak.
+    """
+    code = (
+        "import json,sys; sys.path.insert(0, %r); from bench_pipeline import *; "
+        "from tiergate.demo.models import build_demo_set, make_eval_npz; from pathlib import Path; "
+        "demo = build_demo_set(Path(%r)); data = make_eval_npz(Path(%r), %d); "
+        "wall, doc = gate(Path(%r), demo, data, %r); import resource; "
+        "print(json.dumps([resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 1024, wall]))"
+    ) % (str(Path(__file__).parent), str(work / "models"), str(work / f"eval-{samples}.npz"), samples,
+         str(work / f"home-{samples}"), targets)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    peak, wall = json.loads(out.strip().splitlines()[-1])
+    return peak, wall
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--targets", default="x86_64-cpu-onnxruntime,arm64-cpu-onnxruntime")
+    parser.add_argument("--memory-target", default="x86_64-cpu-onnxruntime")
+    parser.add_argument("--skip-cold", action="store_true")
+    args = parser.parse_args()
+    from tiergate.demo.models import build_demo_set
+
+    work = Path(tempfile.mkdtemp(prefix="tiergate-bench-"))
+    demo = build_demo_set(work / "models")
+    rows = []
+    if not args.skip_cold:
+        removed = remove_tiergate_images()
+        cold, _ = gate(work / "home-cold", demo, demo.eval_data, args.targets)
+        rows.append(("pipeline cold (images built; %d images removed first)" % removed, cold))
+    warm, full = gate(work / "home-warm", demo, demo.eval_data, args.targets)
+    rerun, cached = gate(work / "home-warm", demo, demo.eval_data, args.targets)
+    rows += [("pipeline warm (images present, runs executed)", warm),
+             ("unchanged re-run (all runs from cache)", rerun)]
+    print(f"targets: {args.targets}; eval samples: 450 (digits test split)")
+    for label, seconds in rows:
+        print(f"  {label:<60} {seconds:8.2f} s")
+    if not args.skip_cold:
+        print(f"  ratio warm / cold:                {warm / cold:.3f}")
+    print(f"  ratio cached re-run / warm full:  {rerun / warm:.3f}  "
+          f"(containers started: full {full['containers_started']}, re-run {cached['containers_started']})")
+    small, small_wall = peak_memory(1_000, demo, args.memory_target, work)
+    large, large_wall = peak_memory(100_000, demo, args.memory_target, work)
+    print(f"orchestrator peak RSS on {args.memory_target}: 1,000 samples {small} MiB ({small_wall:.1f} s), "
+          f"100,000 samples {large} MiB ({large_wall:.1f} s)")
+    print(f"  ratio peak memory 100k / 1k:      {large / small:.3f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,51 @@
+"""Revalidate a registered artifact: the flow a `tiergate.artifact.registered` event triggers.
+
+intake (fingerprint, diff against the model's previous artifact, lint) → build images
+per device class → run targets in parallel (retries for infrastructure faults only;
+classes mapped to a work pool run on a worker there) → compare → gate → record → report.
+An unchanged input reuses recorded results. Deployed by `tiergate serve` and prefect.yaml.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from prefect import flow, get_run_logger
+from prefect.task_runners import ThreadPoolTaskRunner
+
+from tiergate.orchestration.gating import Remote, conclude, gate_in_flow
+from tiergate.orchestration.revalidation import prepare
+from tiergate.orchestration.tasks import diff_task
+from tiergate.paths import home
+from tiergate.policy import load_policy
+from tiergate.registry import Registry
+
+
+@flow(name="tiergate-revalidate", task_runner=ThreadPoolTaskRunner(max_workers=6), log_prints=True)
+def revalidate(artifact: str, data: str, targets: str | None = None, policy: str | None = None,
+               registry_url: str | None = None, store: str | None = None,
+               remote: dict[str, str] | None = None, report_dir: str | None = None,
+               base_image: str | None = None) -> dict:
+    """Gate a registered artifact (sha256, prefix or `tiergate.artifact.<sha256>`) against its FP32 reference."""
+    log = get_run_logger()
+    loaded_policy = load_policy(policy)
+    with Registry(registry_url, store) as registry:
+        job = prepare(registry, artifact, targets, home() / "flows")
+        short = job.record.short
+        log.info("revalidating %s (%s, %s) on %s", short, job.record.model, job.record.precision,
+                 ", ".join(dc.name for dc in job.device_classes))
+        diff = diff_task.submit(*job.previous, job.paths["candidate"]) if job.previous else None
+        remote_spec = Remote(dict(remote or {}), job.shas, str(Path(data).resolve()), registry.url,
+                             registry.store.location)
+        gate_run = gate_in_flow(job.paths, Path(data), job.device_classes, loaded_policy, registry=registry,
+                                base_image=base_image, remote=remote_spec)
+        reports = Path(report_dir) / short if report_dir else home() / "flows" / "reports" / short
+        done = conclude(gate_run, registry=registry, report_dir=reports, junit=reports / "junit.xml",
+                        label=f"{job.record.model}-{short}", cost_tags={"flow": "revalidate"})
+    summary = done.to_json() | {"artifact": job.record.sha256, "model": job.record.model}
+    if diff is not None:
+        changes = diff.result()
+        summary["diff"] = {"previous": job.previous[1], "identical": changes["identical"], "same": changes["same"]}
+    log.info("%s: %s (decision %s, %d runs started, %d reused)", short, done.verdict, done.decision_id,
+             done.containers_started, done.cache_hits)
+    return summary

@@ -1,0 +1,212 @@
+"""The flows for real: a Prefect server on 127.0.0.1 (own SQLite), `tiergate serve`, `tiergate register`,
+the triggered revalidation reaching Completed with a decision in the registry, the cache hit on an
+unchanged re-run, the drift report over three registered artifacts, and a worker of a work pool running
+a device class's runs. One server (and one `tiergate serve`) for the whole module.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+import flows_kit as kit
+from tiergate.registry.store import file_sha256
+
+pytestmark = [pytest.mark.slow, pytest.mark.docker, pytest.mark.prefect]
+
+MODEL = "digits"
+ONNX_CLASS = "x86_64-cpu-onnxruntime"
+TFLITE_CLASS = "x86_64-cpu-tflite"
+POOL = "tiergate-test-device-host"
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory, demo):
+    """A Prefect server, this process pointed at it, and `tiergate serve` serving the three deployments."""
+    from prefect.settings import (PREFECT_API_URL, PREFECT_HOME, PREFECT_LOCAL_STORAGE_PATH,
+                                  PREFECT_SERVER_ANALYTICS_ENABLED, temporary_settings)
+
+    folder = tmp_path_factory.mktemp("served")
+    home = folder / "tiergate-home"
+    with kit.prefect_server(folder) as (api_url, env), pytest.MonkeyPatch.context() as mp:
+        env = {**env, "TIERGATE_HOME": str(home)}
+        mp.setenv("TIERGATE_HOME", str(home))
+        settings = {PREFECT_API_URL: api_url, PREFECT_HOME: env["PREFECT_HOME"],
+                    PREFECT_LOCAL_STORAGE_PATH: env["PREFECT_LOCAL_STORAGE_PATH"],
+                    PREFECT_SERVER_ANALYTICS_ENABLED: False}
+        for key in ("PREFECT_API_URL", "PREFECT_HOME", "PREFECT_LOCAL_STORAGE_PATH"):
+            mp.setenv(key, env[key])
+        log = folder / "serve.log"
+        serve = kit.start([kit.TIERGATE, "serve", "--data", demo.eval_data, "--targets",
+                           f"{ONNX_CLASS},{TFLITE_CLASS}", "--drift-out", folder / "drift",
+                           "--report-dir", folder / "reports"], log, env)
+        try:
+            with temporary_settings(updates=settings):
+                kit.wait_for(lambda: len(kit.api_filter(api_url, "deployments")) == 3, 120,
+                             "tiergate serve's deployments", proc=serve, log=log)
+                time.sleep(3)  # the server's trigger service loads the new automation
+                yield SimpleNamespace(folder=folder, home=home, env=env, api_url=api_url, serve=serve, log=log,
+                                      registry_url=f"sqlite:///{home / 'registry.db'}")
+        finally:
+            kit.stop(serve)
+
+
+def _deployment(served, name: str) -> dict | None:
+    return kit.api_get(served.api_url, f"deployments/name/{name}")
+
+
+def _register(served, candidate: Path, reference: Path, *extra: str) -> dict:
+    out = subprocess.run([kit.TIERGATE, "register", candidate, "--model", MODEL, "--reference", reference,
+                          "--json", *extra], env=served.env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    record = json.loads(out.stdout)
+    assert record["event"].startswith("sent"), record["event"]
+    return record
+
+
+def _triggered_run(served, sha: str, timeout_s: float = 300) -> dict:
+    """The revalidate flow run the registration of `sha` triggered, once it is final."""
+    deployment = _deployment(served, "tiergate-revalidate/on-register")
+
+    def final():
+        runs = kit.api_filter(served.api_url, "flow_runs", {"deployments": {"id": {"any_": [deployment["id"]]}}})
+        mine = [r for r in runs if r["parameters"].get("artifact") == f"tiergate.artifact.{sha}"]
+        return next((r for r in mine if kit.final(r)), None)
+
+    return kit.wait_for(final, timeout_s, f"the revalidation triggered by {sha[:12]}", interval_s=2,
+                        proc=served.serve, log=served.log)
+
+
+def _registry(served):
+    from tiergate.registry import Registry
+
+    return Registry(served.registry_url)
+
+
+def _engine_starts(since: datetime, image_ids: set[str]) -> int:
+    """Container starts of these images on the machine's engine since `since` (Docker's own event log)."""
+    import docker
+
+    client = docker.from_env()
+    try:
+        events = client.events(since=since, until=datetime.now(timezone.utc), decode=True,
+                               filters={"type": "container", "event": "start"})
+        starts = [e for e in events if e.get("Actor", {}).get("Attributes", {}).get("image") in image_ids
+                  or e.get("from") in image_ids]
+        return len(starts)
+    finally:
+        client.close()
+
+
+def _image_refs(folders) -> set[str]:
+    from tiergate import results
+
+    refs = set()
+    for folder in folders:
+        result = results.load(Path(folder))
+        refs |= {result.image, result.image_id}
+    return refs - {""}
+
+
+def test_registered_artifact_triggers_revalidation_to_a_recorded_decision(served, demo):
+    good = demo.candidate("onnx-int8-entropy")
+    record = _register(served, good.path, demo.reference_onnx, "--tag", "step=1")
+    run = _triggered_run(served, record["sha256"])
+    assert kit.completed(run), f"{run['state']}\n{kit.tail(served.log)}"
+    with _registry(served) as registry:
+        decisions = registry.decisions(artifact_sha=record["sha256"])
+        runs = registry.runs(artifact_sha=record["sha256"])
+    assert [d.verdict for d in decisions] == ["promote"]          # the demo's good INT8 candidate
+    assert {r.device_class for r in runs} == {ONNX_CLASS}          # only the class of its format
+    assert all(r.status == "ok" and r.result_key for r in runs)
+    artifacts = kit.api_filter(served.api_url, "artifacts", {"flow_runs": {"id": {"any_": [run["id"]]}}})
+    assert {a["type"] for a in artifacts} >= {"markdown", "table"}   # the decision in the Prefect UI
+    markdown = next(a for a in artifacts if a["type"] == "markdown")
+    assert "PROMOTE" in markdown["data"] and ONNX_CLASS in markdown["data"]
+    table = json.loads(next(a for a in artifacts if a["type"] == "table")["data"])
+    assert {row["device class"] for row in table} == {ONNX_CLASS} and all(row["result"] == "pass" for row in table)
+    report = served.folder / "reports" / record["sha256"][:12]
+    assert (report / "gate-summary.md").is_file() and (report / "junit.xml").is_file()
+
+
+def test_unchanged_rerun_reuses_recorded_results_without_starting_a_container(served, demo):
+    from prefect.flows import load_flow_from_entrypoint
+
+    from tiergate.registry import count_rows
+
+    sha = file_sha256(demo.candidate("onnx-int8-entropy").path)   # registered and gated by the first test
+    _triggered_run(served, sha)
+    with _registry(served) as registry:
+        before = count_rows(registry)
+    revalidate = load_flow_from_entrypoint(str(kit.REPO / "flows" / "revalidate.py:revalidate"))
+    started_at = datetime.now(timezone.utc)
+    summary = revalidate(artifact=sha, data=str(demo.eval_data), targets=ONNX_CLASS,
+                         registry_url=served.registry_url)
+    run_folders = list((served.home / "runs").iterdir())
+    assert summary["containers_started"] == 0
+    assert summary["cache_hits"] == 2                       # candidate and FP32 reference on one class
+    assert summary["reused_decision"] is True and summary["verdict"] == "PROMOTE"
+    with _registry(served) as registry:
+        assert count_rows(registry) == before                # nothing recorded twice
+    # the engine's own event log: no container of these runs' images started during the re-run
+    assert _engine_starts(started_at, _image_refs(run_folders)) == 0
+
+
+def test_drift_report_flow_over_three_registered_artifacts(served, demo):
+    from prefect.deployments import run_deployment
+
+    shas = [_register(served, demo.candidate(name).path, ref)["sha256"]
+            for name, ref in (("onnx-int8-badcal", demo.reference_onnx), ("tflite-fp16", demo.reference_tflite))]
+    runs = [_triggered_run(served, sha) for sha in shas]
+    assert all(kit.completed(r) for r in runs), [r["state"] for r in runs]
+    with _registry(served) as registry:
+        verdicts = {sha: registry.decisions(artifact_sha=sha)[-1].verdict for sha in shas}
+        gated = {a.sha256 for a in registry.artifacts(MODEL) if registry.decisions(artifact_sha=a.sha256)}
+    assert verdicts == {shas[0]: "reject", shas[1]: "promote"}   # the broken calibration is caught
+    assert len(gated) >= 3
+    deployment = _deployment(served, "tiergate-drift-report/scheduled")
+    assert [s["schedule"].get("cron") for s in deployment["schedules"]] == ["0 6 * * *"]
+    flow_run = run_deployment("tiergate-drift-report/scheduled", timeout=240, poll_interval=2)
+    assert flow_run.state.is_completed(), flow_run.state.message
+    report = json.loads((served.folder / "drift" / MODEL / "report.json").read_text())
+    reported = {row["artifact_sha"] for tier in report["tiers"].values() for row in tier["rows"]}
+    assert gated <= reported
+    assert set(report["tiers"]) == {"x86-server"}
+    rows = {row["artifact_sha"]: row for row in report["tiers"]["x86-server"]["rows"]}
+    assert rows[shas[0]]["decision"] == "reject" and rows[shas[1]]["decision"] == "promote"
+    assert (served.folder / "drift" / MODEL / "report.html").stat().st_size > 1000
+
+
+def test_worker_on_a_work_pool_runs_a_device_class(served, demo, tmp_path):
+    """A process worker of a work pool (as on a device host) runs the x86 class's runs; the gate gets them back."""
+    from prefect.flows import load_flow_from_entrypoint
+
+    from tiergate.orchestration.deployments import deploy_run_target
+
+    deploy_run_target(POOL)
+    log = tmp_path / "worker.log"
+    worker = kit.start([kit.PREFECT, "worker", "start", "--pool", POOL, "--type", "process"], log, served.env)
+    try:
+        data = tmp_path / "subset.npz"   # new data: no recorded result to reuse, the worker must run containers
+        with np.load(demo.eval_data) as npz:
+            np.savez(data, **{k: npz[k][:200] for k in npz.files})
+        sha = file_sha256(demo.candidate("onnx-int8-entropy").path)
+        revalidate = load_flow_from_entrypoint(str(kit.REPO / "flows" / "revalidate.py:revalidate"))
+        summary = revalidate(artifact=sha, data=str(data), targets=ONNX_CLASS, registry_url=served.registry_url,
+                             remote={ONNX_CLASS: POOL})
+    finally:
+        kit.stop(worker)
+    assert summary["containers_started"] == 2 and summary["verdict"] == "PROMOTE"
+    runs = kit.api_filter(served.api_url, "flow_runs", {"deployments": {"name": {"any_": [POOL]}}})
+    assert len(runs) == 2 and all(kit.completed(r) for r in runs), [r["state"] for r in runs]
+    assert {r["work_pool_name"] for r in runs} == {POOL}
+    assert {r["parameters"]["role"] for r in runs} == {"candidate", "reference"}
+    assert all(r["id"] in kit.tail(log, 400) for r in runs)   # the worker process picked them up

@@ -145,13 +145,13 @@ def ensure_runtime_image(dc: DeviceClass, *, client, base_image: str | None = No
         (ctx / "requirements.txt").write_text(lock)
         (ctx / "ca-bundle.crt").write_bytes(cas)
         (ctx / "pip.conf").write_text(pip_conf)
-        for name in ("wheels", "out", "data", "harness"):
+        for name in ("site-packages", "out", "data", "harness"):
             (ctx / name).mkdir()
         shutil.copy(containers_dir() / HARNESS, ctx / HARNESS)
         if pip_mode == "host":
             python = base_python_version(client, base, base_id)
-            for wheel in download_wheels(lock, dc, python, ctx / "ca-bundle.crt" if ca_bundle else None):
-                shutil.copy(wheel, ctx / "wheels" / wheel.name)
+            wheels = download_wheels(lock, dc, python, ctx / "ca-bundle.crt" if ca_bundle else None)
+            install_on_host(lock, wheels, dc, python, ctx / "site-packages")
         image = _docker_build(client, ctx, tag, {"BASE_IMAGE": base}, labels)
     return RuntimeImage(tag, image.id, versions, base, False, dict(image.labels))
 
@@ -241,32 +241,49 @@ def platform_tags(machine: str) -> list[str]:
            [f"manylinux_2_{minor}_{machine}" for minor in range(5, 37)]
 
 
-def download_wheels(lock: str, dc: DeviceClass, python: str, cert: Path | None) -> list[Path]:
-    """The lock's wheels for the target platform, downloaded on the host once and cached."""
+def _pip_target_args(dc: DeviceClass, python: str) -> list[str]:
+    args = ["--no-deps", "--only-binary=:all:", "--python-version", python, "--implementation", "cp",
+            "--abi", "cp" + python.replace(".", ""), "--abi", "abi3", "--abi", "none"]
+    for tag in platform_tags(dc.machine):
+        args += ["--platform", tag]
+    return args
+
+
+def _pip(args: list[str], lock: str, what: str) -> None:
+    with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as req:
+        req.write(lock)
+    try:
+        proc = subprocess.run([sys.executable, "-m", "pip", *args, "-r", req.name], capture_output=True, text=True)
+    finally:
+        os.unlink(req.name)
+    if proc.returncode != 0:
+        lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("ERROR")] or proc.stderr.splitlines()
+        raise EnvironmentProblem(f"pip could not {what}: {lines[-1] if lines else 'exit ' + str(proc.returncode)}")
+
+
+def install_on_host(lock: str, wheels: Path, dc: DeviceClass, python: str, target: Path) -> None:
+    """Unpack the lock's wheels into `target` on the host: no pip (and no QEMU) in the image build.
+
+    Byte-code is compiled by the host's Python when it is the base image's version."""
+    host_python = "%d.%d" % sys.version_info[:2]
+    args = ["install", "--quiet", "--no-index", "--find-links", str(wheels), "--target", str(target),
+            *_pip_target_args(dc, python), *([] if host_python == python else ["--no-compile"])]
+    _pip(args, lock, f"install the {dc.runtime} wheels for {dc.machine}")
+    (target / ".installed").write_text(lock)
+
+
+def download_wheels(lock: str, dc: DeviceClass, python: str, cert: Path | None) -> Path:
+    """The folder of the lock's wheels for the target platform, downloaded on the host once (cached)."""
     key = _digest([lock, dc.machine, python])[:20]
     folder = cache_dir() / "wheels" / f"{dc.runtime}-{dc.machine}-py{python}-{key}"
     done = folder / ".complete"
     if not done.exists():
         folder.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as req:
-            req.write(lock)
-        abi = "cp" + python.replace(".", "")
-        cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
-               "--python-version", python, "--implementation", "cp", "--abi", abi, "--abi", "abi3",
-               "--abi", "none", "--dest", str(folder), "-r", req.name]
-        for tag in platform_tags(dc.machine):
-            cmd += ["--platform", tag]
-        if cert is not None:
-            cmd += ["--cert", str(cert)]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        os.unlink(req.name)
-        if proc.returncode != 0:
-            lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("ERROR")] or proc.stderr.splitlines()
-            raise EnvironmentProblem(
-                f"pip could not download the {dc.runtime} wheels for {dc.machine}: "
-                f"{lines[-1] if lines else 'exit ' + str(proc.returncode)}")
+        args = ["download", "--quiet", "--dest", str(folder), *_pip_target_args(dc, python),
+                *(["--cert", str(cert)] if cert is not None else [])]
+        _pip(args, lock, f"download the {dc.runtime} wheels for {dc.machine}")
         done.write_text(lock)
-    return sorted(folder.glob("*.whl"))
+    return folder
 
 
 def cache_dir() -> Path:

@@ -84,6 +84,9 @@ class DockerBackend:
             command=job.harness_args(job.image.model_path, f"/data/{DATA_NAME}", "/out"),
             user=USER, read_only=True, tmpfs={"/tmp": TMPFS}, network_mode="none",
             cap_drop=["ALL"], security_opt=["no-new-privileges"],
+            # an init as PID 1: a harness (or QEMU) that dies of its own signal cannot as PID 1,
+            # where the kernel ignores it; QEMU then hangs after "uncaught target signal 11"
+            init=True, ulimits=[docker.types.Ulimit(name="core", soft=0, hard=0)],
             mem_limit=dc.limits.memory, memswap_limit=dc.limits.memory, pids_limit=dc.limits.pids_limit,
             volumes={data_volume: {"bind": "/data", "mode": "ro"}, out_volume: {"bind": "/out", "mode": "rw"}},
             environment=dict(job.env), labels={f"{LABEL}.device_class": dc.name},

@@ -1,0 +1,194 @@
+"""The harness in real containers on the real engine, native x86_64 and QEMU-emulated arm64.
+
+Images are built once per session (content-hash tags: a later session reuses them).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+
+import numpy as np
+import pytest
+
+import execution_kit as kit
+from tiergate import results
+from tiergate.execution import DockerBackend, Job, backend_for, run_target, run_targets
+
+pytestmark = [pytest.mark.docker, pytest.mark.timeout(1200)]
+
+
+def _ok_and_close(result, out_dir, reference, machine, emulated, tol):
+    assert result.ok, f"{result.reason}\n{result.log_tail}"
+    assert result.machine == machine and result.emulated is emulated
+    assert result.image and result.image_id.startswith("sha256:")
+    assert result.n_samples == 10 and len(result.latencies_ns) == 10
+    outputs = results.load_outputs(out_dir)
+    for name, expected in reference.items():
+        np.testing.assert_allclose(outputs[name], expected, rtol=tol, atol=tol)
+    saved = results.load(out_dir)
+    assert saved.machine == machine and saved.status == "ok" and saved.emulated is emulated
+
+
+@pytest.mark.parametrize("dc_name, machine, emulated", [
+    ("x86_64-cpu-onnxruntime", "x86_64", False),
+    pytest.param("arm64-cpu-onnxruntime", "aarch64", True, marks=[pytest.mark.emulated, pytest.mark.slow]),
+])
+def test_onnx_in_container_matches_host(images, models, data, tmp_path, dc_name, machine, emulated):
+    image = images.get(dc_name, models["mlp"])
+    result = run_target(dc_name, image, data, tmp_path)
+    _ok_and_close(result, tmp_path, kit.host_onnx(models["mlp"], data), machine, emulated, 1e-5)
+    assert result.versions["onnxruntime"] == "1.31.1"
+    assert result.artifact_sha256 == kit.sha256(models["mlp"])
+    assert results.load(tmp_path).data_sha256 == kit.sha256(data)
+
+
+@pytest.mark.parametrize("dc_name, machine, emulated", [
+    ("x86_64-cpu-tflite", "x86_64", False),
+    pytest.param("arm64-cpu-tflite", "aarch64", True, marks=[pytest.mark.emulated, pytest.mark.slow]),
+])
+def test_tflite_in_container_matches_host(images, tflite_models, tflite_data, tmp_path, dc_name, machine, emulated):
+    image = images.get(dc_name, tflite_models["fp32"])
+    result = run_target(dc_name, image, tflite_data, tmp_path)
+    _ok_and_close(result, tmp_path, kit.host_tflite(tflite_models["fp32"], tflite_data), machine, emulated, 1e-5)
+    assert result.versions["ai-edge-litert"] == "2.3.0"
+
+
+def test_container_is_confined(images, models):
+    """Run a probe with the backend's own container spec: non-root, read-only, no network, limits."""
+    import docker
+
+    dc = kit.device_class("x86_64-cpu-onnxruntime", memory="256m", pids_limit=64)
+    image = images.get(dc.name, models["mlp"])
+    client = docker.from_env()
+    spec = DockerBackend().spec(Job(dc, kit.__file__, "/unused", image=image), "unused-data", "unused-out")
+    assert spec["network_mode"] == "none" and spec["read_only"] and spec["user"] == "65534:65534"
+    probe = (
+        "import os, socket\n"
+        "print('uid', os.getuid())\n"
+        "for path in ('/opt/tiergate/x', '/tmp/x'):\n"
+        "    try:\n        open(path, 'w').write('x'); print('write-ok', path)\n"
+        "    except OSError as e:\n        print('write-denied', path, e.errno)\n"
+        "try:\n    socket.create_connection(('1.1.1.1', 53), timeout=2); print('net-ok')\n"
+        "except OSError:\n    print('net-denied')\n"
+        "print('mem', open('/sys/fs/cgroup/memory/memory.limit_in_bytes').read().strip()"
+        " if os.path.exists('/sys/fs/cgroup/memory/memory.limit_in_bytes') else open('/sys/fs/cgroup/memory.max').read().strip())\n")
+    spec = {k: v for k, v in spec.items() if k not in ("volumes", "command")}
+    out = client.containers.run(**spec, entrypoint=["python3", "-c", probe], remove=True)
+    lines = out.decode().splitlines()
+    assert "uid 65534" in lines
+    assert any(line.startswith("write-denied /opt/tiergate/x 30") for line in lines)  # EROFS
+    assert "write-ok /tmp/x" in lines and "net-denied" in lines
+    assert f"mem {256 * 1024 * 1024}" in lines
+
+
+def _bad_targets(images, models, data, tmp_path, emulated_crash: bool):
+    crash_class = "arm64-cpu-onnxruntime" if emulated_crash else "x86_64-cpu-onnxruntime"
+    good = kit.device_class("x86_64-cpu-onnxruntime")
+    return [
+        Job(good, data, tmp_path / "good", image=images.get(good.name, models["mlp"])),
+        Job(kit.device_class(crash_class), data, tmp_path / "crash", image=images.get(crash_class, models["mlp"]),
+            env={"TIERGATE_HARNESS_FAULT": "segv"}),
+        Job(kit.device_class(good.name, memory="96m"), data, tmp_path / "oom",
+            image=images.get(good.name, models["hungry"])),
+        Job(kit.device_class(good.name, timeout_s=3), data, tmp_path / "timeout", image=images.get(good.name, models["mlp"]),
+            env={"TIERGATE_HARNESS_FAULT": "hang"}),
+    ]
+
+
+def test_crash_oom_and_timeout_fail_alone(images, models, data, tmp_path):
+    jobs = _bad_targets(images, models, data, tmp_path, emulated_crash=False)
+    good, crash, oom, timeout = run_targets(jobs, max_parallel=2)
+    assert good.ok and results.load_outputs(tmp_path / "good")["y"].shape == (10, kit.N_OUT)
+    np.testing.assert_allclose(results.load_outputs(tmp_path / "good")["y"],
+                               kit.host_onnx(models["mlp"], data)["y"], rtol=1e-5, atol=1e-5)
+    assert crash.reason == "crashed (segfault)" and "Segmentation fault" in crash.log_tail
+    assert oom.reason == "out of memory (limit 96m)"
+    assert timeout.reason == "timed out after 3 s" and "hang" in timeout.log_tail
+    for name, result in (("crash", crash), ("oom", oom), ("timeout", timeout)):
+        saved = results.load(tmp_path / name)
+        assert saved.status == "failed" and saved.reason == result.reason
+        assert saved.image == result.image and not (tmp_path / name / results.OUTPUTS_FILE).exists()
+    assert results.load(tmp_path / "good").ok
+
+
+@pytest.mark.emulated
+@pytest.mark.slow
+def test_segfault_under_qemu_is_a_failed_result(images, models, data, tmp_path):
+    good, crash = run_targets(_bad_targets(images, models, data, tmp_path, emulated_crash=True)[:2], max_parallel=2)
+    assert good.ok
+    assert crash.reason == "crashed (segfault)" and crash.emulated
+
+
+def test_unreachable_engine_is_retried_then_reported(images, models, data, tmp_path):
+    image = images.get("x86_64-cpu-onnxruntime", models["mlp"])
+    backend = DockerBackend(f"unix://{tmp_path}/no-engine.sock", attempts=2, backoff_s=0.05)
+    job = Job(kit.device_class("x86_64-cpu-onnxruntime"), data, tmp_path / "out", image=image)
+    result = backend.run(job)
+    assert not result.ok and "engine unreachable after 2 attempts" in result.reason
+
+
+class FlakyProxy:
+    """A unix socket in front of the engine that drops its first `drops` connections."""
+
+    def __init__(self, path, drops, engine="/var/run/docker.sock"):
+        self.path, self.drops, self.engine, self.seen = str(path), drops, engine, 0
+        self.server = socket.socket(socket.AF_UNIX)
+        self.server.bind(self.path)
+        self.server.listen(16)
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self):
+        while True:
+            try:
+                conn, _ = self.server.accept()
+            except OSError:
+                return
+            self.seen += 1
+            if self.seen <= self.drops:
+                conn.close()
+                continue
+            upstream = socket.socket(socket.AF_UNIX)
+            upstream.connect(self.engine)
+            for a, b in ((conn, upstream), (upstream, conn)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pipe(src, dst):
+        try:
+            while chunk := src.recv(65536):
+                dst.sendall(chunk)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def close(self):
+        self.server.close()
+        os.unlink(self.path)
+
+
+def test_engine_fault_is_retried_and_recovers(images, models, data, tmp_path):
+    image = images.get("x86_64-cpu-onnxruntime", models["mlp"])
+    proxy = FlakyProxy(tmp_path / "flaky.sock", drops=1)
+    try:
+        backend = DockerBackend(f"unix://{proxy.path}", attempts=3, backoff_s=0.05)
+        result = backend.run(Job(kit.device_class("x86_64-cpu-onnxruntime"), data, tmp_path / "out", image=image))
+    finally:
+        proxy.close()
+    assert result.ok, result.reason
+    assert proxy.seen >= 2  # the first connection was dropped, a later attempt got through
+
+
+def test_backend_choice_follows_the_device_class():
+    gpu = backend_for(kit.device_class("cuda-gpu-onnxruntime"))
+    remote = backend_for(kit.device_class("x86_64-cpu-onnxruntime", execution="remote",
+                                          docker_host="ssh://edge@127.0.0.1:2222"))
+    assert isinstance(gpu, DockerBackend) and gpu.gpu
+    assert remote.docker_host == "ssh://edge@127.0.0.1:2222" and not remote.gpu

@@ -1,0 +1,100 @@
+"""The harness under the local process backend: no Docker, real onnxruntime and LiteRT."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import execution_kit as kit
+from tiergate import results
+from tiergate.errors import InputError
+from tiergate.execution import Job, LocalProcessBackend, run_target, run_targets
+
+ONNX_CLASS = "x86_64-cpu-onnxruntime"
+TFLITE_CLASS = "x86_64-cpu-tflite"
+
+
+def test_onnx_batches_and_matches_host(models, data, tmp_path):
+    dc = kit.device_class(ONNX_CLASS, batch_size=4)
+    result = run_target(dc, None, data, tmp_path, artifact_path=models["mlp"], artifact_sha256="a" * 64)
+    assert result.ok, result.reason
+    assert result.batch_size == 4 and result.n_samples == 10
+    assert len(result.latencies_ns) == 3  # 4 + 4 + 2
+    assert all(isinstance(x, int) and x > 0 for x in result.latencies_ns)
+    assert result.machine == "x86_64" and not result.emulated
+    assert result.versions["onnxruntime"] and result.versions["numpy"] == np.__version__
+    assert result.data_sha256 == kit.sha256(data) and result.artifact_sha256 == "a" * 64
+    saved = results.load(tmp_path)
+    assert saved.latencies_ns == result.latencies_ns and saved.wall_s > 0
+    np.testing.assert_allclose(results.load_outputs(tmp_path)["y"], kit.host_onnx(models["mlp"], data)["y"],
+                               rtol=1e-6, atol=1e-6)
+
+
+def test_fixed_batch_of_one_runs_per_sample(models, data, tmp_path):
+    dc = kit.device_class(ONNX_CLASS, batch_size=4)
+    result = run_target(dc, None, data, tmp_path, artifact_path=models["mlp_b1"], warmup=2)
+    assert result.ok, result.reason
+    assert result.batch_size == 1 and len(result.latencies_ns) == 10 and result.warmup == 2
+    assert results.load_outputs(tmp_path)["y"].shape == (10, kit.N_OUT)
+
+
+@pytest.mark.parametrize("kind", ["fp32", "int8"])
+def test_tflite_matches_host_litert(tflite_models, tflite_data, tmp_path, kind):
+    dc = kit.device_class(TFLITE_CLASS, batch_size=4)
+    result = run_target(dc, None, tflite_data, tmp_path, artifact_path=tflite_models[kind])
+    assert result.ok, result.reason
+    assert len(result.latencies_ns) == 3 and result.versions["ai-edge-litert"]
+    outputs = results.load_outputs(tmp_path)
+    reference = kit.host_tflite(tflite_models[kind], tflite_data)
+    assert set(outputs) == set(reference)
+    for name, expected in reference.items():
+        assert outputs[name].dtype == np.float32
+        np.testing.assert_allclose(outputs[name], expected, rtol=1e-5, atol=1e-6)
+    assert bool(result.extra["dequantized_outputs"]) == (kind == "int8")
+
+
+def test_segfault_is_a_failed_result(models, data, tmp_path):
+    result = run_target(ONNX_CLASS, None, data, tmp_path, artifact_path=models["mlp"],
+                        env={"TIERGATE_HARNESS_FAULT": "segv"})
+    assert not result.ok and result.reason == "crashed (segfault)"
+    assert "Segmentation fault" in result.log_tail
+    assert not (tmp_path / results.OUTPUTS_FILE).exists()
+    assert json.loads((tmp_path / results.RESULT_FILE).read_text())["status"] == "failed"
+
+
+def test_timeout_is_a_failed_result(models, data, tmp_path):
+    dc = kit.device_class(ONNX_CLASS, timeout_s=2)
+    result = run_target(dc, None, data, tmp_path, artifact_path=models["mlp"], env={"TIERGATE_HARNESS_FAULT": "hang"})
+    assert not result.ok and result.reason == "timed out after 2 s"
+    assert 2 <= result.wall_s < 20
+
+
+def test_missing_input_array_names_it(models, tmp_path):
+    bad = kit.eval_data(tmp_path / "bad.npz", name="not_x")
+    result = run_target(ONNX_CLASS, None, bad, tmp_path / "out", artifact_path=models["mlp"])
+    assert not result.ok
+    assert "exited with code 1" in result.reason and "'x'" in result.reason
+
+
+def test_missing_data_is_an_input_error(models, tmp_path):
+    with pytest.raises(InputError, match="nope.npz: evaluation data does not exist"):
+        run_target(ONNX_CLASS, None, tmp_path / "nope.npz", tmp_path / "out", artifact_path=models["mlp"])
+
+
+def test_run_targets_keeps_good_results_next_to_failures(models, data, tmp_path):
+    dc = kit.device_class(ONNX_CLASS)
+    jobs = [Job(dc, data, tmp_path / "good", artifact_path=models["mlp"]),
+            Job(dc, data, tmp_path / "crash", artifact_path=models["mlp"], env={"TIERGATE_HARNESS_FAULT": "segv"}),
+            Job(dc, tmp_path / "missing.npz", tmp_path / "nodata", artifact_path=models["mlp"])]
+    good, crash, nodata = run_targets(jobs, max_parallel=3)
+    assert good.ok and results.load(tmp_path / "good").ok
+    assert results.load_outputs(tmp_path / "good")["y"].shape == (10, kit.N_OUT)
+    assert crash.reason == "crashed (segfault)" and results.load(tmp_path / "crash").reason == crash.reason
+    assert "evaluation data does not exist" in nodata.reason
+
+
+def test_local_backend_needs_an_artifact(data, tmp_path):
+    with pytest.raises(InputError, match="needs the artifact"):
+        LocalProcessBackend().run(Job(kit.device_class(ONNX_CLASS), data, tmp_path))

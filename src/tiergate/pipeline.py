@@ -12,7 +12,10 @@ hash of those four.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import json
+import pickle
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -221,7 +224,11 @@ def gate(candidate: Path, reference: Path, data_path: Path, device_classes: list
     folders, hits, started = run_specs(specs, data, root=root, registry=registry,
                                        max_parallel=max_parallel, progress=progress)
     outcomes = load_outcomes(folders)
-    decision = decide(outcomes, intakes, device_classes, policy, data)
+    key = decision_key(folders, intakes, device_classes, policy)
+    decision = cached_decision(key)
+    if decision is None:
+        decision = decide(outcomes, intakes, device_classes, policy, data)
+        save_decision(key, decision)
     return GateRun(decision, intakes, outcomes, folders, hits, started)
 
 
@@ -231,6 +238,59 @@ def decide(outcomes: dict[str, dict[str, RunOutcome]], intakes: dict[str, Intake
     return evaluate(outcomes["candidate"], outcomes["reference"], {dc.name: dc for dc in device_classes},
                     policy, data.labels, outcomes.get("incumbent"),
                     quantized=intakes["candidate"].artifact.is_quantized)
+
+
+# --- the decision cache: an unchanged input reuses its decision ----------------------------
+
+_DECIDING_MODULES = ("gate.py", "stats.py", "policy.py", "metrics")
+
+
+def decision_key(folders: dict[tuple[str, str], Path], intakes: dict[str, Intake],
+                 device_classes: list[DeviceClass], policy: Policy) -> str:
+    """Identity of everything a decision depends on: the saved results, flags, classes, policy, code."""
+    digest = hashlib.sha256()
+    for (role, dc_name), folder in sorted(folders.items()):
+        digest.update(f"{role}|{dc_name}|{folder.name}|".encode())
+        digest.update(hashlib.sha256((folder / results.RESULT_FILE).read_bytes()).digest())
+    digest.update(str(intakes["candidate"].artifact.is_quantized).encode())
+    for dc in device_classes:
+        digest.update(json.dumps(dataclasses.asdict(dc), sort_keys=True, default=str).encode())
+    digest.update(json.dumps([dataclasses.asdict(policy.defaults), policy.overrides], sort_keys=True,
+                             default=str).encode())
+    digest.update(_deciding_code_hash().encode())
+    return digest.hexdigest()[:32]
+
+
+def _deciding_code_hash() -> str:
+    package = Path(__file__).parent
+    digest = hashlib.sha256()
+    for name in _DECIDING_MODULES:
+        for path in sorted((package / name).rglob("*.py")) if (package / name).is_dir() else [package / name]:
+            digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def _decision_path(key: str) -> Path:
+    return home() / "decisions" / f"{key}.pickle"
+
+
+def cached_decision(key: str) -> Decision | None:
+    """A decision saved by this machine for exactly this input, if any (its own cache, so pickle is safe)."""
+    try:
+        with _decision_path(key).open("rb") as handle:
+            decision = pickle.load(handle)
+    except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError):
+        return None
+    return decision if isinstance(decision, Decision) else None
+
+
+def save_decision(key: str, decision: Decision) -> None:
+    path = _decision_path(key)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    with tmp.open("wb") as handle:
+        pickle.dump(decision, handle, protocol=pickle.HIGHEST_PROTOCOL)
+    tmp.replace(path)
 
 
 def record(registry, gate_run: GateRun, *, cost_tags: dict[str, str] | None = None):

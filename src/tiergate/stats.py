@@ -11,7 +11,13 @@ import warnings
 from dataclasses import asdict, dataclass
 
 import numpy as np
-from scipy import stats
+
+
+def _scipy_stats():
+    """scipy.stats, imported on first use (it costs about a second at start-up)."""
+    from scipy import stats
+
+    return stats
 
 _MAX_BATCH_ELEMENTS = 1_000_000   # bound bootstrap memory: resamples per batch x sample count
 # BCa's jackknife costs O(n^2); beyond this many samples the bootstrap distribution of a
@@ -49,7 +55,7 @@ def mcnemar_exact(correct_a, correct_b) -> McNemar:
     only_a = int(np.count_nonzero(a & ~b))
     only_b = int(np.count_nonzero(~a & b))
     discordant = only_a + only_b
-    p = 1.0 if discordant == 0 else float(stats.binomtest(only_a, discordant, 0.5).pvalue)
+    p = 1.0 if discordant == 0 else float(_scipy_stats().binomtest(only_a, discordant, 0.5).pvalue)
     return McNemar(n=len(a), only_a=only_a, only_b=only_b, p_value=p)
 
 
@@ -96,7 +102,7 @@ def _bootstrap(data, statistic, estimate, confidence, n_resamples, seed, *, pair
     for method in ("BCa", "percentile") if n <= BCA_MAX_SAMPLES else ("percentile",):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            result = stats.bootstrap(data, statistic, n_resamples=n_resamples, batch=batch,
+            result = _scipy_stats().bootstrap(data, statistic, n_resamples=n_resamples, batch=batch,
                                      vectorized=True, paired=paired, confidence_level=confidence,
                                      method=method, rng=np.random.default_rng(seed))
         low, high = float(result.confidence_interval.low), float(result.confidence_interval.high)

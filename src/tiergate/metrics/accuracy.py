@@ -5,7 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
+
+
+def _scipy_stats():
+    """scipy.stats, imported on first use (it costs about a second at start-up)."""
+    from scipy import stats
+
+    return stats
 
 
 @dataclass(frozen=True)
@@ -41,7 +47,7 @@ def proportion(successes: int, n: int, confidence: float = 0.95) -> Estimate:
     """successes / n with a Wilson score interval."""
     if n == 0:
         return Estimate(float("nan"), float("nan"), float("nan"), 0, confidence)
-    ci = stats.binomtest(int(successes), int(n)).proportion_ci(confidence_level=confidence, method="wilson")
+    ci = _scipy_stats().binomtest(int(successes), int(n)).proportion_ci(confidence_level=confidence, method="wilson")
     return Estimate(successes / n, float(ci.low), float(ci.high), int(n), confidence)
 
 

@@ -11,9 +11,15 @@ import math
 from dataclasses import asdict, dataclass
 
 import numpy as np
-from scipy import special
 
 from tiergate.metrics.accuracy import is_classifier, predictions
+
+
+def _scipy_special():
+    """scipy.special, imported on first use (it costs about a second at start-up)."""
+    from scipy import special
+
+    return special
 
 EPS = float(np.finfo(float).eps)
 PROB_EPS = 1e-12
@@ -103,7 +109,7 @@ def kl_divergence(ref: np.ndarray, out: np.ndarray) -> float:
     zero where the reference is positive gives a large, finite divergence.
     """
     p, q = (_normalised(x) for x in (ref, out))
-    return float(np.mean(special.rel_entr(p, q).sum(axis=-1)))
+    return float(np.mean(_scipy_special().rel_entr(p, q).sum(axis=-1)))
 
 
 def _normalised(x: np.ndarray) -> np.ndarray:

@@ -114,9 +114,26 @@ def build_image(device_class: DeviceClass | str, artifact_path: Path | str, *, a
 # --- the runtime image -----------------------------------------------------------------
 
 
-def ensure_runtime_image(dc: DeviceClass, *, client, base_image: str | None = None,
-                         ca_bundle: Path | None = None, pip_mode: str = "host") -> RuntimeImage:
-    """The runtime image for the device class's runtime and arch, built once."""
+@dataclass(frozen=True)
+class RuntimePlan:
+    """Everything that goes into a runtime image, and the tag it hashes to."""
+
+    dc: DeviceClass
+    tag: str
+    base: str
+    base_id: str
+    lock: str
+    ca_bundle: bytes
+    pip_conf: str
+    pip_mode: str
+    extra_ca: bool
+    versions: dict[str, str]
+    labels: dict[str, str]
+
+
+def plan_runtime_image(dc: DeviceClass, *, client, base_image: str | None = None,
+                       ca_bundle: Path | None = None, pip_mode: str = "host") -> RuntimePlan:
+    """The runtime image's inputs and content-hash tag (nothing is built)."""
     if pip_mode not in PIP_MODES:
         raise InputError(f"pip_mode {pip_mode!r}: must be one of {', '.join(PIP_MODES)}")
     recipe = containers_dir() / dc.runtime
@@ -127,33 +144,45 @@ def ensure_runtime_image(dc: DeviceClass, *, client, base_image: str | None = No
     lock = render_lock(recipe, dc)
     cas = ca_bundle_bytes(ca_bundle)
     pip_conf = image_pip_conf()
-    harness = (containers_dir() / HARNESS).read_bytes()
+    harness_sha = _file_sha256(containers_dir() / HARNESS)
     versions = lock_versions(lock, dc)
     digest = _digest([dc.runtime, dc.arch, base, base_id, pip_mode, lock, pip_conf,
-                      hashlib.sha256(cas).hexdigest(), hashlib.sha256(harness).hexdigest(),
+                      hashlib.sha256(cas).hexdigest(), harness_sha,
                       *(f"{p.name}:{_file_sha256(p)}" for p in sorted(recipe.iterdir()) if p.is_file())])
-    tag = f"tiergate/runtime-{dc.runtime}-{dc.arch}:{digest[:20]}"
     labels = {f"{LABEL}.runtime": dc.runtime, f"{LABEL}.arch": dc.arch, f"{LABEL}.base_image": base,
-              f"{LABEL}.versions": json.dumps(versions, sort_keys=True),
-              f"{LABEL}.harness.sha256": hashlib.sha256(harness).hexdigest()}
-    found = _local_image(client, tag)
+              f"{LABEL}.versions": json.dumps(versions, sort_keys=True), f"{LABEL}.harness.sha256": harness_sha}
+    return RuntimePlan(dc, f"tiergate/runtime-{dc.runtime}-{dc.arch}:{digest[:20]}", base, base_id, lock, cas,
+                       pip_conf, pip_mode, ca_bundle is not None, versions, labels)
+
+
+def ensure_runtime_image(dc: DeviceClass, *, client, base_image: str | None = None,
+                         ca_bundle: Path | None = None, pip_mode: str = "host") -> RuntimeImage:
+    """The runtime image for the device class's runtime and arch, built once."""
+    plan = plan_runtime_image(dc, client=client, base_image=base_image, ca_bundle=ca_bundle, pip_mode=pip_mode)
+    found = _local_image(client, plan.tag)
     if found is not None:
-        return RuntimeImage(tag, found.id, versions, base, True, dict(found.labels))
+        return RuntimeImage(plan.tag, found.id, plan.versions, plan.base, True, dict(found.labels))
     with tempfile.TemporaryDirectory(prefix="tiergate-runtime-") as tmp:
         ctx = Path(tmp)
-        shutil.copy(recipe / "Dockerfile", ctx / "Dockerfile")
-        (ctx / "requirements.txt").write_text(lock)
-        (ctx / "ca-bundle.crt").write_bytes(cas)
-        (ctx / "pip.conf").write_text(pip_conf)
-        for name in ("site-packages", "out", "data", "harness"):
-            (ctx / name).mkdir()
-        shutil.copy(containers_dir() / HARNESS, ctx / HARNESS)
-        if pip_mode == "host":
-            python = base_python_version(client, base, base_id)
-            wheels = download_wheels(lock, dc, python, ctx / "ca-bundle.crt" if ca_bundle else None)
-            install_on_host(lock, wheels, dc, python, ctx / "site-packages")
-        image = _docker_build(client, ctx, tag, {"BASE_IMAGE": base}, labels)
-    return RuntimeImage(tag, image.id, versions, base, False, dict(image.labels))
+        _runtime_context(plan, client, ctx)
+        network = "host" if plan.pip_mode == "image" else "none"  # host: needs no docker0 bridge
+        image = _docker_build(client, ctx, plan.tag, {"BASE_IMAGE": plan.base}, plan.labels, network)
+    return RuntimeImage(plan.tag, image.id, plan.versions, plan.base, False, dict(image.labels))
+
+
+def _runtime_context(plan: RuntimePlan, client, ctx: Path) -> None:
+    dc = plan.dc
+    shutil.copy(containers_dir() / dc.runtime / "Dockerfile", ctx / "Dockerfile")
+    (ctx / "requirements.txt").write_text(plan.lock)
+    (ctx / "ca-bundle.crt").write_bytes(plan.ca_bundle)
+    (ctx / "pip.conf").write_text(plan.pip_conf)
+    for name in ("site-packages", "out", "data", "harness"):
+        (ctx / name).mkdir()
+    shutil.copy(containers_dir() / HARNESS, ctx / HARNESS)
+    if plan.pip_mode == "host":
+        python = base_python_version(client, plan.base, plan.base_id)
+        wheels = download_wheels(plan.lock, dc, python, ctx / "ca-bundle.crt" if plan.extra_ca else None)
+        install_on_host(plan.lock, wheels, dc, python, ctx / "site-packages")
 
 
 def ensure_base_image(client, base: str, dc: DeviceClass) -> str:
@@ -355,12 +384,13 @@ def onnx_external_files(path: Path) -> list[Path]:
 # --- docker helpers --------------------------------------------------------------------
 
 
-def _docker_build(client, ctx: Path, tag: str, buildargs: dict, labels: dict):
+def _docker_build(client, ctx: Path, tag: str, buildargs: dict, labels: dict, network: str = "none"):
+    """Build a context; RUN steps get no network unless `network` says so (pip_mode="image": host)."""
     from tiergate.execution.engine import with_retries
 
     def build():
         image, _ = client.images.build(path=str(ctx), tag=tag, buildargs=buildargs, labels=labels,
-                                       rm=True, forcerm=True, pull=False)
+                                       rm=True, forcerm=True, pull=False, network_mode=network)
         return image
 
     try:

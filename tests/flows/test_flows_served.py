@@ -18,7 +18,6 @@ import numpy as np
 import pytest
 
 import flows_kit as kit
-from tiergate.registry.store import file_sha256
 
 pytestmark = [pytest.mark.slow, pytest.mark.docker, pytest.mark.prefect]
 
@@ -116,10 +115,15 @@ def _image_refs(folders) -> set[str]:
     return refs - {""}
 
 
-def test_registered_artifact_triggers_revalidation_to_a_recorded_decision(served, demo):
-    good = demo.candidate("onnx-int8-entropy")
-    record = _register(served, good.path, demo.reference_onnx, "--tag", "step=1")
-    run = _triggered_run(served, record["sha256"])
+@pytest.fixture(scope="module")
+def registered_good(served, demo) -> tuple[dict, dict]:
+    """The demo's good INT8 ONNX candidate, registered with `tiergate register`, and the run it triggered."""
+    record = _register(served, demo.candidate("onnx-int8-entropy").path, demo.reference_onnx, "--tag", "step=1")
+    return record, _triggered_run(served, record["sha256"])
+
+
+def test_registered_artifact_triggers_revalidation_to_a_recorded_decision(served, registered_good):
+    record, run = registered_good
     assert kit.completed(run), f"{run['state']}\n{kit.tail(served.log)}"
     with _registry(served) as registry:
         decisions = registry.decisions(artifact_sha=record["sha256"])
@@ -137,13 +141,12 @@ def test_registered_artifact_triggers_revalidation_to_a_recorded_decision(served
     assert (report / "gate-summary.md").is_file() and (report / "junit.xml").is_file()
 
 
-def test_unchanged_rerun_reuses_recorded_results_without_starting_a_container(served, demo):
+def test_unchanged_rerun_reuses_recorded_results_without_starting_a_container(served, demo, registered_good):
     from prefect.flows import load_flow_from_entrypoint
 
     from tiergate.registry import count_rows
 
-    sha = file_sha256(demo.candidate("onnx-int8-entropy").path)   # registered and gated by the first test
-    _triggered_run(served, sha)
+    sha = registered_good[0]["sha256"]
     with _registry(served) as registry:
         before = count_rows(registry)
     revalidate = load_flow_from_entrypoint(str(kit.REPO / "flows" / "revalidate.py:revalidate"))
@@ -160,7 +163,7 @@ def test_unchanged_rerun_reuses_recorded_results_without_starting_a_container(se
     assert _engine_starts(started_at, _image_refs(run_folders)) == 0
 
 
-def test_drift_report_flow_over_three_registered_artifacts(served, demo):
+def test_drift_report_flow_over_three_registered_artifacts(served, demo, registered_good):
     from prefect.deployments import run_deployment
 
     shas = [_register(served, demo.candidate(name).path, ref)["sha256"]
@@ -185,7 +188,25 @@ def test_drift_report_flow_over_three_registered_artifacts(served, demo):
     assert (served.folder / "drift" / MODEL / "report.html").stat().st_size > 1000
 
 
-def test_worker_on_a_work_pool_runs_a_device_class(served, demo, tmp_path):
+def test_release_gate_deployment_rejects_the_broken_candidate_with_junit_and_markdown(served, demo, tmp_path):
+    """The CD gate as a served deployment: a REJECT fails the flow run (fail_on_reject), reports are written."""
+    from prefect.deployments import run_deployment
+
+    out = tmp_path / "gate"
+    flow_run = run_deployment("tiergate-gate/release-gate", timeout=300, poll_interval=2, parameters={
+        "candidate": str(demo.candidate("onnx-int8-badcal").path), "reference": str(demo.reference_onnx),
+        "data": str(demo.eval_data), "targets": ONNX_CLASS, "report_dir": str(out),
+        "junit": str(out / "junit.xml"), "fail_on_reject": True})
+    assert flow_run.state.is_failed() and "GateRejected" in flow_run.state.message, flow_run.state.message
+    assert "REJECT" in flow_run.state.message
+    decision = json.loads((out / "gate-decision.json").read_text())
+    assert decision["verdict"] == "REJECT" and decision["reasons"]
+    junit = (out / "junit.xml").read_text()
+    assert "<failure" in junit and ONNX_CLASS in junit
+    assert "REJECT" in (out / "gate-summary.md").read_text()
+
+
+def test_worker_on_a_work_pool_runs_a_device_class(served, demo, registered_good, tmp_path):
     """A process worker of a work pool (as on a device host) runs the x86 class's runs; the gate gets them back."""
     from prefect.flows import load_flow_from_entrypoint
 
@@ -198,7 +219,7 @@ def test_worker_on_a_work_pool_runs_a_device_class(served, demo, tmp_path):
         data = tmp_path / "subset.npz"   # new data: no recorded result to reuse, the worker must run containers
         with np.load(demo.eval_data) as npz:
             np.savez(data, **{k: npz[k][:200] for k in npz.files})
-        sha = file_sha256(demo.candidate("onnx-int8-entropy").path)
+        sha = registered_good[0]["sha256"]
         revalidate = load_flow_from_entrypoint(str(kit.REPO / "flows" / "revalidate.py:revalidate"))
         summary = revalidate(artifact=sha, data=str(data), targets=ONNX_CLASS, registry_url=served.registry_url,
                              remote={ONNX_CLASS: POOL})
@@ -210,3 +231,90 @@ def test_worker_on_a_work_pool_runs_a_device_class(served, demo, tmp_path):
     assert {r["work_pool_name"] for r in runs} == {POOL}
     assert {r["parameters"]["role"] for r in runs} == {"candidate", "reference"}
     assert all(r["id"] in kit.tail(log, 400) for r in runs)   # the worker process picked them up
+
+
+ALT_CLASS = "x86-alt-engine"
+
+
+@pytest.fixture
+def second_engine(tmp_path):
+    """A second dockerd (never the machine's own), holding the x86 base and runtime images, and a device
+    class that runs on it."""
+    import docker
+
+    from tiergate.build import ensure_runtime_image
+    from tiergate.targets import resolve
+
+    engine = kit.SecondEngine(Path(f"/tmp/tg-dockerd-{os.getpid()}"))
+    engine.folder.mkdir(exist_ok=True)
+    engine.start()
+    try:
+        dc = resolve([ONNX_CLASS])[0]
+        main = docker.from_env()
+        runtime = ensure_runtime_image(dc, client=main)
+        main.close()
+        engine.load_from_machine_engine(dc.base_image, runtime.tag)
+        targets = tmp_path / "targets"
+        targets.mkdir()
+        text = (kit.REPO / "targets" / f"{ONNX_CLASS}.toml").read_text()
+        (targets / f"{ALT_CLASS}.toml").write_text(text.replace('docker_host = "local"',
+                                                                f'docker_host = "{engine.host}"'))
+        yield engine, targets
+    finally:
+        engine.stop()
+        subprocess.run(["rm", "-rf", str(engine.folder)], check=False)
+
+
+def test_engine_stopped_mid_run_fails_the_flow_and_records_nothing(served, demo, registered_good, second_engine,
+                                                                   tmp_path, monkeypatch):
+    import threading
+
+    from prefect.flows import load_flow_from_entrypoint
+
+    from tiergate.registry import count_rows
+
+    engine, targets = second_engine
+    monkeypatch.setenv("TIERGATE_TARGETS_DIR", str(targets))
+    data = tmp_path / "large.npz"   # new data (no recorded result) and long enough to stop the engine mid-run
+    with np.load(demo.eval_data) as npz:
+        np.savez(data, **{k: np.concatenate([npz[k]] * 12) for k in npz.files})
+    sha = registered_good[0]["sha256"]
+    revalidate = load_flow_from_entrypoint(str(kit.REPO / "flows" / "revalidate.py:revalidate"))
+    with _registry(served) as registry:
+        before = count_rows(registry)
+    stopped = threading.Event()
+
+    def stop_when_running():
+        client = engine.client()
+        label = f"org.tiergate.device_class={ALT_CLASS}"
+        kit.wait_for(lambda: client.containers.list(filters={"label": label, "status": "running"}), 300,
+                     "a running target container on the second engine", interval_s=0.1)
+        client.close()
+        engine.stop()
+        stopped.set()
+
+    watcher = threading.Thread(target=stop_when_running, daemon=True)
+    watcher.start()
+    state = revalidate(artifact=sha, data=str(data), targets=ALT_CLASS, registry_url=served.registry_url,
+                       return_state=True)
+    watcher.join(60)
+    assert stopped.is_set()
+    assert state.is_failed()
+    assert "InfrastructureFault" in state.message and f"on {ALT_CLASS}" in state.message, state.message
+    assert "the engine is gone" in state.message and engine.host in state.message, state.message
+    task_runs = kit.api_filter(served.api_url, "task_runs",
+                               {"flow_runs": {"id": {"any_": [str(state.state_details.flow_run_id)]}}})
+    runs = [t for t in task_runs if t["name"].startswith("run ")]
+    assert len(runs) == 2 and all(t["run_count"] == 3 for t in runs)   # an engine fault is retried twice
+    with _registry(served) as registry:
+        assert count_rows(registry) == before               # no half-written decision, no stray run rows
+
+    engine.start()                                          # the engine is back: the same flow completes
+    summary = revalidate(artifact=sha, data=str(data), targets=ALT_CLASS, registry_url=served.registry_url)
+    assert summary["verdict"] == "PROMOTE" and summary["containers_started"] == 2
+    with _registry(served) as registry:
+        after = count_rows(registry)
+        decision = registry.decisions(artifact_sha=sha)[-1]
+        recorded = {r.device_class for r in registry.runs(artifact_sha=sha) if r.id in decision.run_ids}
+    assert after["decisions"] == before["decisions"] + 1 and decision.id == summary["decision_id"]
+    assert recorded == {ALT_CLASS}

@@ -13,28 +13,35 @@ import typer
 from tiergate.errors import EnvironmentProblem, InputError
 
 
+_TARGETS_HELP = ("Device classes (comma-separated); each artifact runs on those of its format. "
+                 "Default: every non-GPU class.")
+_REMOTE_HELP = "DEVICE_CLASS=WORK_POOL: run that class on a worker of the pool (repeat for more)."
+
+
 def serve_command(
     data: Path = typer.Option(..., "--data", "-d", help="Evaluation .npz used to revalidate registered artifacts."),
-    targets: str | None = typer.Option(None, "--targets", "-t",
-                                       help="Device classes (comma-separated); each artifact runs on those of its format. "
-                                            "Default: every non-GPU class."),
+    targets: str | None = typer.Option(None, "--targets", "-t", help=_TARGETS_HELP),
     policy: Path | None = typer.Option(None, "--policy", help="Policy TOML (defaults: docs/policy.md)."),
     registry_url: str | None = typer.Option(None, "--registry", envvar="TIERGATE_REGISTRY_URL",
                                             help="Registry URL (default: sqlite under $TIERGATE_HOME)."),
-    store: str | None = typer.Option(None, "--store", help="Artifact store (default: $TIERGATE_STORE or $TIERGATE_HOME/store)."),
-    report_dir: Path | None = typer.Option(None, "--report-dir", help="Where revalidation reports go (one folder per artifact)."),
-    remote: list[str] = typer.Option([], "--remote", help="DEVICE_CLASS=WORK_POOL: run that class on a worker of the pool; repeat."),
-    drift_out: Path | None = typer.Option(None, "--drift-out", help="Drift report folder (default: $TIERGATE_HOME/drift)."),
+    store: str | None = typer.Option(None, "--store",
+                                     help="Artifact store (default: $TIERGATE_STORE or $TIERGATE_HOME/store)."),
+    report_dir: Path | None = typer.Option(None, "--report-dir",
+                                           help="Where revalidation reports go (one folder per artifact)."),
+    remote: list[str] = typer.Option([], "--remote", help=_REMOTE_HELP),
+    drift_out: Path | None = typer.Option(None, "--drift-out",
+                                          help="Drift report folder (default: $TIERGATE_HOME/drift)."),
     drift_cron: str = typer.Option("0 6 * * *", "--drift-cron", help="Cron schedule of the drift report."),
-    drift_every: int | None = typer.Option(None, "--drift-every", min=60, help="Drift report every N seconds instead of cron."),
+    drift_every: int | None = typer.Option(None, "--drift-every", min=60,
+                                           help="Drift report every N seconds instead of the cron schedule."),
     limit: int = typer.Option(2, "--limit", min=1, help="Flow runs at a time in this process."),
 ) -> None:
     """Serve revalidate (on `tiergate.artifact.registered`), release gate and the scheduled drift report."""
     from tiergate.cli.registry import prefect_api_url
-    from tiergate.orchestration.deployments import ServeSettings
 
     if not prefect_api_url():
-        raise EnvironmentProblem("no Prefect API to serve on", hint="start `prefect server start` and set PREFECT_API_URL")
+        raise EnvironmentProblem("no Prefect API to serve on",
+                                 hint="start `prefect server start` and set PREFECT_API_URL")
     settings = _settings(data, targets, policy, registry_url, store, report_dir, remote, drift_out, drift_cron,
                          drift_every)
     _serve(settings, limit)

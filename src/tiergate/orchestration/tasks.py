@@ -90,7 +90,8 @@ def build_task(device_class: DeviceClass, specs: list[pipeline.RunSpec], base_im
     if any(spec.build_error for spec in specs):
         problem = engine_problem(device_class)
         if problem:
-            raise InfrastructureFault(f"building images for {device_class.name}: {problem}")
+            raise InfrastructureFault(f"building images for {device_class.name} failed and the engine is gone: "
+                                      f"{problem}")
     return specs
 
 
@@ -108,5 +109,5 @@ def run_task(spec: pipeline.RunSpec, data, root: Path | None = None, registry=No
     if not result.ok:
         problem = engine_problem(dc)
         if problem:
-            raise InfrastructureFault(f"{spec.role} on {dc.name}: {result.reason} ({problem})")
+            raise InfrastructureFault(f"{spec.role} on {dc.name}: the run failed and the engine is gone: {problem}")
     return RunDone(spec.role, dc.name, folder, cached=False, started=True)

@@ -1,0 +1,119 @@
+"""Fast tests of the Prefect wiring that need no server: retry classification, revalidation inputs, CLI errors."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from tiergate.cli.main import main
+from tiergate.errors import InfrastructureFault, InputError
+from tiergate.orchestration.revalidation import artifact_sha, device_classes_for, prepare, previous_artifact
+from tiergate.orchestration.tasks import engine_problem, infrastructure_only
+from tiergate.registry import Registry, register_artifact
+from tiergate.registry.store import file_sha256
+
+
+def _failed_with(exc: BaseException):
+    from prefect.states import Failed
+
+    return Failed(data=exc, message=str(exc))
+
+
+def test_only_infrastructure_faults_are_retried():
+    from prefect.states import Completed
+
+    assert infrastructure_only(None, None, _failed_with(InfrastructureFault("engine gone"))) is True
+    assert infrastructure_only(None, None, _failed_with(InputError("bad model"))) is False
+    assert infrastructure_only(None, None, _failed_with(RuntimeError("a bug"))) is False
+    assert infrastructure_only(None, None, Completed(data=1)) is False
+
+
+def test_engine_problem_names_an_engine_that_does_not_answer(tmp_path):
+    from dataclasses import replace
+
+    from tiergate.targets import resolve
+
+    dc = replace(resolve(["x86_64-cpu-onnxruntime"])[0], docker_host=f"unix://{tmp_path}/none.sock")
+    problem = engine_problem(dc)
+    assert problem is not None and f"unix://{tmp_path}/none.sock" in problem and "does not answer" in problem
+
+
+@pytest.mark.docker
+def test_engine_problem_is_none_for_the_running_engine():
+    from tiergate.targets import resolve
+
+    assert engine_problem(resolve(["x86_64-cpu-onnxruntime"])[0]) is None
+
+
+def test_artifact_sha_takes_the_event_resource_id():
+    sha = "ab" * 32
+    assert artifact_sha(f"tiergate.artifact.{sha}") == sha
+    assert artifact_sha(f"  {sha[:12]} ") == sha[:12]
+
+
+def test_device_classes_follow_the_artifact_format():
+    both = "x86_64-cpu-onnxruntime,x86_64-cpu-tflite"
+    assert [dc.name for dc in device_classes_for("onnx", both)] == ["x86_64-cpu-onnxruntime"]
+    assert [dc.name for dc in device_classes_for("tflite", both)] == ["x86_64-cpu-tflite"]
+    assert all(not dc.gpu and dc.artifact_format == "onnx" for dc in device_classes_for("onnx", None))
+    with pytest.raises(InputError, match="runs tflite"):
+        device_classes_for("tflite", "x86_64-cpu-onnxruntime")
+
+
+def _linear(path, scale: float):
+    w = (np.arange(12, dtype=np.float32).reshape(4, 3) * scale)
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "W"], ["y"])], "lin",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3])],
+                              initializer=[numpy_helper.from_array(w, "W")])
+    onnx.save_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), str(path))
+    return path
+
+
+def test_prepare_finds_reference_previous_artifact_and_incumbent(tmp_path):
+    ref, v1, v2 = (_linear(tmp_path / f"{n}.onnx", s) for n, s in (("ref", 1.0), ("v1", 1.01), ("v2", 0.99)))
+    t0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    with Registry(f"sqlite:///{tmp_path / 'r.db'}", tmp_path / "store") as registry:
+        first = register_artifact(registry, v1, model="lin", reference=ref, at=t0).artifact
+        second = register_artifact(registry, v2, model="lin", reference=ref, at=t0 + timedelta(days=1)).artifact
+        assert previous_artifact(registry, first) is None
+        assert previous_artifact(registry, second).sha256 == first.sha256
+        registry.record_decision(first.sha256, "promote", tiers=["x86-server"])
+        job = prepare(registry, f"tiergate.artifact.{second.sha256}", "x86_64-cpu-onnxruntime", tmp_path / "work")
+    assert job.shas == {"candidate": file_sha256(v2), "reference": file_sha256(ref), "incumbent": file_sha256(v1)}
+    assert {role: file_sha256(path) for role, path in job.paths.items()} == job.shas   # copied from the store
+    assert job.previous[1] == first.sha256 and file_sha256(job.previous[0]) == first.sha256
+
+
+def test_serve_without_a_prefect_api_is_one_line_exit_2(tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv("PREFECT_API_URL", raising=False)
+    monkeypatch.setenv("PREFECT_HOME", str(tmp_path))
+    data = tmp_path / "eval.npz"
+    np.savez(data, x=np.zeros((2, 4), np.float32))
+    assert main(["serve", "--data", str(data)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no Prefect API" in err[0]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--remote", "x86_64-cpu-onnxruntime"], "expected DEVICE_CLASS=WORK_POOL"),
+    (["--remote", "nope=pool"], "unknown device class 'nope'"),
+    (["--targets", "x86_64-cpu-tflite", "--remote", "x86_64-cpu-onnxruntime=pool"], "not among --targets"),
+])
+def test_serve_rejects_bad_options_in_one_line(tmp_path, monkeypatch, capsys, args, message):
+    monkeypatch.setenv("PREFECT_API_URL", "http://127.0.0.1:9/api")   # never reached: input is checked first
+    data = tmp_path / "eval.npz"
+    np.savez(data, x=np.zeros((2, 4), np.float32))
+    assert main(["serve", "--data", str(data), *args]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0], err
+
+
+def test_serve_rejects_missing_data(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("PREFECT_API_URL", "http://127.0.0.1:9/api")
+    assert main(["serve", "--data", str(tmp_path / "missing.npz")]) == 2
+    assert "evaluation data does not exist" in capsys.readouterr().err

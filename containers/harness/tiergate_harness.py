@@ -11,10 +11,11 @@ monotonic nanosecond clock and writes to the output folder:
 
 Usage:
   python tiergate_harness.py --runtime onnxruntime --model M.onnx --data D.npz --out DIR
-      [--threads 1] [--batch-size 1] [--warmup 3] [--bare]
+      [--threads 1] [--batch-size 1] [--warmup 3] [--compare-rounds 0]
 
---bare times a plain `session.run` / `invoke` loop without the harness's
-bookkeeping (used by bench/bench_harness.py to measure the harness overhead).
+--compare-rounds N (bench/bench_harness.py) alternates, in this process, N rounds
+of the harness's timed loop and of a bare `session.run` / `invoke` loop, and
+records each round's medians in extra.compare: the harness's own overhead.
 
 Quantized TFLite inputs are quantized from float data with the input's scale and
 zero point; quantized outputs are dequantized to float32 (listed in
@@ -50,7 +51,7 @@ def parse_args(argv=None):
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--batch-size", type=int, default=1)
     p.add_argument("--warmup", type=int, default=3)
-    p.add_argument("--bare", action="store_true")
+    p.add_argument("--compare-rounds", type=int, default=0)
     return p.parse_args(argv)
 
 
@@ -125,15 +126,16 @@ class OnnxRunner:
     def infer(self, feed):
         return self.session.run(self.output_names, feed)
 
-    def timed_loop(self, feeds):
+    def timed_loop(self, feeds, store):
         run, names, clock = self.session.run, self.output_names, time.monotonic_ns
-        results, lat = [], []
-        for feed in feeds:
+        lat = []
+        for i, feed in enumerate(feeds):
             t0 = clock()
             out = run(names, feed)
             lat.append(clock() - t0)
-            results.append(out)
-        return results, lat
+            store(i, out)
+            del out  # freed before the next call, as in a bare loop
+        return lat
 
 
 # --- LiteRT (TFLite) ------------------------------------------------------------------
@@ -181,18 +183,18 @@ class TfliteRunner:
         self.interp.invoke()
         return [_from_output(self.interp.get_tensor(o["index"]), o) for o in self.outputs]
 
-    def timed_loop(self, feeds):
+    def timed_loop(self, feeds, store):
         interp, clock = self.interp, time.monotonic_ns
-        results, lat = [], []
-        for feed in feeds:
+        lat = []
+        for i, feed in enumerate(feeds):
             self._resize(len(feed[0][1]))
             for index, value in feed:
                 interp.set_tensor(index, value)
             t0 = clock()
             interp.invoke()
             lat.append(clock() - t0)
-            results.append([interp.get_tensor(o["index"]).copy() for o in self.outputs])
-        return [[_from_output(v, o) for v, o in zip(r, self.outputs)] for r in results], lat
+            store(i, [_from_output(interp.get_tensor(o["index"]), o) for o in self.outputs])
+        return lat
 
 
 def _quantized(detail):
@@ -233,32 +235,65 @@ def run(args):
     feeds = [runner.prepare(data, a, b) for a, b in slices(n, batch)]
     for _ in range(args.warmup):
         runner.infer(feeds[0])
-    if args.bare:
-        results, latencies = bare_loop(runner, feeds)
-    else:
-        results, latencies = runner.timed_loop(feeds)
-    outputs = {name: np.concatenate([r[k] for r in results]) for k, name in enumerate(runner.output_names)}
-    return runner, batch, n, outputs, latencies
+    store = Outputs(slices(n, batch), runner.output_names)
+    if args.compare_rounds:
+        runner.extra["compare"] = [compare_round(runner, feeds, store) for _ in range(args.compare_rounds)]
+    latencies = runner.timed_loop(feeds, store)
+    return runner, batch, n, store.arrays(), latencies
+
+
+def compare_round(runner, feeds, store):
+    harness = runner.timed_loop(feeds, store)
+    bare, whole = bare_loop(runner, feeds)
+    return {"harness_median_ns": _median(harness), "bare_median_ns": _median(bare), "bare_loop_ns_per_call": whole}
+
+
+def _median(values):
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+class Outputs:
+    """Each call's outputs copied into arrays allocated once, outside the timed region."""
+
+    def __init__(self, spans, names):
+        self.spans, self.names, self.buffers = spans, names, None
+
+    def __call__(self, i, outs):
+        start, stop = self.spans[i]
+        if self.buffers is None:
+            for name, o in zip(self.names, outs):
+                if o.ndim == 0 or o.shape[0] != stop - start:
+                    raise SystemExit(f"harness: output {name!r} {o.shape} has no sample axis first")
+            self.buffers = [np.empty((self.spans[-1][1], *o.shape[1:]), o.dtype) for o in outs]
+        for buffer, o in zip(self.buffers, outs):
+            buffer[start:stop] = o
+
+    def arrays(self):
+        return dict(zip(self.names, self.buffers))
 
 
 def bare_loop(runner, feeds):
-    """The loop a user would write by hand, timed the same way (for the overhead benchmark)."""
+    """The loop a user would write by hand: a plain `session.run` loop, timed per call and as a whole."""
     if isinstance(runner, OnnxRunner):
         session, names = runner.session, runner.output_names
         lat = []
+        start = time.monotonic_ns()
         for feed in feeds:
             t0 = time.monotonic_ns()
             session.run(names, feed)
             lat.append(time.monotonic_ns() - t0)
-        return [session.run(names, f) for f in feeds], lat
-    lat = []
-    for feed in feeds:
-        for index, value in feed:
-            runner.interp.set_tensor(index, value)
-        t0 = time.monotonic_ns()
-        runner.interp.invoke()
-        lat.append(time.monotonic_ns() - t0)
-    return [runner.infer(f) for f in feeds], lat
+    else:
+        interp, lat = runner.interp, []
+        start = time.monotonic_ns()
+        for feed in feeds:
+            for index, value in feed:
+                interp.set_tensor(index, value)
+            t0 = time.monotonic_ns()
+            interp.invoke()
+            lat.append(time.monotonic_ns() - t0)
+    return lat, (time.monotonic_ns() - start) / len(feeds)
 
 
 def write(args, runner, batch, n, outputs, latencies):
@@ -274,7 +309,7 @@ def write(args, runner, batch, n, outputs, latencies):
         "n_samples": n,
         "warmup": args.warmup,
         "latencies_ns": [int(x) for x in latencies],
-        "extra": {**runner.extra, "bare_loop": bool(args.bare), "clock": "time.monotonic_ns"},
+        "extra": {**runner.extra, "clock": "time.monotonic_ns"},
     }
     tmp = os.path.join(args.out, "result.json.tmp")
     with open(tmp, "w") as fh:

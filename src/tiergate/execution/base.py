@@ -38,14 +38,14 @@ class Job:
     artifact_sha256: str = ""
     warmup: int = DEFAULT_WARMUP
     env: dict[str, str] = field(default_factory=dict)  # extra environment (TIERGATE_HARNESS_FAULT in tests)
-    bare: bool = False                                  # time a bare loop (bench/bench_harness.py)
+    compare_rounds: int = 0                             # harness vs bare loop rounds (bench/bench_harness.py)
 
     def harness_args(self, model: str, data: str, out: str) -> list[str]:
         dc = self.device_class
         args = ["--runtime", dc.runtime, "--model", model, "--data", data, "--out", out,
                 "--threads", str(dc.threads), "--batch-size", str(dc.batch_size),
                 "--warmup", str(self.warmup)]
-        return args + (["--bare"] if self.bare else [])
+        return args + (["--compare-rounds", str(self.compare_rounds)] if self.compare_rounds else [])
 
 
 class Backend(Protocol):

@@ -117,3 +117,28 @@ def test_serve_rejects_missing_data(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("PREFECT_API_URL", "http://127.0.0.1:9/api")
     assert main(["serve", "--data", str(tmp_path / "missing.npz")]) == 2
     assert "evaluation data does not exist" in capsys.readouterr().err
+
+
+def test_cd_example_uses_real_gate_options_and_publishes_what_the_gate_writes(capsys):
+    """docs/ci/github-actions.yml: every option of its gate command exists, and the publish steps
+    read the files the gate writes (JUnit at --junit, the Markdown summary in --report-dir)."""
+    import re
+    import shlex
+    from pathlib import Path
+
+    import yaml
+
+    from tiergate.reports.markdown import SUMMARY_FILE
+
+    workflow = yaml.safe_load((Path(__file__).parents[2] / "docs" / "ci" / "github-actions.yml").read_text())
+    steps = workflow["jobs"]["gate"]["steps"]
+    command = next(s["run"] for s in steps if "tiergate gate" in s.get("run", ""))
+    args = shlex.split(command.replace("\\\n", " "))
+    options = {a for a in args if a.startswith("--")}
+    assert main(["gate", "--help"]) == 0
+    help_text = capsys.readouterr().out
+    assert options and all(re.search(rf"{re.escape(o)}\b", help_text) for o in options), options
+    junit = args[args.index("--junit") + 1]
+    report_dir = args[args.index("--report-dir") + 1]
+    published = " ".join(str(s.get("with", "")) + s.get("run", "") for s in steps if s.get("if") == "always()")
+    assert junit in published and f"{report_dir}/{SUMMARY_FILE}" in published

@@ -192,3 +192,15 @@ def test_backend_choice_follows_the_device_class():
                                           docker_host="ssh://edge@127.0.0.1:2222"))
     assert isinstance(gpu, DockerBackend) and gpu.gpu
     assert remote.docker_host == "ssh://edge@127.0.0.1:2222" and not remote.gpu
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+def test_gpu_target_uses_cuda(images, models, data, tmp_path):
+    """Needs a GPU host with the NVIDIA container runtime (skips elsewhere)."""
+    image = images.get("cuda-gpu-onnxruntime", models["mlp"])
+    result = run_target("cuda-gpu-onnxruntime", image, data, tmp_path)
+    assert result.ok, f"{result.reason}\n{result.log_tail}"
+    assert result.extra["providers"][0] == "CUDAExecutionProvider"
+    np.testing.assert_allclose(results.load_outputs(tmp_path)["y"], kit.host_onnx(models["mlp"], data)["y"],
+                               rtol=1e-4, atol=1e-4)

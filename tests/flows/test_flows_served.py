@@ -51,6 +51,7 @@ def served(tmp_path_factory, demo):
             with temporary_settings(updates=settings):
                 kit.wait_for(lambda: len(kit.api_filter(api_url, "deployments")) == 3, 120,
                              "tiergate serve's deployments", proc=serve, log=log)
+                kit.wait_for(lambda: kit.api_filter(api_url, "automations"), 30, "the revalidate trigger's automation")
                 time.sleep(3)  # the server's trigger service loads the new automation
                 yield SimpleNamespace(folder=folder, home=home, env=env, api_url=api_url, serve=serve, log=log,
                                       registry_url=f"sqlite:///{home / 'registry.db'}")

@@ -49,8 +49,8 @@ def gate_in_flow(paths: dict[str, Path], data_path: Path, device_classes: list[D
     remote = remote or Remote()
     local = [dc for dc in device_classes if dc.name not in remote.pools]
     specs = {dc.name: [pipeline.RunSpec(role, dc, item) for role, item in intakes.items()] for dc in local}
-    _results([build_task.submit(dc, specs[dc.name], base_image, ca_bundle) for dc in local])
-    runs = [run_task.submit(spec, data, root, registry) for dc in local for spec in specs[dc.name]]
+    built = _results([build_task.submit(dc, specs[dc.name], base_image, ca_bundle) for dc in local])
+    runs = [run_task.submit(spec, data, root, registry) for class_specs in built for spec in class_specs]
     runs += _remote_runs(remote, intakes, device_classes, root)
     done: list[RunDone] = _results(runs)
     folders = {(d.role, d.device_class): d.folder for d in done}

@@ -119,7 +119,9 @@ class SecondEngine:
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> None:
-        args = ["dockerd", "--data-root", self.folder / "data", "--exec-root", self.folder / "exec",
+        # Its own network namespace: a dockerd with --bridge none deletes the host's docker0
+        # at start-up, which would break the machine's own engine for everyone else.
+        args = ["unshare", "--net", "dockerd", "--data-root", self.folder / "data", "--exec-root", self.folder / "exec",
                 "--pidfile", self.folder / "dockerd.pid", "-H", self.host, "--bridge", "none",
                 "--iptables=false", "--ip-masq=false"]
         self.proc = start(args, self.log, dict(os.environ), cwd=self.folder)

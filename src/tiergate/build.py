@@ -32,6 +32,7 @@ from pathlib import Path
 
 import docker
 
+from tiergate.hashing import file_sha256
 from tiergate.errors import EnvironmentProblem, InputError
 from tiergate.paths import containers_dir
 from tiergate.targets import DeviceClass, resolve
@@ -94,7 +95,7 @@ def build_image(device_class: DeviceClass | str, artifact_path: Path | str, *, a
                                    pip_mode=pip_mode)
     labels = image_labels(dc, runtime, files[0].name, artifact_sha256, fingerprint)
     digest = _digest([runtime.tag, runtime.image_id, json.dumps(labels, sort_keys=True),
-                      *(f"{p.name}:{_file_sha256(p)}" for p in files)])
+                      *(f"{p.name}:{file_sha256(p)}" for p in files)])
     tag = f"tiergate/{dc.name}:{digest[:20]}"
     found = _local_image(client, tag)
     if found is not None:
@@ -144,11 +145,11 @@ def plan_runtime_image(dc: DeviceClass, *, client, base_image: str | None = None
     lock = render_lock(recipe, dc)
     cas = ca_bundle_bytes(ca_bundle)
     pip_conf = image_pip_conf()
-    harness_sha = _file_sha256(containers_dir() / HARNESS)
+    harness_sha = file_sha256(containers_dir() / HARNESS)
     versions = lock_versions(lock, dc)
     digest = _digest([dc.runtime, dc.arch, base, base_id, pip_mode, lock, pip_conf,
                       hashlib.sha256(cas).hexdigest(), harness_sha,
-                      *(f"{p.name}:{_file_sha256(p)}" for p in sorted(recipe.iterdir()) if p.is_file())])
+                      *(f"{p.name}:{file_sha256(p)}" for p in sorted(recipe.iterdir()) if p.is_file())])
     labels = {f"{LABEL}.runtime": dc.runtime, f"{LABEL}.arch": dc.arch, f"{LABEL}.base_image": base,
               f"{LABEL}.versions": json.dumps(versions, sort_keys=True), f"{LABEL}.harness.sha256": harness_sha}
     return RuntimePlan(dc, f"tiergate/runtime-{dc.runtime}-{dc.arch}:{digest[:20]}", base, base_id, lock, cas,
@@ -418,14 +419,6 @@ def _digest(parts: list[str]) -> str:
     for part in parts:
         h.update(part.encode())
         h.update(b"\0")
-    return h.hexdigest()
-
-
-def _file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
     return h.hexdigest()
 
 

@@ -7,7 +7,6 @@ data; arrays are read on first use, once, and batches are views, not copies.
 
 from __future__ import annotations
 
-import hashlib
 import zipfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -15,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tiergate.hashing import file_sha256
 from tiergate.artifact.model import TensorSpec
 from tiergate.errors import InputError
 
@@ -78,7 +78,7 @@ def load_eval_data(path: str | Path) -> EvalData:
     if label_info is not None:
         with np.load(path, allow_pickle=False) as npz:
             labels = npz[LABELS]
-    data = EvalData(path=path, sha256=_sha256(path), n_samples=n_samples, info=infos,
+    data = EvalData(path=path, sha256=file_sha256(path), n_samples=n_samples, info=infos,
                     labels=labels, arrays=_LazyArrays(path, list(infos)))
     _check_labels(data)
     return data
@@ -176,6 +176,3 @@ def _sample_count(path: Path, infos: dict[str, ArrayInfo]) -> int:
     return n
 
 
-def _sha256(path: Path) -> str:
-    with path.open("rb") as stream:
-        return hashlib.file_digest(stream, "sha256").hexdigest()

@@ -319,3 +319,21 @@ def test_engine_stopped_mid_run_fails_the_flow_and_records_nothing(served, demo,
         recorded = {r.device_class for r in registry.runs(artifact_sha=sha) if r.id in decision.run_ids}
     assert after["decisions"] == before["decisions"] + 1 and decision.id == summary["decision_id"]
     assert recorded == {ALT_CLASS}
+
+
+def test_prefect_yaml_deploys_with_prefects_own_cli(served, demo, tmp_path):
+    """`prefect deploy --all` from the checkout creates every deployment in prefect.yaml and exits 0.
+
+    Last in the module: its on-register trigger must not race the served one in earlier tests.
+    """
+    env = {**served.env, "TIERGATE_ROOT": str(kit.REPO), "TIERGATE_EVAL_DATA": str(demo.eval_data),
+           "TIERGATE_REGISTRY_URL": served.registry_url, "TIERGATE_STORE": str(served.home / "store"),
+           "TIERGATE_DRIFT_OUT": str(tmp_path / "drift")}
+    for pool in ("tiergate", "arm64-farm"):
+        subprocess.run([kit.PREFECT, "work-pool", "create", pool, "--type", "process"], env=env, cwd=kit.REPO,
+                       capture_output=True, text=True, timeout=120, check=True)
+    done = subprocess.run([kit.PREFECT, "--no-prompt", "deploy", "--all"], env=env, cwd=kit.REPO,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    names = {d["name"] for d in kit.api_filter(served.api_url, "deployments")}
+    assert {"on-register", "release-gate", "scheduled", "arm64-farm"} <= names

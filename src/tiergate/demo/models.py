@@ -18,6 +18,7 @@ from typing import Literal
 
 import numpy as np
 
+from tiergate.hashing import file_sha256
 from tiergate.demo import data
 from tiergate.demo.quiet import captured_output
 from tiergate.errors import InputError
@@ -204,10 +205,6 @@ def _key_matches(stored: dict, key: dict) -> bool:
     return all(built_with.get(dist) == version for dist, version in key["toolchain"].items())
 
 
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def _write_manifest(out_dir: Path, key: dict, demo: DemoSet) -> None:
     files = [demo.reference_onnx, demo.reference_tflite, demo.eval_data, *(c.path for c in demo.candidates)]
     record = {
@@ -215,7 +212,7 @@ def _write_manifest(out_dir: Path, key: dict, demo: DemoSet) -> None:
         "train_accuracy": demo.train_accuracy,
         "test_accuracy": demo.test_accuracy,
         "candidates": [{**asdict(c), "path": c.path.name} for c in demo.candidates],
-        "files": {p.name: _sha256(p) for p in files},
+        "files": {p.name: file_sha256(p) for p in files},
     }
     tmp = out_dir / f".{MANIFEST}.{os.getpid()}.tmp"
     tmp.write_text(json.dumps(record, indent=2) + "\n")
@@ -230,7 +227,7 @@ def _load_cached(out_dir: Path, key: dict) -> DemoSet | None:
     if not isinstance(record, dict) or not _key_matches(record.get("key", {}), key):
         return None
     files = record.get("files", {})
-    if not all((out_dir / name).is_file() and _sha256(out_dir / name) == sha for name, sha in files.items()):
+    if not all((out_dir / name).is_file() and file_sha256(out_dir / name) == sha for name, sha in files.items()):
         return None
     candidates = [Candidate(**{**c, "path": out_dir / c["path"]}) for c in record["candidates"]]
     return DemoSet(out_dir, key["seed"], out_dir / REFERENCE_ONNX, out_dir / REFERENCE_TFLITE, candidates,

@@ -8,13 +8,13 @@ out-of-memory kill or a timeout is a failed result with a reason and a log tail)
 
 from __future__ import annotations
 
-import hashlib
 import json
 import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from tiergate.hashing import file_sha256
 from tiergate.build import LABEL, BuiltImage
 from tiergate.results import OUTPUTS_FILE, RESULT_FILE, TargetResult, failed
 from tiergate.targets import DeviceClass
@@ -112,9 +112,3 @@ def last_line(text: str) -> str:
     return lines[-1][:300] if lines else ""
 
 
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()

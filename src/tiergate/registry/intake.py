@@ -14,7 +14,7 @@ from tiergate.errors import InputError
 from tiergate.registry.db import Registry
 from tiergate.registry.names import model_name
 from tiergate.registry.records import ArtifactRecord
-from tiergate.registry.store import file_sha256
+from tiergate.hashing import file_sha256
 
 _PRECISION = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32", "float64": "fp64",
               "int8": "int8", "uint8": "uint8", "int4": "int4", "uint4": "uint4", "int16": "int16"}

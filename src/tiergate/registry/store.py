@@ -18,6 +18,7 @@ import os
 import uuid
 from pathlib import Path, PurePosixPath
 
+from tiergate.hashing import file_sha256
 from tiergate.errors import InputError
 from tiergate.paths import home
 
@@ -27,14 +28,6 @@ RESULT_FILES = ("outputs.npz", "result.json")  # result.json last: it marks the 
 
 def default_location() -> str:
     return os.environ.get(STORE_ENV) or str(home() / "store")
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 class Store:

@@ -3,7 +3,9 @@
   1. the gate cold (tiergate images removed, so runtime and artifact images are built)
      versus warm (images present, no saved results);
   2. an unchanged re-run (every run reused from the cache) versus a warm full run;
-  3. the orchestrator's peak memory (max RSS of the `tiergate gate` process; containers are
+  3. the whole demo (four candidates, four device classes, registry, report) warm versus its
+     unchanged re-run (every run and decision from the cache);
+  4. the orchestrator's peak memory (max RSS of the `tiergate gate` process; containers are
      separate processes) at 1,000 versus 100,000 evaluation samples.
 
 Each measurement runs `tiergate gate` as a subprocess with its own TIERGATE_HOME, on the
@@ -41,6 +43,16 @@ def gate(home: Path, demo, data: Path, targets: str) -> tuple[float, dict]:
     if proc.returncode not in (0, 1):
         raise SystemExit(f"tiergate gate failed ({proc.returncode}): {proc.stderr.strip()[-400:]}")
     return wall, json.loads(proc.stdout)
+
+
+def time_demo(home: Path) -> float:
+    """Wall seconds of one `tiergate demo` with its own TIERGATE_HOME."""
+    env = dict(os.environ, TIERGATE_HOME=str(home))
+    t0 = time.perf_counter()
+    proc = subprocess.run(TIERGATE + ["demo"], env=env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"tiergate demo failed ({proc.returncode}): {proc.stdout[-600:]} {proc.stderr[-400:]}")
+    return time.perf_counter() - t0
 
 
 def remove_tiergate_images() -> int:
@@ -102,6 +114,11 @@ def main() -> None:
         print(f"  ratio warm / cold:                {warm / cold:.3f}")
     print(f"  ratio cached re-run / warm full:  {rerun / warm:.3f}  "
           f"(containers started: full {full['containers_started']}, re-run {cached['containers_started']})")
+    demo_full = time_demo(work / "home-demo")
+    demo_rerun = time_demo(work / "home-demo")
+    print(f"tiergate demo (4 candidates x 2 device classes each, images present): full {demo_full:.2f} s, "
+          f"unchanged re-run {demo_rerun:.2f} s")
+    print(f"  ratio demo re-run / demo full:    {demo_rerun / demo_full:.3f}")
     small, small_wall = peak_memory(1_000, demo, args.memory_target, work)
     large, large_wall = peak_memory(100_000, demo, args.memory_target, work)
     print(f"orchestrator peak RSS on {args.memory_target}: 1,000 samples {small} MiB ({small_wall:.1f} s), "

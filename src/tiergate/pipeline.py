@@ -307,6 +307,24 @@ def record(registry, gate_run: GateRun, *, cost_tags: dict[str, str] | None = No
     return record_gate_decision(registry, sha, gate_run.decision, runs=runs, cost_tags=cost_tags)
 
 
+def reusable_decision(registry, gate_run: GateRun):
+    """The last recorded decision of the candidate, when no run was new and it says exactly the same."""
+    if gate_run.containers_started or gate_run.cache_hits < len(gate_run.run_dirs):
+        return None
+    decisions = registry.decisions(artifact_sha=gate_run.intakes["candidate"].sha256)
+    if not decisions:
+        return None
+    return decisions[-1] if decisions[-1].detail == json.loads(gate_run.decision.dumps()) else None
+
+
+def record_or_reuse(registry, gate_run: GateRun, *, cost_tags: dict[str, str] | None = None):
+    """(decision record, reused): an unchanged input reuses its recorded decision, no duplicate row."""
+    previous = reusable_decision(registry, gate_run)
+    if previous is not None:
+        return previous, True
+    return record(registry, gate_run, cost_tags=cost_tags), False
+
+
 def write_reports(gate_run: GateRun, report_dir: Path | None, junit: Path | None) -> dict[str, Path]:
     """decision.json, summary.md (and JUnit XML) for CD; returns what was written."""
     from tiergate.reports.junit import write_junit

@@ -109,3 +109,16 @@ def test_a_model_without_runs_still_reports(tmp_path):
     assert report["tiers"] == {} and report["cross_tier"]["labels"] == []
     page = render_html(report)
     assert "No runs recorded" in page and "<svg" not in page
+
+
+def test_unchanged_data_keeps_the_rendered_page_and_new_data_renders_again(filled, tmp_path):
+    registry, _ = filled
+    report = build_drift_report(registry, "digits")
+    html_path, _ = write_report(report, tmp_path / "out")
+    html_path.write_text(html_path.read_text() + "<!-- marker -->")
+    later = {**report, "generated_at": "2099-01-01T00:00:00+00:00"}
+    write_report(later, tmp_path / "out")
+    assert html_path.read_text().endswith("<!-- marker -->")  # same data: not rendered again
+    changed = {**later, "since": "2020-01-01T00:00:00+00:00"}
+    write_report(changed, tmp_path / "out")
+    assert "<!-- marker -->" not in html_path.read_text() and "2099-01-01" in html_path.read_text()

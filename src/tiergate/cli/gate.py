@@ -52,7 +52,7 @@ def gate(
                         base_image=base_image, ca_bundle=ca_bundle, registry=registry,
                         max_parallel=max_parallel, progress=progress)
     if registry is not None:
-        pipeline.record(registry, run)
+        pipeline.record_or_reuse(registry, run)
     pipeline.write_reports(run, report_dir, junit)
     if as_json:
         doc = run.decision.to_json()

@@ -85,7 +85,7 @@ def _gate_one(registry, demo: DemoSet, candidate: Candidate, targets, policy, sa
     run = pipeline.gate(candidate.path, reference, demo.eval_data, device_classes, policy,
                         incumbent=incumbent, registry=registry, max_parallel=max_parallel,
                         progress=lambda text: say(f"{candidate.name}: {text}"))
-    pipeline.record(registry, run, cost_tags={"demo": candidate.name})
+    pipeline.record_or_reuse(registry, run, cost_tags={"demo": candidate.name})
     return CandidateOutcome(candidate, run.decision, incumbent.name if incumbent else None,
                             run.cache_hits, run.containers_started)
 

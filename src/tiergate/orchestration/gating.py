@@ -13,7 +13,6 @@ instead of recording a duplicate.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -99,24 +98,12 @@ def conclude(gate_run: pipeline.GateRun, *, registry=None, report_dir: Path | No
     """Record the decision (or reuse an identical recorded one), write reports, publish Prefect artifacts."""
     decision_id, reused = None, False
     if registry is not None:
-        previous = reusable_decision(registry, gate_run)
-        reused = previous is not None
-        decision_id = previous.id if reused else pipeline.record(registry, gate_run, cost_tags=cost_tags).id
+        recorded, reused = pipeline.record_or_reuse(registry, gate_run, cost_tags=cost_tags)
+        decision_id = recorded.id
     written = pipeline.write_reports(gate_run, report_dir, junit)
     publish(gate_run, label, decision_id, reused)
     return Concluded(gate_run.decision.verdict, decision_id, reused, gate_run.cache_hits,
                      gate_run.containers_started, {k: str(v) for k, v in written.items()})
-
-
-def reusable_decision(registry, gate_run: pipeline.GateRun):
-    """The last recorded decision of the candidate, when no run was new and it says exactly the same."""
-    if gate_run.containers_started or gate_run.cache_hits < len(gate_run.run_dirs):
-        return None
-    decisions = registry.decisions(artifact_sha=gate_run.intakes["candidate"].sha256)
-    if not decisions:
-        return None
-    now = json.loads(gate_run.decision.dumps())
-    return decisions[-1] if decisions[-1].detail == now else None
 
 
 def publish(gate_run: pipeline.GateRun, label: str, decision_id: int | None, reused: bool) -> None:

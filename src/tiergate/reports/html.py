@@ -166,12 +166,28 @@ def render_html(report: dict) -> str:
 
 
 def write_report(report: dict, out_dir: Path) -> tuple[Path, Path]:
-    """Write report.html and report.json into out_dir; returns their paths."""
+    """Write report.html and report.json into out_dir; returns their paths.
+
+    When the folder already holds a report of the same data (only `generated_at`
+    differs), it is kept as it is: the plots are the costly part and would be the same.
+    """
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise InputError(f"{out_dir}: --out must be a folder, and this is a file")
     out_dir.mkdir(parents=True, exist_ok=True)
     html_path, json_path = out_dir / HTML_FILE, out_dir / JSON_FILE
+    if html_path.is_file() and _same_data(json_path, report):
+        return html_path, json_path
     json_path.write_text(json.dumps(report, indent=1, sort_keys=True, allow_nan=False))
     html_path.write_text(render_html(report), encoding="utf-8")
     return html_path, json_path
+
+
+def _same_data(json_path: Path, report: dict) -> bool:
+    try:
+        previous = json.loads(json_path.read_text())
+    except (OSError, ValueError):
+        return False
+    new = json.loads(json.dumps(report, sort_keys=True, allow_nan=False))
+    return {k: v for k, v in previous.items() if k != "generated_at"} == \
+        {k: v for k, v in new.items() if k != "generated_at"}

@@ -5,7 +5,7 @@ FP32 reference, gates each one on the device classes of its format (native x86
 and emulated arm64), records the decisions, and writes the drift report. The
 FP32 reference's runs are shared by all candidates of a format (the run cache).
 A candidate gated after another of its format and precision was promoted is
-A/B-tested against that incumbent (like with like: a precision change is judged
+A/B-tested against the latest such incumbent (like with like: a precision change is judged
 against the FP32 reference, since e.g. INT8 XNNPACK kernels can be slower than
 FP16-as-FP32 ones on x86 and the A/B latency check would rightly object).
 """
@@ -19,6 +19,7 @@ from pathlib import Path
 from tiergate import pipeline
 from tiergate.demo.models import Candidate, DemoSet, build_demo_set
 from tiergate.gate import Decision
+from tiergate.hashing import file_sha256
 from tiergate.paths import home
 from tiergate.policy import load_policy
 from tiergate.targets import resolve
@@ -80,25 +81,29 @@ def _gate_one(registry, demo: DemoSet, candidate: Candidate, targets, policy, sa
     device_classes = resolve(targets[candidate.format])
     register_artifact(registry, candidate.path, model=MODEL, reference=reference,
                       tags={"demo": candidate.name, "precision": candidate.precision})
-    incumbent = _incumbent(registry, candidate, device_classes)
+    incumbent, incumbent_name = _incumbent(registry, candidate, device_classes) or (None, None)
     say(f"{candidate.name}: gating on {', '.join(dc.name for dc in device_classes)}")
     run = pipeline.gate(candidate.path, reference, demo.eval_data, device_classes, policy,
                         incumbent=incumbent, registry=registry, max_parallel=max_parallel,
                         progress=lambda text: say(f"{candidate.name}: {text}"))
     pipeline.record_or_reuse(registry, run, cost_tags={"demo": candidate.name})
-    return CandidateOutcome(candidate, run.decision, incumbent.name if incumbent else None,
+    return CandidateOutcome(candidate, run.decision, incumbent_name,
                             run.cache_hits, run.containers_started)
 
 
-def _incumbent(registry, candidate: Candidate, device_classes) -> Path | None:
-    """The artifact promoted on the first tier, when it is another artifact of the same format and precision."""
-    record = registry.alias(MODEL, device_classes[0].tier)
-    if record is None or record.filename == candidate.path.name:
-        return None
-    if (record.format, record.precision) != (candidate.format, candidate.precision):
-        return None
-    dest = home() / "incumbents" / record.short
-    return registry.fetch_artifact(record.sha256, dest)
+def _incumbent(registry, candidate: Candidate, device_classes) -> tuple[Path, str] | None:
+    """The latest artifact promoted on the first tier with the candidate's format and precision.
+
+    Read from the alias history rather than the current alias, so that an unchanged
+    re-run of the demo picks the same incumbent (and reuses every run and decision).
+    """
+    sha = file_sha256(candidate.path)  # the demo's artifacts are single files: their artifact sha
+    for move in reversed(registry.alias_history(MODEL, device_classes[0].tier)):
+        record = registry.artifact(move.artifact_sha)
+        if record.sha256 != sha and (record.format, record.precision) == (candidate.format, candidate.precision):
+            path = registry.fetch_artifact(record.sha256, home() / "incumbents" / record.short)
+            return path, record.tags.get("demo", record.short)
+    return None
 
 
 def _report(registry, out_dir: Path) -> tuple[Path, Path]:

@@ -153,7 +153,8 @@ def plan_run(spec: RunSpec, data: EvalData, *, root: Path | None = None, registr
         return folder, None
     if _cached(folder) or _fetch_cached(registry, spec, data, folder):
         return folder, None
-    return folder, Job(dc, data.path, folder, image=spec.image, artifact_sha256=spec.intake.sha256)
+    return folder, Job(dc, data.path, folder, image=spec.image, artifact_sha256=spec.intake.sha256,
+                       data_sha256=data.sha256)
 
 
 def run_specs(specs: list[RunSpec], data: EvalData, *, root: Path | None = None, registry=None,

@@ -36,6 +36,7 @@ class Job:
     image: BuiltImage | None = None
     artifact_path: Path | None = None
     artifact_sha256: str = ""
+    data_sha256: str = ""                               # known by the caller: saves hashing the data per run
     warmup: int = DEFAULT_WARMUP
     env: dict[str, str] = field(default_factory=dict)  # extra environment (TIERGATE_HARNESS_FAULT in tests)
     compare_rounds: int = 0                             # harness vs bare loop rounds (bench/bench_harness.py)
@@ -58,7 +59,7 @@ def host_fields(job: Job) -> dict:
     """What the host knows about a run before it starts."""
     dc = job.device_class
     fields = {"tier": dc.tier, "runtime": dc.runtime, "emulated": dc.emulated, "threads": dc.threads,
-              "batch_size": dc.batch_size, "data_sha256": file_sha256(job.data_npz),
+              "batch_size": dc.batch_size, "data_sha256": job.data_sha256 or file_sha256(job.data_npz),
               "artifact_sha256": job.artifact_sha256}
     if job.image is not None:
         fields.update(image=job.image.tag, image_id=job.image.image_id,

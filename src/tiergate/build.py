@@ -34,10 +34,10 @@ import docker
 
 from tiergate.hashing import file_sha256
 from tiergate.errors import EnvironmentProblem, InputError
+from tiergate.images import LABEL, BuiltImage  # noqa: F401 - re-exported
 from tiergate.paths import containers_dir
 from tiergate.targets import DeviceClass, resolve
 
-LABEL = "org.tiergate"
 DEFAULT_BASE_IMAGE = "python:3.11-slim-bookworm"  # for users with a registry
 HOST_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 HOST_PIP_CONF = Path("/etc/pip.conf")
@@ -46,26 +46,6 @@ MODEL_DIR = "/opt/tiergate/model"
 HARNESS = "harness/tiergate_harness.py"
 _EXTENSIONS = {".onnx": "onnx", ".tflite": "tflite"}
 _PY_OF_BASE: dict[str, str] = {}
-
-
-@dataclass(frozen=True)
-class BuiltImage:
-    tag: str
-    image_id: str
-    labels: dict[str, str]
-    reused: bool
-    runtime_tag: str = ""
-    runtime_reused: bool = False
-    build_s: float = 0.0
-
-    @property
-    def model_path(self) -> str:
-        """Where the artifact lies inside the image."""
-        return self.labels[f"{LABEL}.model.path"]
-
-    @property
-    def versions(self) -> dict[str, str]:
-        return json.loads(self.labels.get(f"{LABEL}.versions", "{}"))
 
 
 @dataclass(frozen=True)

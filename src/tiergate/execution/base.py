@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Protocol
 
 from tiergate.hashing import file_sha256
-from tiergate.build import LABEL, BuiltImage
+from tiergate.images import LABEL, BuiltImage
 from tiergate.results import OUTPUTS_FILE, RESULT_FILE, TargetResult, failed
 from tiergate.targets import DeviceClass
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import docker
 import requests
 
-from tiergate.build import LABEL
+from tiergate.images import LABEL
 from tiergate.errors import InfrastructureFault, InputError
 from tiergate.execution.base import (LOG_TAIL_LINES, Job, clear_outputs, exit_reason, host_fields,
                                      last_line, read_harness_result, tail)

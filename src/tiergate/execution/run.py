@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from tiergate import results
-from tiergate.build import BuiltImage
+from tiergate.images import BuiltImage
 from tiergate.errors import InputError, TiergateError
 from tiergate.execution.base import DEFAULT_WARMUP, Backend, Job
 from tiergate.execution.docker_backend import DockerBackend

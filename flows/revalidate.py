@@ -35,8 +35,7 @@ def revalidate(artifact: str, data: str, targets: str | None = None, policy: str
         log.info("revalidating %s (%s, %s) on %s", short, job.record.model, job.record.precision,
                  ", ".join(dc.name for dc in job.device_classes))
         diff = diff_task.submit(*job.previous, job.paths["candidate"]) if job.previous else None
-        remote_spec = Remote(dict(remote or {}), job.shas, str(Path(data).resolve()), registry.url,
-                             registry.store.location)
+        remote_spec = Remote(dict(remote or {}), str(Path(data).resolve()), registry.url, registry.store.location)
         gate_run = gate_in_flow(job.paths, Path(data), job.device_classes, loaded_policy, registry=registry,
                                 base_image=base_image, remote=remote_spec)
         reports = Path(report_dir) / short if report_dir else home() / "flows" / "reports" / short

@@ -12,15 +12,17 @@ other device classes are still evaluated.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from tiergate import results as results_mod
 from tiergate import stats
+from tiergate.codec import decode, encode
 from tiergate.errors import InputError
 from tiergate.metrics.accuracy import Estimate, accuracy, correct, is_classifier, predictions
 from tiergate.metrics.cost import cost_per_1k
@@ -31,6 +33,7 @@ from tiergate.results import TargetResult
 from tiergate.targets import DeviceClass
 
 PROMOTE, REJECT = "PROMOTE", "REJECT"
+SCHEMA = 2   # decision JSON shape (docs/json-shapes.md); 2: exact round trip, non-finite floats as strings
 
 
 @dataclass
@@ -68,11 +71,29 @@ class Check:
     def label(self) -> str:
         return f"{self.name}[{self.output}]" if self.output else self.name
 
+    def to_json(self) -> dict:
+        return {**encode(self), "label": self.label}
+
+    @classmethod
+    def from_json(cls, data: dict) -> "Check":
+        return decode(cls, data)
+
     def sentence(self) -> str:
         text = f"{self.device_class} ({self.tier}): {self.label} is {_fmt(self.value)}"
         if self.threshold is not None:
             text += f", must be {self.op} {_fmt(self.threshold)}"
         return text + (f" ({self.detail})" if self.detail else "")
+
+
+@dataclass(frozen=True)
+class ABResult:
+    """A/B against the incumbent on one device class: per-sample correctness basis and the statistics."""
+
+    correctness: str                                  # "labels" or "agreement with FP32 top-1"
+    output: str
+    mcnemar: stats.McNemar
+    accuracy_difference: stats.Interval               # candidate - incumbent
+    latency_ratio: stats.Interval | None = None       # candidate / incumbent mean latency
 
 
 @dataclass
@@ -92,17 +113,14 @@ class TargetMetrics:
     latency: dict[str, LatencyStats] = field(default_factory=dict)    # candidate / reference / incumbent
     latency_ratio_vs_reference: float | None = None                   # candidate mean / reference mean
     cost_per_1k: dict[str, float] = field(default_factory=dict)       # candidate / reference (real hardware)
-    ab: dict | None = None                                            # A/B against the incumbent
+    ab: ABResult | None = None                                        # A/B against the incumbent
 
     def to_json(self) -> dict:
-        data = {k: v for k, v in self.__dict__.items() if k not in ("outputs", "accuracy", "latency", "ab")}
-        data["thresholds"] = asdict(self.thresholds)
-        data["outputs"] = {k: v.to_json() for k, v in self.outputs.items()}
-        data["accuracy"] = {k: asdict(v) for k, v in self.accuracy.items()}
-        data["latency"] = {k: v.to_json() for k, v in self.latency.items()}
-        data["ab"] = None if self.ab is None else {k: (v.to_json() if hasattr(v, "to_json") else v)
-                                                   for k, v in self.ab.items()}
-        return data
+        return encode(self)
+
+    @classmethod
+    def from_json(cls, data: dict) -> "TargetMetrics":
+        return decode(cls, data)
 
 
 @dataclass
@@ -131,9 +149,21 @@ class DriftMatrix:
         return table
 
     def to_json(self) -> dict:
+        """`pairs` is the exact content; `outputs` the same as square matrices per metric, for readers."""
         metrics = ("max_abs_error", "relative_l2", "sqnr_db", "cosine", "top1_agreement")
-        return {"device_classes": self.device_classes,
-                "outputs": {out: {m: self.matrix(m, out).tolist() for m in metrics} for out in self.outputs}}
+        return encode({"device_classes": self.device_classes,
+                       "pairs": [{"row": row, "col": col, "outputs": per_output}
+                                 for (row, col), per_output in self.pairs.items()],
+                       "outputs": {out: {m: self.matrix(m, out) for m in metrics} for out in self.outputs}})
+
+    __json_encode__ = to_json
+
+    @classmethod
+    def from_json(cls, data: dict) -> "DriftMatrix":
+        return cls(list(data["device_classes"]),
+                   {(p["row"], p["col"]): decode(dict[str, OutputDrift], p["outputs"]) for p in data["pairs"]})
+
+    __json_decode__ = from_json
 
 
 @dataclass
@@ -159,21 +189,40 @@ class Decision:
         return 0 if self.passed else 1
 
     def to_json(self) -> dict:
-        """A JSON-ready dict (NaN -> null, infinities -> "inf"/"-inf"); shape in docs/json-shapes.md."""
-        return _clean({
-            "schema": 1,
+        """A JSON-ready dict (NaN and infinities as "nan"/"inf"/"-inf"); shape in docs/json-shapes.md.
+
+        `reasons` and each check's `label` are derived, for readers; `from_json` ignores them.
+        """
+        return {
+            "schema": SCHEMA,
             "verdict": self.verdict,
             "quantized": self.quantized,
             "reasons": self.reasons,
-            "notes": self.notes,
-            "checks": [{**asdict(c), "label": c.label} for c in self.checks],
+            "notes": list(self.notes),
+            "checks": [c.to_json() for c in self.checks],
             "metrics": {name: m.to_json() for name, m in self.metrics.items()},
             "drift": {side: matrix.to_json() for side, matrix in self.drift.items()},
-            "policy_sources": self.policy_sources,
-        })
+            "policy_sources": list(self.policy_sources),
+        }
+
+    @classmethod
+    def from_json(cls, data: dict) -> "Decision":
+        """The Decision that `to_json` wrote (exact: NaN, infinities and every typed field come back)."""
+        if data.get("schema") != SCHEMA:
+            raise InputError(f"decision JSON has schema {data.get('schema')!r}; this tiergate reads {SCHEMA}")
+        return cls(data["verdict"], [Check.from_json(c) for c in data["checks"]],
+                   {name: TargetMetrics.from_json(m) for name, m in data["metrics"].items()},
+                   {side: DriftMatrix.from_json(d) for side, d in data["drift"].items()},
+                   list(data["notes"]), bool(data["quantized"]), list(data["policy_sources"]))
 
     def dumps(self) -> str:
-        return json.dumps(self.to_json(), indent=1, allow_nan=False)
+        """Canonical JSON text: two decisions are equal when these are."""
+        return json.dumps(self.to_json(), indent=1, sort_keys=True, allow_nan=False)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Decision) and self.dumps() == other.dumps()
+
+    __hash__ = None
 
 
 def evaluate(candidate: dict[str, RunOutcome], reference: dict[str, RunOutcome],
@@ -373,7 +422,7 @@ class _TargetEval:
         conf, n_res = self.t.confidence, self.t.bootstrap_resamples
         diff = stats.accuracy_difference(ok_cand, ok_inc, confidence=conf, n_resamples=n_res, seed=self.seed)
         mcnemar = stats.mcnemar_exact(ok_cand, ok_inc)
-        m.ab = {"correctness": basis, "output": name, "mcnemar": mcnemar, "accuracy_difference": diff}
+        m.ab = ABResult(basis, name, mcnemar, diff)
         margin = self.t.noninferiority_margin
         self.check("noninferior_accuracy", diff.low, ">", -margin, output=name,
                    detail=f"candidate - incumbent ({basis}) = {diff.estimate:+.4f}, "
@@ -386,7 +435,7 @@ class _TargetEval:
             return
         ratio = stats.latency_ratio(a, b, confidence=self.t.confidence, n_resamples=self.t.bootstrap_resamples,
                                     seed=self.seed)
-        m.ab["latency_ratio"] = ratio
+        m.ab = dataclasses.replace(m.ab, latency_ratio=ratio)
         if m.emulated:
             return
         self.check("noninferior_latency", ratio.high, "<=", 1 + self.t.max_latency_regression,
@@ -484,17 +533,3 @@ def _fmt(value) -> str:
     if isinstance(value, float):
         return f"{value:.6g}"
     return str(value)
-
-
-def _clean(obj):
-    if isinstance(obj, dict):
-        return {str(k): _clean(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_clean(v) for v in obj]
-    if isinstance(obj, np.generic):
-        obj = obj.item()
-    if isinstance(obj, Path):
-        return str(obj)
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None if math.isnan(obj) else ("inf" if obj > 0 else "-inf")
-    return obj

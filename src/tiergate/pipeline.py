@@ -1,38 +1,58 @@
-"""One artifact's whole path without Prefect: intake → build → run → compare → gate → record.
+"""The orchestrator: one artifact's whole path, the one sequence every entry point calls.
 
-Each step is a plain function so the Prefect flows (flows/) can wrap them as
-tasks, and the CLI can call them in-process. Running and comparing stay apart:
-every run writes a result folder under the runs folder, and the decision is
-computed from saved folders only.
+intake -> build -> run -> compare -> decide, for the CLI (`tiergate gate`), the demo
+and every Prefect flow. Three seams keep it testable without Docker:
 
-An unchanged input (same artifact, device class, image id and data) reuses its
-saved result instead of starting a container: the run folder is named by a
-hash of those four.
+- a `Builder` makes (or finds) the image of one artifact for one device class
+  (`DockerBuilder` is the real one, `tiergate.build`);
+- a backend (`tiergate.execution.base.Backend`, chosen per device class by
+  `backend_for`) runs one job and leaves its result folder;
+- a `Steps` runner maps a step over items: threads here (`ThreadSteps`); the
+  Prefect flows pass one that submits each item as a task (orchestration/gating.py).
+
+Running and comparing stay apart: every run writes a result folder under the
+runs folder, and the decision is computed from saved folders only. An unchanged
+input (same artifact, device class, image id and data) reuses its saved result:
+the run folder is named by a hash of those four, written atomically under a
+per-key lock (two gates of the same input share one run), and verified before
+reuse (its outputs' sha256 must match). The decision is cached as JSON naming
+the hashes it was made from, and used only when they all match.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import hashlib
 import json
-import pickle
-from collections.abc import Callable, Iterable
+import os
+import shutil
+import sys
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import wait as wait_all
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any, Protocol
 
 from tiergate import results
 from tiergate.artifact import Artifact, load_artifact
-from tiergate.errors import InputError, TiergateError
+from tiergate.errors import InfrastructureFault, InputError, TiergateError
 from tiergate.evaldata import EvalData, load_eval_data, validate_against
 from tiergate.fingerprint import Fingerprint, fingerprint
 from tiergate.gate import Decision, RunOutcome, evaluate
+from tiergate.hashing import file_sha256
+from tiergate.images import BuiltImage
 from tiergate.lint import Finding, lint
 from tiergate.paths import home
 from tiergate.policy import Policy
 from tiergate.targets import DeviceClass
 
-ROLES = ("candidate", "reference", "incumbent")
 Progress = Callable[[str], None]
+DECISION_SCHEMA = 1
 
 
 @dataclass
@@ -47,10 +67,6 @@ class Intake:
     def sha256(self) -> str:
         return self.artifact.sha256
 
-    @property
-    def lint_errors(self) -> list[Finding]:
-        return [f for f in self.findings if f.severity == "error"]
-
 
 @dataclass
 class RunSpec:
@@ -59,7 +75,7 @@ class RunSpec:
     role: str
     device_class: DeviceClass
     intake: Intake
-    image: object | None = None        # tiergate.build.BuiltImage
+    image: BuiltImage | None = None
     build_error: str | None = None
 
 
@@ -74,6 +90,67 @@ class GateRun:
     cache_hits: int = 0
     containers_started: int = 0
     report_files: dict[str, Path] = field(default_factory=dict)
+    decision_cached: bool = False
+    decision_key: str = ""
+
+
+# --- the seams --------------------------------------------------------------------------------
+
+
+class Builder(Protocol):
+    """Makes or finds the image that runs one artifact on one device class; raises TiergateError if it cannot."""
+
+    def build(self, device_class: DeviceClass, intake: Intake) -> BuiltImage: ...
+
+
+@dataclass
+class DockerBuilder:
+    """The real builder: tiergate.build (runtime image + the artifact as the last layer)."""
+
+    base_image: str | None = None
+    ca_bundle: Path | None = None
+
+    def build(self, device_class: DeviceClass, intake: Intake) -> BuiltImage:
+        from tiergate.build import build_image
+
+        return build_image(device_class, intake.artifact.path, artifact_sha256=intake.sha256,
+                           fingerprint=intake.fingerprint.combined, base_image=self.base_image,
+                           ca_bundle=self.ca_bundle)
+
+
+def default_backend_for(device_class: DeviceClass):
+    from tiergate.execution.run import backend_for
+
+    return backend_for(device_class)
+
+
+class Steps(Protocol):
+    """Maps one step over items; returns results in order, raising the first failure once all have ended."""
+
+    def map(self, step: str, fn: Callable[[Any], Any], items: list, *, limit: int | None = None,
+            name: Callable[[Any], str] = str) -> list: ...
+
+
+class ThreadSteps:
+    """Steps on a thread pool (the CLI and the demo)."""
+
+    def map(self, step, fn, items, *, limit=None, name=str) -> list:
+        if not items:
+            return []
+        with ThreadPoolExecutor(max_workers=max(1, min(limit or len(items), len(items))),
+                                thread_name_prefix=f"tiergate-{step}") as pool:
+            futures = [pool.submit(fn, item) for item in items]
+            wait_all(futures)
+        return [future.result() for future in futures]
+
+
+@dataclass
+class Seams:
+    """What the orchestrator calls out to; the defaults are the real parts."""
+
+    builder: Builder | None = None
+    backend_for: Callable[[DeviceClass], Any] = default_backend_for
+    steps: Steps = field(default_factory=ThreadSteps)
 
 
 # --- intake -----------------------------------------------------------------------------
@@ -108,23 +185,24 @@ def load_data(path: Path | str, intakes: dict[str, Intake]) -> EvalData:
     return data
 
 
-# --- build and run ----------------------------------------------------------------------
+# --- build ------------------------------------------------------------------------------
 
 
-def build_images(specs: list[RunSpec], *, base_image: str | None = None, ca_bundle: Path | None = None,
-                 progress: Progress | None = None) -> None:
-    """Build (or reuse) one image per spec; a build failure fails that spec only."""
-    from tiergate.build import build_image
-
+def build_images(specs: list[RunSpec], builder: Builder, *, progress: Progress | None = None) -> list[RunSpec]:
+    """Build (or reuse) the image of each spec; a build failure fails that spec only."""
     for spec in specs:
-        dc, item = spec.device_class, spec.intake
-        _say(progress, f"image for {spec.role} on {dc.name}")
+        _say(progress, f"image for {spec.role} on {spec.device_class.name}")
+        spec.image, spec.build_error = None, None
         try:
-            spec.image = build_image(dc, item.artifact.path, artifact_sha256=item.sha256,
-                                     fingerprint=item.fingerprint.combined, base_image=base_image,
-                                     ca_bundle=ca_bundle)
+            spec.image = builder.build(spec.device_class, spec.intake)
+        except InfrastructureFault:
+            raise
         except TiergateError as exc:
             spec.build_error = f"image build failed: {exc.one_line()}"
+    return specs
+
+
+# --- run: cached by input identity, one run per key at a time -----------------------------
 
 
 def run_key(artifact_sha: str, device_class: str, image_id: str, data_sha: str) -> str:
@@ -137,68 +215,144 @@ def runs_root() -> Path:
     return home() / "runs"
 
 
-def plan_run(spec: RunSpec, data: EvalData, *, root: Path | None = None, registry=None):
-    """The run folder of a spec and the job to run there, or None when nothing needs running.
+@dataclass
+class RunDone:
+    """Where one run's result folder is, and whether it was reused or started."""
 
-    Nothing runs when the image failed to build (a failed result is saved) or when
-    the same input already has a saved result (here, or in the registry).
+    role: str
+    device_class: str
+    folder: Path
+    cached: bool
+    started: bool
+
+
+@contextmanager
+def key_lock(key: str) -> Iterator[None]:
+    """An exclusive lock on one key for this process's thread and every other process (fcntl)."""
+    path = home() / "locks" / f"{key}.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with _THREAD_LOCKS_GUARD:
+        thread_lock = _THREAD_LOCKS.setdefault(key, threading.Lock())
+    with thread_lock, open(path, "a+") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+_THREAD_LOCKS: dict[str, threading.Lock] = {}
+_THREAD_LOCKS_GUARD = threading.Lock()
+
+
+def run_one(spec: RunSpec, data: EvalData, backend, *, root: Path | None = None, registry=None,
+            progress: Progress | None = None) -> RunDone:
+    """Run one spec, or reuse its verified saved (or recorded) result; never two runs of one key at once.
+
+    A failed run whose backend then reports its engine gone raises InfrastructureFault:
+    an infrastructure fault is never a verdict.
     """
-    from tiergate.execution.base import Job
-
     dc = spec.device_class
-    folder = _run_folder(spec, data, root or runs_root())
+    root = root or runs_root()
     if spec.image is None:
-        results.save(results.failed(dc.name, spec.build_error or "no image", tier=dc.tier,
-                                    artifact_sha256=spec.intake.sha256), folder)
-        return folder, None
-    if _cached(folder) or _fetch_cached(registry, spec, data, folder):
-        return folder, None
-    return folder, Job(dc, data.path, folder, image=spec.image, artifact_sha256=spec.intake.sha256,
-                       data_sha256=data.sha256)
+        folder = root / run_key(spec.intake.sha256, dc.name, "no-image", data.sha256)
+        _atomic_result(folder, results.failed(dc.name, spec.build_error or "no image", tier=dc.tier,
+                                              artifact_sha256=spec.intake.sha256))
+        return RunDone(spec.role, dc.name, folder, cached=False, started=False)
+    key = run_key(spec.intake.sha256, dc.name, spec.image.image_id, data.sha256)
+    folder = root / key
+    caches = getattr(backend, "caches_locally", True)
+    with key_lock(key):
+        if caches and (verified(folder) or _fetch_recorded(registry, spec, data, folder)):
+            _say(progress, f"cached: {spec.role} on {dc.name}")
+            return RunDone(spec.role, dc.name, folder, cached=True, started=False)
+        from tiergate.execution.base import Job
+        from tiergate.execution.run import execute
+
+        work = folder.with_name(f"{key}.part-{os.getpid()}-{threading.get_ident()}")
+        shutil.rmtree(work, ignore_errors=True)
+        job = Job(dc, data.path, work, image=spec.image, artifact_sha256=spec.intake.sha256,
+                  data_sha256=data.sha256, role=spec.role)
+        _say(progress, f"running {spec.role} on {dc.name}")
+        result = execute(job, backend)
+        if not result.ok:
+            problem = _engine_problem(backend)
+            if problem:
+                shutil.rmtree(work, ignore_errors=True)
+                raise InfrastructureFault(f"{spec.role} on {dc.name}: the run failed and the engine is gone: "
+                                          f"{problem}")
+        else:
+            result.outputs_sha256 = file_sha256(work / results.OUTPUTS_FILE)
+            results.save(result, work)
+        _replace_dir(work, folder)
+    reused = bool(result.extra.get("reused"))     # a backend whose far side reused a recorded run says so
+    return RunDone(spec.role, dc.name, folder, cached=reused, started=not reused)
 
 
-def run_specs(specs: list[RunSpec], data: EvalData, *, root: Path | None = None, registry=None,
-              max_parallel: int = 2, progress: Progress | None = None) -> tuple[dict[tuple[str, str], Path], int, int]:
-    """Run every spec (cached ones are not run again); returns run folders, cache hits, containers started."""
-    from tiergate.execution.run import run_targets
-
-    folders: dict[tuple[str, str], Path] = {}
-    jobs, hits = [], 0
-    for spec in specs:
-        folder, job = plan_run(spec, data, root=root, registry=registry)
-        folders[(spec.role, spec.device_class.name)] = folder
-        if job is not None:
-            jobs.append(job)
-        elif spec.image is not None:
-            hits += 1
-            _say(progress, f"cached: {spec.role} on {spec.device_class.name}")
-    if jobs:
-        _say(progress, f"running {len(jobs)} target run(s), {max_parallel} at a time")
-        run_targets(jobs, max_parallel=max_parallel)
-    return folders, hits, len(jobs)
-
-
-def _run_folder(spec: RunSpec, data: EvalData, root: Path) -> Path:
-    image_id = getattr(spec.image, "image_id", "") or "no-image"
-    return root / run_key(spec.intake.sha256, spec.device_class.name, image_id, data.sha256)
-
-
-def _cached(folder: Path) -> bool:
-    try:
-        return results.load(folder).ok and (folder / results.OUTPUTS_FILE).is_file()
-    except TiergateError:
+def verified(folder: Path) -> bool:
+    """A saved ok result whose outputs are the ones it names; anything else is discarded (with a warning)."""
+    if not (folder / results.RESULT_FILE).exists():
         return False
+    try:
+        result = results.load(folder)
+        ok = (result.ok and result.outputs_sha256 != ""
+              and file_sha256(folder / results.OUTPUTS_FILE) == result.outputs_sha256)
+    except (TiergateError, OSError):
+        ok = False
+    if not ok:
+        print(f"tiergate: warning: discarding the saved run {folder.name} (failed, or it does not verify); "
+              "running it again", file=sys.stderr)
+        shutil.rmtree(folder, ignore_errors=True)
+    return ok
 
 
-def _fetch_cached(registry, spec: RunSpec, data: EvalData, folder: Path) -> bool:
+def _fetch_recorded(registry, spec: RunSpec, data: EvalData, folder: Path) -> bool:
     """A result recorded in a (possibly shared) registry for exactly this input."""
     if registry is None:
         return False
     run = registry.find_cached_run(spec.intake.sha256, spec.device_class.name, spec.image.image_id, data.sha256)
     if run is None or not run.result_key:
         return False
-    registry.fetch_result(run, folder)
-    return _cached(folder)
+    work = folder.with_name(f"{folder.name}.part-{os.getpid()}-{threading.get_ident()}")
+    try:
+        registry.fetch_result(run, work)
+    except TiergateError:
+        shutil.rmtree(work, ignore_errors=True)
+        return False
+    _replace_dir(work, folder)
+    return verified(folder)
+
+
+def _engine_problem(backend) -> str | None:
+    probe = getattr(backend, "engine_problem", None)
+    return probe() if probe is not None else None
+
+
+def _atomic_result(folder: Path, result: results.TargetResult) -> None:
+    work = folder.with_name(f"{folder.name}.part-{os.getpid()}-{threading.get_ident()}")
+    shutil.rmtree(work, ignore_errors=True)
+    results.save(result, work)
+    _replace_dir(work, folder)
+
+
+def _replace_dir(work: Path, folder: Path) -> None:
+    """Put a finished folder in place (a rename in the same directory); the old one goes first."""
+    if folder.exists():
+        old = folder.with_name(f"{folder.name}.old-{os.getpid()}-{threading.get_ident()}")
+        folder.rename(old)
+        shutil.rmtree(old, ignore_errors=True)
+    work.rename(folder)
+
+
+def run_specs(specs: list[RunSpec], data: EvalData, seams: Seams, *, root: Path | None = None, registry=None,
+              max_parallel: int = 2, progress: Progress | None = None) -> list[RunDone]:
+    """Run every spec (verified saved results are reused), `max_parallel` at a time."""
+    def one(spec: RunSpec) -> RunDone:
+        return run_one(spec, data, seams.backend_for(spec.device_class), root=root, registry=registry,
+                       progress=progress)
+
+    return seams.steps.map("run", one, specs, limit=max_parallel,
+                           name=lambda s: f"{s.role} on {s.device_class.name}")
 
 
 def load_outcomes(folders: dict[tuple[str, str], Path]) -> dict[str, dict[str, RunOutcome]]:
@@ -214,23 +368,42 @@ def load_outcomes(folders: dict[tuple[str, str], Path]) -> dict[str, dict[str, R
 def gate(candidate: Path, reference: Path, data_path: Path, device_classes: list[DeviceClass],
          policy: Policy, *, incumbent: Path | None = None, base_image: str | None = None,
          ca_bundle: Path | None = None, registry=None, root: Path | None = None,
-         max_parallel: int = 2, progress: Progress | None = None) -> GateRun:
+         max_parallel: int = 2, progress: Progress | None = None, seams: Seams | None = None) -> GateRun:
     """Intake, build, run, compare and decide; user errors raise before anything runs."""
+    seams = seams or Seams()
+    builder = seams.builder or DockerBuilder(base_image, ca_bundle)
     paths = {"candidate": candidate, "reference": reference, "incumbent": incumbent}
-    intakes = {role: intake(p, device_classes) for role, p in paths.items() if p is not None}
+    roles = [(role, p) for role, p in paths.items() if p is not None]
+    intakes = dict(zip([r for r, _ in roles],
+                       seams.steps.map("intake", lambda rp: intake(rp[1], device_classes), roles,
+                                       name=lambda rp: rp[0])))
     check_formats(intakes, device_classes)
     data = load_data(data_path, intakes)
     specs = [RunSpec(role, dc, item) for role, item in intakes.items() for dc in device_classes]
-    build_images(specs, base_image=base_image, ca_bundle=ca_bundle, progress=progress)
-    folders, hits, started = run_specs(specs, data, root=root, registry=registry,
-                                       max_parallel=max_parallel, progress=progress)
+    per_class = [[s for s in specs if s.device_class.name == dc.name] for dc in device_classes]
+    seams.steps.map("build", lambda group: build_images(group, builder, progress=progress), per_class,
+                    limit=1, name=lambda group: group[0].device_class.name)
+    done = run_specs(specs, data, seams, root=root, registry=registry, max_parallel=max_parallel,
+                     progress=progress)
+    folders = {(d.role, d.device_class): d.folder for d in done}
+    return decide_saved(folders, intakes, device_classes, policy, data,
+                        cache_hits=sum(d.cached for d in done), started=sum(d.started for d in done))
+
+
+def decide_saved(folders: dict[tuple[str, str], Path], intakes: dict[str, Intake],
+                 device_classes: list[DeviceClass], policy: Policy, data: EvalData, *,
+                 cache_hits: int = 0, started: int = 0) -> GateRun:
+    """The decision from saved run folders: from the decision cache when every input it names matches."""
     outcomes = load_outcomes(folders)
-    key = decision_key(folders, intakes, device_classes, policy)
-    decision = cached_decision(key)
+    inputs = decision_inputs(folders, intakes, device_classes, policy, data)
+    key = decision_key_of(inputs)
+    decision = cached_decision(key, inputs)
+    cached = decision is not None
     if decision is None:
         decision = decide(outcomes, intakes, device_classes, policy, data)
-        save_decision(key, decision)
-    return GateRun(decision, intakes, outcomes, folders, hits, started)
+        save_decision(key, inputs, decision)
+    return GateRun(decision, intakes, outcomes, folders, cache_hits, started, decision_cached=cached,
+                   decision_key=key)
 
 
 def decide(outcomes: dict[str, dict[str, RunOutcome]], intakes: dict[str, Intake],
@@ -241,25 +414,40 @@ def decide(outcomes: dict[str, dict[str, RunOutcome]], intakes: dict[str, Intake
                     quantized=intakes["candidate"].artifact.is_quantized)
 
 
-# --- the decision cache: an unchanged input reuses its decision ----------------------------
+# --- the decision cache: JSON naming every hash it was made from ----------------------------
 
-_DECIDING_MODULES = ("gate.py", "stats.py", "policy.py", "metrics")
+_DECIDING_MODULES = ("gate.py", "stats.py", "policy.py", "codec.py", "metrics")
 
 
-def decision_key(folders: dict[tuple[str, str], Path], intakes: dict[str, Intake],
-                 device_classes: list[DeviceClass], policy: Policy) -> str:
-    """Identity of everything a decision depends on: the saved results, flags, classes, policy, code."""
-    digest = hashlib.sha256()
+def decision_inputs(folders: dict[tuple[str, str], Path], intakes: dict[str, Intake],
+                    device_classes: list[DeviceClass], policy: Policy, data: EvalData) -> dict:
+    """Everything a decision depends on, by hash: artifacts, data, runs, images, classes, policy, code."""
+    def sha_text(text: str) -> str:
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    runs, images = {}, {}
     for (role, dc_name), folder in sorted(folders.items()):
-        digest.update(f"{role}|{dc_name}|{folder.name}|".encode())
-        digest.update(hashlib.sha256((folder / results.RESULT_FILE).read_bytes()).digest())
-    digest.update(str(intakes["candidate"].artifact.is_quantized).encode())
-    for dc in device_classes:
-        digest.update(json.dumps(dataclasses.asdict(dc), sort_keys=True, default=str).encode())
-    digest.update(json.dumps([dataclasses.asdict(policy.defaults), policy.overrides], sort_keys=True,
-                             default=str).encode())
-    digest.update(_deciding_code_hash().encode())
-    return digest.hexdigest()[:32]
+        raw = (folder / results.RESULT_FILE).read_bytes()
+        runs[f"{role}/{dc_name}"] = f"{folder.name}:{hashlib.sha256(raw).hexdigest()}"
+        images[f"{role}/{dc_name}"] = json.loads(raw).get("image_id", "")
+    classes = [json.dumps(dataclasses.asdict(dc), sort_keys=True, default=str) for dc in device_classes]
+    return {
+        "candidate": intakes["candidate"].sha256,
+        "reference": intakes["reference"].sha256,
+        "incumbent": intakes["incumbent"].sha256 if "incumbent" in intakes else None,
+        "quantized": intakes["candidate"].artifact.is_quantized,
+        "data": data.sha256,
+        "device_classes": sha_text("\n".join(classes)),
+        "policy": sha_text(json.dumps([dataclasses.asdict(policy.defaults), policy.overrides], sort_keys=True,
+                                      default=str)),
+        "code": _deciding_code_hash(),
+        "runs": runs,
+        "images": images,
+    }
+
+
+def decision_key_of(inputs: dict) -> str:
+    return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:32]
 
 
 def _deciding_code_hash() -> str:
@@ -271,27 +459,41 @@ def _deciding_code_hash() -> str:
     return digest.hexdigest()
 
 
-def _decision_path(key: str) -> Path:
-    return home() / "decisions" / f"{key}.pickle"
+def decision_path(key: str) -> Path:
+    return home() / "decisions" / f"{key}.json"
 
 
-def cached_decision(key: str) -> Decision | None:
-    """A decision saved by this machine for exactly this input, if any (its own cache, so pickle is safe)."""
+def cached_decision(key: str, inputs: dict) -> Decision | None:
+    """The saved decision for exactly these inputs; a file that does not verify is discarded with a warning."""
+    path = decision_path(key)
     try:
-        with _decision_path(key).open("rb") as handle:
-            decision = pickle.load(handle)
-    except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError):
+        doc = json.loads(path.read_text())
+    except FileNotFoundError:
         return None
-    return decision if isinstance(decision, Decision) else None
+    except (OSError, ValueError):
+        doc = None
+    try:
+        if doc is not None and doc.get("schema") == DECISION_SCHEMA and doc.get("key") == key \
+                and doc.get("inputs") == inputs:
+            return Decision.from_json(doc["decision"])
+    except (TiergateError, KeyError, TypeError, ValueError):
+        pass
+    print(f"tiergate: warning: discarding the cached decision {path.name}: it does not match its inputs",
+          file=sys.stderr)
+    path.unlink(missing_ok=True)
+    return None
 
 
-def save_decision(key: str, decision: Decision) -> None:
-    path = _decision_path(key)
+def save_decision(key: str, inputs: dict, decision: Decision) -> Path:
+    """Write the decision with its inputs, atomically (temp file + rename in the same folder)."""
+    path = decision_path(key)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    with tmp.open("wb") as handle:
-        pickle.dump(decision, handle, protocol=pickle.HIGHEST_PROTOCOL)
+    doc = {"schema": DECISION_SCHEMA, "key": key, "created_at": datetime.now(timezone.utc).isoformat(
+        timespec="seconds"), "inputs": inputs, "decision": decision.to_json()}
+    tmp = path.with_name(f"{path.name}.part-{os.getpid()}-{threading.get_ident()}")
+    tmp.write_text(json.dumps(doc, indent=1, sort_keys=True, allow_nan=False))
     tmp.replace(path)
+    return path
 
 
 def record(registry, gate_run: GateRun, *, cost_tags: dict[str, str] | None = None):

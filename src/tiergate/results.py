@@ -43,6 +43,7 @@ class TargetResult:
     image: str = ""                  # image tag
     image_id: str = ""               # image digest / id
     data_sha256: str = ""
+    outputs_sha256: str = ""         # sha256 of outputs.npz, set by the host after a run: a cached run must match it
     started_at: str = ""
     wall_s: float = 0.0
     extra: dict = field(default_factory=dict)

@@ -12,7 +12,7 @@ from onnx import TensorProto, helper, numpy_helper
 from tiergate.cli.main import main
 from tiergate.errors import InfrastructureFault, InputError
 from tiergate.orchestration.revalidation import artifact_sha, device_classes_for, prepare, previous_artifact
-from tiergate.orchestration.tasks import engine_problem, infrastructure_only
+from tiergate.orchestration.tasks import infrastructure_only
 from tiergate.registry import Registry, register_artifact
 from tiergate.registry.store import file_sha256
 
@@ -37,16 +37,19 @@ def test_engine_problem_names_an_engine_that_does_not_answer(tmp_path):
 
     from tiergate.targets import resolve
 
+    from tiergate.execution.run import backend_for
+
     dc = replace(resolve(["x86_64-cpu-onnxruntime"])[0], docker_host=f"unix://{tmp_path}/none.sock")
-    problem = engine_problem(dc)
+    problem = backend_for(dc).engine_problem()
     assert problem is not None and f"unix://{tmp_path}/none.sock" in problem and "does not answer" in problem
 
 
 @pytest.mark.docker
 def test_engine_problem_is_none_for_the_running_engine():
+    from tiergate.execution.run import backend_for
     from tiergate.targets import resolve
 
-    assert engine_problem(resolve(["x86_64-cpu-onnxruntime"])[0]) is None
+    assert backend_for(resolve(["x86_64-cpu-onnxruntime"])[0]).engine_problem() is None
 
 
 def test_artifact_sha_takes_the_event_resource_id():

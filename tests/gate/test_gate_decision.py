@@ -183,9 +183,9 @@ def test_ab_against_incumbent_non_inferiority(runs, device_classes, policy, clas
     ab = decision.metrics["x86"].ab
     ok_c = candidate["x86"].outputs["probs"].argmax(1) == labels
     ok_i = better.argmax(1) == labels
-    assert ab["accuracy_difference"].estimate == pytest.approx(ok_c.mean() - ok_i.mean())
-    assert (ab["mcnemar"].only_a, ab["mcnemar"].only_b) == (int(np.sum(ok_c & ~ok_i)), int(np.sum(~ok_c & ok_i)))
-    assert not check.passed and check.value == ab["accuracy_difference"].low and check.threshold == -0.01
+    assert ab.accuracy_difference.estimate == pytest.approx(ok_c.mean() - ok_i.mean())
+    assert (ab.mcnemar.only_a, ab.mcnemar.only_b) == (int(np.sum(ok_c & ~ok_i)), int(np.sum(~ok_c & ok_i)))
+    assert not check.passed and check.value == ab.accuracy_difference.low and check.threshold == -0.01
     assert by(decision, "x86", "noninferior_latency").passed               # same latency distribution
     assert "arm" not in {c.device_class for c in decision.checks if c.name.startswith("noninferior")}
 
@@ -199,9 +199,9 @@ def test_ab_without_labels_uses_fp32_agreement(runs, device_classes, policy, mak
     incumbent = {"x86": make_outcome("x86", {"probs": reference["x86"].outputs["probs"].copy()}, latency_ms=2.0)}
     decision = evaluate(candidate, reference, device_classes, policy, None, incumbent)
     ab = decision.metrics["x86"].ab
-    assert ab["correctness"] == "agreement with FP32 top-1"
+    assert ab.correctness == "agreement with FP32 top-1"
     latency = by(decision, "x86", "noninferior_latency")       # candidate 1 ms vs incumbent 2 ms
-    assert latency.passed and ab["latency_ratio"].high < 0.6
+    assert latency.passed and ab.latency_ratio.high < 0.6
 
 
 def test_failed_incumbent_is_a_note_not_a_failure(runs, device_classes, policy, make_outcome):

@@ -1,10 +1,12 @@
-"""The decision cache key changes with anything a decision depends on."""
+"""The decision cache key changes with anything a decision depends on; its files are JSON that must verify."""
 
 from __future__ import annotations
 
 import dataclasses
+import json
 
 from tiergate import pipeline, results
+from tiergate.evaldata import load_eval_data
 from tiergate.policy import load_policy
 from tiergate.results import TargetResult
 from tiergate.targets import resolve
@@ -20,24 +22,37 @@ def _folders(tmp_path, latency: int = 1000):
 
 
 def test_key_follows_results_policy_and_classes(demo_set, tmp_path, tiergate_home):
-    intakes = {"candidate": pipeline.intake(demo_set.candidate("onnx-int8-entropy").path)}
+    candidate = demo_set.candidate("onnx-int8-entropy").path
+    intakes = {"candidate": pipeline.intake(candidate), "reference": pipeline.intake(demo_set.reference_onnx)}
+    data = load_eval_data(demo_set.eval_data)
     dcs = resolve("x86_64-cpu-onnxruntime")
     policy = load_policy(None)
-    key = pipeline.decision_key(_folders(tmp_path / "a"), intakes, dcs, policy)
-    assert key == pipeline.decision_key(_folders(tmp_path / "b"), intakes, dcs, policy)
-    assert key != pipeline.decision_key(_folders(tmp_path / "c", latency=2000), intakes, dcs, policy)
+
+    def key(folders, classes=dcs, pol=policy):
+        return pipeline.decision_key_of(pipeline.decision_inputs(folders, intakes, classes, pol, data))
+
+    base = key(_folders(tmp_path / "a"))
+    assert base == key(_folders(tmp_path / "a"))
+    assert base != key(_folders(tmp_path / "c", latency=2000))
     stricter = dataclasses.replace(policy, defaults=dataclasses.replace(policy.defaults, min_cosine=0.999))
-    assert key != pipeline.decision_key(_folders(tmp_path / "a"), intakes, dcs, stricter)
-    pricier = [dataclasses.replace(dcs[0], cost_per_hour=9.0)]
-    assert key != pipeline.decision_key(_folders(tmp_path / "a"), intakes, pricier, policy)
+    assert base != key(_folders(tmp_path / "a"), pol=stricter)
+    assert base != key(_folders(tmp_path / "a"), classes=[dataclasses.replace(dcs[0], cost_per_hour=9.0)])
+    inputs = pipeline.decision_inputs(_folders(tmp_path / "a"), intakes, dcs, policy, data)
+    assert inputs["candidate"] == intakes["candidate"].sha256 and inputs["data"] == data.sha256
 
 
-def test_saved_decision_round_trips_and_junk_is_ignored(tiergate_home):
+def test_saved_decision_round_trips_and_junk_is_ignored(tiergate_home, capsys):
     from tiergate.gate import Decision
 
     decision = Decision("PROMOTE", [], {}, {}, [], True, [])
-    pipeline.save_decision("k1", decision)
-    assert pipeline.cached_decision("k1").verdict == "PROMOTE"
-    (tiergate_home / "decisions" / "k2.pickle").write_bytes(b"not a pickle")
-    assert pipeline.cached_decision("k2") is None
-    assert pipeline.cached_decision("absent") is None
+    inputs = {"candidate": "a" * 64}
+    path = pipeline.save_decision("k1", inputs, decision)
+    assert json.loads(path.read_text())["inputs"] == inputs            # JSON, naming its inputs
+    assert pipeline.cached_decision("k1", inputs) == decision
+    assert pipeline.cached_decision("k1", {"candidate": "b" * 64}) is None   # other inputs: refused and removed
+    assert not path.exists()
+    (tiergate_home / "decisions" / "k2.json").write_bytes(b"not json")
+    assert pipeline.cached_decision("k2", inputs) is None
+    assert pipeline.cached_decision("absent", inputs) is None
+    assert "discarding the cached decision k2.json" in capsys.readouterr().err
+    assert not list((tiergate_home / "decisions").glob("*.pickle"))

@@ -105,7 +105,7 @@ def test_promotion_moves_alias_per_tier_and_keeps_history(registry, tmp_path):
     a = add(registry, make_onnx(tmp_path / "a.onnx", seed=1), at=at(0)).sha256
     b = add(registry, make_onnx(tmp_path / "b.onnx", seed=2), at=at(1)).sha256
     first = registry.record_decision(a, "PROMOTE", tiers=["x86-server", "cortex-a"], at=at(2),
-                                     checks=[Check("cosine", True, "x86_64-cpu-onnxruntime", 0.999, 0.99)],
+                                     checks=[Check("x86_64-cpu-onnxruntime", "x86-server", "cosine", 0.999, 0.99, ">=", True)],
                                      runs=[_run(metrics={"cosine": 0.999})], cost_tags={"billing": "edge"})
     assert registry.aliases("digits") == {"cortex-a": a, "x86-server": a}
     rejected = registry.record_decision(b, "reject", tiers=["x86-server"], reasons=["accuracy dropped"], at=at(3))
@@ -116,7 +116,7 @@ def test_promotion_moves_alias_per_tier_and_keeps_history(registry, tmp_path):
     assert history == [("cortex-a", a, None), ("x86-server", a, None), ("x86-server", b, a)]
     stored = registry.decisions("digits")
     assert [d.verdict for d in stored] == ["promote", "reject", "promote"]
-    assert stored[0].checks == (Check("cosine", True, "x86_64-cpu-onnxruntime", 0.999, 0.99),)
+    assert stored[0].checks == (Check("x86_64-cpu-onnxruntime", "x86-server", "cosine", 0.999, 0.99, ">=", True),)
     assert stored[0].run_ids == first.run_ids and len(first.run_ids) == 1
     assert stored[0].cost_tags == {"billing": "edge"} and stored[1].reasons == rejected.reasons
 

@@ -21,12 +21,12 @@ def promoted(registry, tmp_path):
     """Two artifacts; the first already promoted on x86-server."""
     a = add(registry, make_onnx(tmp_path / "a.onnx", seed=1), at=at(0)).sha256
     b = add(registry, make_onnx(tmp_path / "b.onnx", seed=2), at=at(1)).sha256
-    registry.record_decision(a, "promote", tiers=["x86-server"], runs=[RUN], checks=[Check("cosine", True)])
+    registry.record_decision(a, "promote", tiers=["x86-server"], runs=[RUN], checks=[Check("x86", "x86-server", "cosine", 0.99, None, ">=", True)])
     return registry, a, b
 
 
 def _failing_checks(error: Exception):
-    yield Check("cosine", True, value=0.99, threshold=0.98)
+    yield Check("x86", "x86-server", "cosine", 0.99, 0.98, ">=", True)
     raise error
 
 
@@ -45,7 +45,7 @@ def test_a_database_error_midway_leaves_nothing(promoted):
     before = count_rows(registry)
     with pytest.raises(exc.IntegrityError):
         registry.record_decision(b, "promote", tiers=["x86-server"], runs=[RUN],
-                                 checks=[Check("ok", True), Check(None, True)])  # NOT NULL name
+                                 checks=[Check("x86", "x86-server", "ok", None, None, "==", True), Check("x86", "x86-server", None, None, None, "==", True)])  # NOT NULL name
     assert count_rows(registry) == before
     assert registry.alias("digits", "x86-server").sha256 == a
 
@@ -59,7 +59,7 @@ def test_a_crash_midway_leaves_nothing(promoted, tmp_path):
         from tiergate.registry import Check, NewRun, Registry
         registry = Registry({registry.url!r}, {registry.store.location!r})
         def checks():
-            yield Check("cosine", True)
+            yield Check("x86", "x86-server", "cosine", 0.99, None, ">=", True)
             os._exit(17)
         run = NewRun("x86_64-cpu-onnxruntime", "x86-server", "ok", "sha256:i", "d" * 64)
         registry.record_decision({b!r}, "promote", tiers=["x86-server"], runs=[run], checks=checks())

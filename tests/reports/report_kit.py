@@ -78,6 +78,6 @@ def populate(registry: Registry, tmp_path: Path) -> dict:
         verdict = {"fp32": "promote", "v1": "reject", "v2": "promote"}[name]
         registry.record_decision(shas[name], verdict, tiers=[t for t, _ in CLASSES.values()], runs=runs,
                                  reasons=["cosine too low"] if verdict == "reject" else [],
-                                 checks=[Check("cosine", verdict == "promote", value=0.9)],
+                                 checks=[Check("x86_64-cpu-onnxruntime", "x86-server", "cosine", 0.9, 0.997, ">=", verdict == "promote")],
                                  cost_tags={"billing": "edge-fleet"}, at=T0 + timedelta(days=i, hours=1))
     return {"shas": shas, "outputs": outputs, "labels": labels}

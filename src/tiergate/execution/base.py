@@ -40,6 +40,7 @@ class Job:
     warmup: int = DEFAULT_WARMUP
     env: dict[str, str] = field(default_factory=dict)  # extra environment (TIERGATE_HARNESS_FAULT in tests)
     compare_rounds: int = 0                             # harness vs bare loop rounds (bench/bench_harness.py)
+    role: str = ""                                      # candidate / reference / incumbent (for remote runs, logs)
 
     def harness_args(self, model: str, data: str, out: str) -> list[str]:
         dc = self.device_class
@@ -50,6 +51,13 @@ class Job:
 
 
 class Backend(Protocol):
+    """Runs one job and leaves its result folder; a failed run is a failed result, never an exception.
+
+    Optional attributes the orchestrator reads: `engine_problem()` (why the engine does
+    not answer, or None: asked after a failed run, so that an engine fault is never a
+    verdict) and `caches_locally` (False when the backend's own side keeps the run cache).
+    """
+
     name: str
 
     def run(self, job: Job) -> TargetResult: ...

@@ -55,6 +55,14 @@ class DockerBackend:
         except InfrastructureFault as exc:
             return failed(dc.name, exc.message, **host)
 
+    def engine_problem(self) -> str | None:
+        """Why this backend's engine does not answer, or None when it does (asked after a failed run)."""
+        try:
+            connect(self.docker_host, use_ssh_client=self.use_ssh_client).close()
+        except InfrastructureFault as exc:
+            return exc.one_line()
+        return None
+
     # one attempt: any engine fault raised from here is retried by run()
     def _attempt(self, job: Job, host: dict) -> TargetResult:
         clear_outputs(job.out_dir)

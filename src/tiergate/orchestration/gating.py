@@ -1,29 +1,56 @@
-"""One gate inside a Prefect flow: intake → build → run (in parallel) → compare → gate → record → report.
+"""One gate inside a Prefect flow: the orchestrator's own sequence (tiergate.pipeline.gate), its steps as tasks.
 
-The steps are the pipeline's (tiergate.pipeline); here they become Prefect tasks,
-runs of device classes mapped to a work pool go to a worker there (remote.py),
-and the decision shows in the Prefect UI as a Markdown and a table artifact.
-
-An unchanged input reuses what was recorded: each run whose artifact, device
-class, image id and data hash are unchanged is taken from its saved result
-(no container starts), and when every run was reused and the decision comes out
-identical to the last one recorded for the artifact, that decision is reused
-instead of recording a duplicate.
+Nothing of the gate is re-implemented here: `PrefectSteps` is the orchestrator's
+`Steps` seam, submitting each intake, build and run as a Prefect task (builds and
+runs retried on infrastructure faults only), and device classes mapped to a work
+pool get a builder and backend that hand their runs to a worker there (remote.py).
+So a gate from the CLI and the same gate from a flow share the run cache and the
+decision cache, and give the same decision. The decision shows in the Prefect UI
+as a Markdown and a table artifact.
 """
 
 from __future__ import annotations
 
 import re
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from prefect import task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from prefect.cache_policies import NO_CACHE
 from prefect.futures import wait
 
 from tiergate import pipeline
-from tiergate.orchestration.tasks import RunDone, build_task, intake_task, run_task
+from tiergate.orchestration.tasks import INFRA_RETRIES, INFRA_RETRY_DELAY_S, infrastructure_only
 from tiergate.policy import Policy
 from tiergate.targets import DeviceClass
+
+
+class PrefectSteps:
+    """The orchestrator's Steps seam as Prefect tasks: one task run per item, named after it."""
+
+    RETRIED = ("build", "run")   # an engine fault there is worth a retry; intake and decide are not
+
+    def map(self, step, fn, items, *, limit=None, name=str) -> list:
+        if not items:
+            return []
+        slots = threading.BoundedSemaphore(limit) if limit else None
+
+        def body(item):
+            if slots is None:
+                return fn(item)
+            with slots:
+                return fn(item)
+
+        options = dict(name=step, cache_policy=NO_CACHE)
+        if step in self.RETRIED:
+            options.update(retries=INFRA_RETRIES, retry_delay_seconds=INFRA_RETRY_DELAY_S,
+                           retry_condition_fn=infrastructure_only)
+        step_task = task(**options)(body)
+        futures = [step_task.with_options(task_run_name=f"{step} {name(item)}").submit(item) for item in items]
+        wait(futures)
+        return [future.result() for future in futures]
 
 
 @dataclass
@@ -31,50 +58,38 @@ class Remote:
     """Where runs of some device classes go: a work pool per class, and what a worker there needs."""
 
     pools: dict[str, str] = field(default_factory=dict)   # device class -> work pool
-    shas: dict[str, str] = field(default_factory=dict)    # role -> registered artifact sha256
     data: str = ""
     registry_url: str | None = None
     store: str | None = None
 
 
+def flow_seams(remote: Remote | None = None, *, base_image: str | None = None,
+               ca_bundle: Path | None = None) -> pipeline.Seams:
+    """Prefect steps; pooled device classes build and run on their work pool's worker."""
+    builder = pipeline.DockerBuilder(base_image, ca_bundle)
+    if not remote or not remote.pools:
+        return pipeline.Seams(builder=builder, steps=PrefectSteps())
+    from tiergate.orchestration.remote import PoolBackend, PoolBuilder
+
+    def backend_for(dc: DeviceClass):
+        return PoolBackend(remote.pools[dc.name], remote) if dc.name in remote.pools \
+            else pipeline.default_backend_for(dc)
+
+    return pipeline.Seams(builder=PoolBuilder(builder, remote.pools), backend_for=backend_for,
+                          steps=PrefectSteps())
+
+
 def gate_in_flow(paths: dict[str, Path], data_path: Path, device_classes: list[DeviceClass], policy: Policy, *,
                  registry=None, root: Path | None = None, base_image: str | None = None,
-                 ca_bundle: Path | None = None, remote: Remote | None = None) -> pipeline.GateRun:
-    """The gate's steps as tasks; raises the first task failure (e.g. an InfrastructureFault) after all ended."""
-    futures = {role: intake_task.submit(role, path, device_classes) for role, path in paths.items()}
-    intakes = {role: future.result() for role, future in futures.items()}
-    pipeline.check_formats(intakes, device_classes)
-    data = pipeline.load_data(data_path, intakes)
-    remote = remote or Remote()
-    local = [dc for dc in device_classes if dc.name not in remote.pools]
-    specs = {dc.name: [pipeline.RunSpec(role, dc, item) for role, item in intakes.items()] for dc in local}
-    built = _results([build_task.submit(dc, specs[dc.name], base_image, ca_bundle) for dc in local])
-    runs = [run_task.submit(spec, data, root, registry) for class_specs in built for spec in class_specs]
-    runs += _remote_runs(remote, intakes, device_classes, root)
-    done: list[RunDone] = _results(runs)
-    folders = {(d.role, d.device_class): d.folder for d in done}
-    ordered = {(role, dc.name): folders[(role, dc.name)] for role in intakes for dc in device_classes}
-    outcomes = pipeline.load_outcomes(ordered)
-    decision = pipeline.decide(outcomes, intakes, device_classes, policy, data)
-    return pipeline.GateRun(decision, intakes, outcomes, ordered, cache_hits=sum(d.cached for d in done),
-                            containers_started=sum(d.started for d in done))
+                 ca_bundle: Path | None = None, remote: Remote | None = None,
+                 max_parallel: int | None = None) -> pipeline.GateRun:
+    """tiergate.pipeline.gate with Prefect steps; raises the first task failure (after all ended)."""
+    import os
 
-
-def _remote_runs(remote: Remote, intakes: dict, device_classes: list[DeviceClass], root: Path | None) -> list:
-    wanted = [dc for dc in device_classes if dc.name in remote.pools]
-    if not wanted:
-        return []
-    from tiergate.orchestration.remote import remote_run_task
-
-    return [remote_run_task.submit(role, dc, remote.pools[dc.name], remote.shas[role], remote.data,
-                                   remote.registry_url, remote.store, root)
-            for dc in wanted for role in intakes]
-
-
-def _results(futures: list) -> list:
-    """Every future's result once all have ended; the first failure is raised (nothing left running)."""
-    wait(futures)
-    return [future.result() for future in futures]
+    parallel = max_parallel or int(os.environ.get("TIERGATE_MAX_PARALLEL", "2"))
+    return pipeline.gate(paths["candidate"], paths["reference"], data_path, device_classes, policy,
+                         incumbent=paths.get("incumbent"), registry=registry, root=root, max_parallel=parallel,
+                         seams=flow_seams(remote, base_image=base_image, ca_bundle=ca_bundle))
 
 
 # --- conclude: reuse or record, reports, Prefect artifacts ----------------------------------------

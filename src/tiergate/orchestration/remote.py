@@ -15,13 +15,13 @@ fsspec URL), the evaluation data path, and Prefect's result storage
 from __future__ import annotations
 
 import socket
-from pathlib import Path
+from dataclasses import dataclass
 
-from prefect import task
-from prefect.cache_policies import NO_CACHE
+from prefect import task  # noqa: F401 - the worker side runs inside a Prefect flow
 
+from tiergate import results
 from tiergate.errors import InfrastructureFault
-from tiergate.orchestration.tasks import RunDone
+from tiergate.images import BuiltImage
 from tiergate.targets import DeviceClass
 
 TARGET_FLOW = "tiergate-run-target"
@@ -33,35 +33,58 @@ def deployment_name(pool: str) -> str:
     return f"{TARGET_FLOW}/{pool}"
 
 
-@task(name="remote run", task_run_name="run {role} on {device_class.name} via work pool {pool}",
-      cache_policy=NO_CACHE)
-def remote_run_task(role: str, device_class: DeviceClass, pool: str, sha256: str, data: str,
-                    registry_url: str | None, store: str | None, root: Path | None = None) -> RunDone:
-    """Run one artifact on a pooled device class through a worker; the result folder comes back here."""
-    from prefect.deployments import run_deployment
+@dataclass
+class PoolBuilder:
+    """Builds locally, except for pooled device classes: their worker builds on its own engine."""
 
-    from tiergate.pipeline import runs_root
-    from tiergate.registry import Store
+    inner: object
+    pools: dict[str, str]
 
-    flow_run = run_deployment(deployment_name(pool), timeout=None, poll_interval=POLL_S,
-                              parameters={"artifact": sha256, "device_class": device_class.name, "role": role,
-                                          "data": data, "registry_url": registry_url, "store": store})
-    state = flow_run.state
-    if state is None or not state.is_completed():
-        raise InfrastructureFault(f"{role} on {device_class.name}: the run on work pool {pool} ended "
-                                  f"{state.name if state else 'without a state'}: {state.message if state else ''}")
-    done = state.result()
-    folder = (root or runs_root()) / "remote" / done["result_key"].rsplit("/", 1)[-1]
-    Store(store).fetch(done["result_key"], folder)
-    return RunDone(role, device_class.name, folder, cached=done["cached"], started=done["started"])
+    def build(self, device_class: DeviceClass, intake) -> BuiltImage:
+        pool = self.pools.get(device_class.name)
+        if pool is None:
+            return self.inner.build(device_class, intake)
+        return BuiltImage(tag=f"work-pool:{pool}", image_id=f"work-pool:{pool}", labels={}, reused=True)
+
+
+class PoolBackend:
+    """Runs a job through the work pool's run-target deployment; the result folder comes back here."""
+
+    name = "work-pool"
+    caches_locally = False       # the worker reuses recorded results of the same input itself
+
+    def __init__(self, pool: str, remote):
+        self.pool, self.remote = pool, remote
+
+    def run(self, job) -> results.TargetResult:
+        from prefect.deployments import run_deployment
+
+        from tiergate.registry import Store
+
+        dc = job.device_class
+        flow_run = run_deployment(deployment_name(self.pool), timeout=None, poll_interval=POLL_S,
+                                  parameters={"artifact": job.artifact_sha256, "device_class": dc.name,
+                                              "role": job.role, "data": self.remote.data,
+                                              "registry_url": self.remote.registry_url,
+                                              "store": self.remote.store})
+        state = flow_run.state
+        if state is None or not state.is_completed():
+            raise InfrastructureFault(f"{job.role} on {dc.name}: the run on work pool {self.pool} ended "
+                                      f"{state.name if state else 'without a state'}: "
+                                      f"{state.message if state else ''}")
+        done = state.result()
+        Store(self.remote.store).fetch(done["result_key"], job.out_dir)
+        result = results.load(job.out_dir)
+        result.extra = {**result.extra, "reused": bool(done["cached"]), "work_pool": self.pool,
+                        "worker_host": done["host"]}
+        return result
 
 
 def run_here(artifact: str, device_class: str, role: str, data: str, registry_url: str | None,
              store: str | None) -> dict:
-    """The worker's side: build and run one artifact on one device class, store the result folder."""
+    """The worker's side: the orchestrator's build and run of one artifact on one class; the folder is stored."""
     from tiergate import pipeline
     from tiergate.orchestration.revalidation import artifact_sha, fetch
-    from tiergate.orchestration.tasks import build_task, intake_task, run_task
     from tiergate.paths import home
     from tiergate.registry import Registry
     from tiergate.targets import resolve
@@ -69,10 +92,10 @@ def run_here(artifact: str, device_class: str, role: str, data: str, registry_ur
     dc = resolve([device_class])[0]
     with Registry(registry_url, store) as registry:
         path = fetch(registry, registry.artifact(artifact_sha(artifact)), home() / "worker")
-        item = intake_task(role, path, [dc])
+        item = pipeline.intake(path, [dc])
         eval_data = pipeline.load_data(data, {role: item})
-        spec = build_task(dc, [pipeline.RunSpec(role, dc, item)])[0]
-        done = run_task(spec, eval_data, None, registry)
+        spec = pipeline.build_images([pipeline.RunSpec(role, dc, item)], pipeline.DockerBuilder())[0]
+        done = pipeline.run_one(spec, eval_data, pipeline.default_backend_for(dc), registry=registry)
         key = registry.store.put_result(done.folder)
     return {"result_key": key, "cached": done.cached, "started": done.started, "host": socket.gethostname(),
             "device_class": dc.name, "role": role}

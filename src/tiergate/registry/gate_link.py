@@ -14,8 +14,6 @@ from typing import Any, Iterable
 from tiergate.registry.db import Registry
 from tiergate.registry.records import Check, DecisionRecord, NewRun
 
-_CHECK_FIELDS = ("name", "passed", "device_class", "value", "threshold", "detail", "tier", "op", "output")
-
 
 def _as_json(decision: Any) -> dict:
     return decision.to_json() if hasattr(decision, "to_json") else dict(decision)
@@ -44,7 +42,7 @@ def flat_metrics(target: dict) -> dict[str, Any]:
 
 
 def checks_of(decision: Any) -> list[Check]:
-    return [Check(**{k: c.get(k) for k in _CHECK_FIELDS}) for c in _as_json(decision).get("checks", [])]
+    return [Check.from_json(c) for c in _as_json(decision).get("checks", [])]
 
 
 def tiers_of(decision: Any) -> list[str]:

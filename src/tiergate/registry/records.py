@@ -7,6 +7,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from tiergate.gate import Check  # the one Check type: the registry records the gate's checks as they are
+
 VERDICTS = ("promote", "reject")
 
 
@@ -77,21 +79,6 @@ class NewRun:
             machine=result.machine, versions=dict(result.versions), metrics=dict(metrics or {}),
             result_folder=folder,
         )
-
-
-@dataclass(frozen=True)
-class Check:
-    """One gate check as recorded with its decision."""
-
-    name: str
-    passed: bool
-    device_class: str | None = None
-    value: float | str | None = None
-    threshold: float | str | None = None
-    detail: str = ""
-    tier: str | None = None
-    op: str | None = None        # how value must compare to threshold: ">=", "<=", "=="
-    output: str | None = None    # the model output checked, for per-output checks
 
 
 @dataclass(frozen=True)

@@ -87,8 +87,8 @@ def _ab_table(metrics: dict[str, TargetMetrics]) -> str:
     for name, m in metrics.items():
         if not m.ab:
             continue
-        diff, test, ratio = m.ab["accuracy_difference"], m.ab["mcnemar"], m.ab.get("latency_ratio")
-        rows.append([f"`{name}`", m.ab["correctness"], f"{diff.estimate:+.4f} [{diff.low:+.4f}, {diff.high:+.4f}]",
+        diff, test, ratio = m.ab.accuracy_difference, m.ab.mcnemar, m.ab.latency_ratio
+        rows.append([f"`{name}`", m.ab.correctness, f"{diff.estimate:+.4f} [{diff.low:+.4f}, {diff.high:+.4f}]",
                      f"{test.only_a} / {test.only_b}", f"{test.p_value:.3g}",
                      "—" if ratio is None else f"{ratio.estimate:.3f} [{ratio.low:.3f}, {ratio.high:.3f}]"])
     if not rows:

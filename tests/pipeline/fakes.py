@@ -1,0 +1,79 @@
+"""In-memory fakes of the orchestrator's seams: a builder and a backend that need no Docker.
+
+`FakeBuilder` hands out image references; `FakeBackend` runs the artifact with the
+host's onnxruntime in-process (tiny models: milliseconds) and can be told to crash
+one (role, device class), to drift one device class's outputs, or to report its
+engine gone. Both count their calls, so tests can assert what was built and run.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tiergate import results
+from tiergate.images import LABEL, BuiltImage
+from tiergate.results import TargetResult, failed
+
+
+@dataclass
+class FakeBuilder:
+    fail: set[str] = field(default_factory=set)          # device classes whose build fails
+    calls: list[tuple[str, str]] = field(default_factory=list)
+
+    def build(self, device_class, intake) -> BuiltImage:
+        from tiergate.errors import InputError
+
+        self.calls.append((device_class.name, intake.sha256))
+        if device_class.name in self.fail:
+            raise InputError(f"fake build of {device_class.name} failed")
+        short = intake.sha256[:12]
+        return BuiltImage(tag=f"fake/{device_class.name}:{short}", image_id=f"sha256:fake-{device_class.name}-{short}",
+                          labels={f"{LABEL}.model.path": str(intake.artifact.path),
+                                  f"{LABEL}.artifact.sha256": intake.sha256}, reused=False)
+
+
+@dataclass
+class FakeBackend:
+    """One shared instance per test; `backend_for` returns it for every device class."""
+
+    crash: set[tuple[str, str]] = field(default_factory=set)   # (role, device class) that segfault
+    drift: dict[str, float] = field(default_factory=dict)      # device class -> noise added to outputs
+    engine_gone: str | None = None
+    latency_ns: int = 1_000_000
+    runs: list[tuple[str, str]] = field(default_factory=list)
+    name: str = "fake"
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __call__(self, device_class):          # the orchestrator's backend_for seam
+        return self
+
+    def engine_problem(self) -> str | None:
+        return self.engine_gone
+
+    def run(self, job) -> TargetResult:
+        import onnxruntime as ort
+
+        dc = job.device_class
+        with self._lock:
+            self.runs.append((job.role, dc.name))
+        host = dict(tier=dc.tier, runtime=dc.runtime, emulated=dc.emulated, image=job.image.tag,
+                    image_id=job.image.image_id, artifact_sha256=job.artifact_sha256, data_sha256=job.data_sha256)
+        if self.engine_gone or (job.role, dc.name) in self.crash:
+            return failed(dc.name, "crashed (segfault)", log_tail="Segmentation fault", **host)
+        session = ort.InferenceSession(job.image.labels[f"{LABEL}.model.path"], providers=["CPUExecutionProvider"])
+        with np.load(job.data_npz) as npz:
+            feeds = {i.name: npz[i.name] for i in session.get_inputs()}
+        outputs = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
+        noise = self.drift.get(dc.name)
+        if noise:
+            rng = np.random.default_rng(0)
+            outputs = {k: (v + rng.normal(0, noise, v.shape)).astype(v.dtype) for k, v in outputs.items()}
+        job.out_dir.mkdir(parents=True, exist_ok=True)
+        np.savez(job.out_dir / results.OUTPUTS_FILE, **outputs)
+        n = len(next(iter(feeds.values())))
+        latencies = [self.latency_ns + (i % 7) * 1000 for i in range(n)]
+        return TargetResult(device_class=dc.name, status="ok", machine=dc.machine, n_samples=n,
+                            latencies_ns=latencies, versions={"onnxruntime": ort.__version__}, **host)

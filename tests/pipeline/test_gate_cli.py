@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 import xml.etree.ElementTree as ET
 
 import numpy as np
@@ -62,12 +63,17 @@ def test_unchanged_rerun_starts_no_container(demo_set, shared_home, capsys, monk
             "--targets", "x86_64-cpu-onnxruntime"]
     first_code, first, _ = _gate(capsys, monkeypatch, shared_home, *args)
     client = docker.from_env()
-    before = {c.id for c in client.containers.list(all=True)}
+    images = {json.loads((Path(p) / "result.json").read_text())["image_id"] for p in json.loads(first)["runs"].values()}
+
+    def ours():   # containers of this gate's images (other work may share the engine)
+        return {c.id for c in client.containers.list(all=True, ignore_removed=True) if c.attrs["Image"] in images}
+
+    before = ours()
     code, out, err = _gate(capsys, monkeypatch, shared_home, *args)
     again = json.loads(out)
     assert code == first_code == 0, err
     assert again["containers_started"] == 0 and again["cache_hits"] == 2
-    assert {c.id for c in client.containers.list(all=True)} <= before
+    assert ours() <= before
     assert again["checks"] == json.loads(first)["checks"]
 
 

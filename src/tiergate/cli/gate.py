@@ -58,6 +58,7 @@ def gate(
         doc = run.decision.to_json()
         doc["runs"] = {f"{role}/{dc}": str(path) for (role, dc), path in run.run_dirs.items()}
         doc["cache_hits"], doc["containers_started"] = run.cache_hits, run.containers_started
+        doc["decision_cached"] = run.decision_cached
         typer.echo(json.dumps(doc, indent=1))
     else:
         _print(run)

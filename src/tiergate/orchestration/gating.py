@@ -103,6 +103,7 @@ class Concluded:
     cache_hits: int
     containers_started: int
     reports: dict[str, str]
+    decision_cached: bool = False
 
     def to_json(self) -> dict:
         return dict(self.__dict__)
@@ -118,7 +119,7 @@ def conclude(gate_run: pipeline.GateRun, *, registry=None, report_dir: Path | No
     written = pipeline.write_reports(gate_run, report_dir, junit)
     publish(gate_run, label, decision_id, reused)
     return Concluded(gate_run.decision.verdict, decision_id, reused, gate_run.cache_hits,
-                     gate_run.containers_started, {k: str(v) for k, v in written.items()})
+                     gate_run.containers_started, {k: str(v) for k, v in written.items()}, gate_run.decision_cached)
 
 
 def publish(gate_run: pipeline.GateRun, label: str, decision_id: int | None, reused: bool) -> None:

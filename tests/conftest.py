@@ -84,10 +84,7 @@ def _gpu_problem() -> str | None:
 def _tflite_extra_problem() -> str | None:
     import modelkit
 
-    missing = modelkit.tflite_extra_missing()
-    if missing:
-        return f"the optional tflite extra is not installed (missing {', '.join(missing)}): pip install 'tiergate[tflite]'"
-    return None
+    return modelkit.tflite_extra_problem()
 
 
 # marker -> (probes, required): a required part fails the test when absent, unless TIERGATE_ALLOW_SKIP=1

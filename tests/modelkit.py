@@ -308,14 +308,22 @@ def tflite_extra_missing() -> list[str]:
     return [name for name in TFLITE_EXTRA if importlib.util.find_spec(name) is None]
 
 
-def require_tflite_extra() -> None:
-    """Skip the calling test (or fixture) with the reason when the tflite extra is absent."""
-    import pytest
-
+def tflite_extra_problem() -> str | None:
+    """Why the tflite extra cannot be used here, or None."""
     missing = tflite_extra_missing()
     if missing:
-        pytest.skip(f"the optional tflite extra is not installed (missing {', '.join(missing)}): "
-                    "pip install 'tiergate[tflite]'")
+        return f"the optional tflite extra is not installed (missing {', '.join(missing)}): pip install 'tiergate[tflite]'"
+    return None
+
+
+def require_tflite_extra() -> None:
+    """Skip the calling test (or fixture) with the reason when the tflite extra is absent
+    (tests can say the same with the `tflite_extra` marker)."""
+    import pytest
+
+    problem = tflite_extra_problem()
+    if problem:
+        pytest.skip(problem)
 
 
 def _tf():

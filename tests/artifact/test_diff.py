@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from onnx import numpy_helper
 
-from artifact import models as m
+import modelkit as m
 from tiergate.artifact import load_artifact
 from tiergate.diff import diff_artifacts
 

@@ -7,7 +7,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from artifact import models as m
+import modelkit as m
 from tiergate.artifact import load_artifact
 from tiergate.fingerprint import fingerprint
 

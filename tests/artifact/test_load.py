@@ -10,7 +10,7 @@ import numpy as np
 import onnx
 import pytest
 
-from artifact import models as m
+import modelkit as m
 from tiergate.artifact import load_artifact
 from tiergate.errors import InputError
 

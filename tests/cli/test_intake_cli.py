@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from onnx import TensorProto
 
-from artifact import models as m
+import modelkit as m
 from tiergate.cli.main import main
 
 TIERGATE = Path(sys.executable).parent / "tiergate"

@@ -58,14 +58,3 @@ def measure(ref: np.ndarray, out: np.ndarray, labels: np.ndarray) -> Measured:
     cos = np.sum(ref64 * out64, 1) / (np.linalg.norm(ref64, axis=1) * np.linalg.norm(out64, axis=1))
     sqnr = 20 * np.log10(np.linalg.norm(ref64) / np.linalg.norm(ref64 - out64))
     return Measured(acc, acc / ref_acc, float(cos.mean()), float(sqnr))
-
-
-def needs_tflite_toolchain():
-    """A skip marker for tests needing TensorFlow and ai_edge_litert, checked without importing them
-    (importing TensorFlow at collection would cost every test run 5-12 s)."""
-    import importlib.util
-
-    import pytest
-
-    missing = [m for m in ("tensorflow", "ai_edge_litert") if importlib.util.find_spec(m) is None]
-    return pytest.mark.skipif(bool(missing), reason=f"not installed (the tflite extra): {', '.join(missing)}")

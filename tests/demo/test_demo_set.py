@@ -12,11 +12,11 @@ import time
 import numpy as np
 import pytest
 
-from demo.host import GATE, measure, needs_tflite_toolchain, run_model
+from demo.host import GATE, measure, run_model
 from tiergate.demo import models
 from tiergate.demo.models import build_demo_set, make_eval_npz
 
-pytestmark = [pytest.mark.slow, needs_tflite_toolchain()]
+pytestmark = [pytest.mark.slow, pytest.mark.tflite_extra]
 
 
 @pytest.fixture(scope="module")

@@ -3,11 +3,11 @@
 import numpy as np
 import pytest
 
-from demo.host import needs_tflite_toolchain, run_tflite
+from demo.host import run_tflite
 from demo.reference_cnn import forward, random_images, tiny_weights
 from tiergate.demo import tflite_export
 
-pytestmark = [pytest.mark.slow, needs_tflite_toolchain()]   # importing TensorFlow alone takes 5-12 s here
+pytestmark = [pytest.mark.slow, pytest.mark.tflite_extra]   # importing TensorFlow alone takes 5-12 s here
 
 
 def Interpreter(model_path):

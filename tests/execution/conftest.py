@@ -11,23 +11,23 @@ from pathlib import Path
 import pytest
 
 import execution_kit as kit
+import modelkit as mk
 
 
 @pytest.fixture(scope="session")
 def models(tmp_path_factory) -> dict[str, Path]:
     folder = tmp_path_factory.mktemp("models")
     return {
-        "mlp": kit.onnx_mlp(folder / "mlp.onnx"),
-        "mlp_b1": kit.onnx_mlp(folder / "mlp_b1.onnx", batch=1),
-        "mlp_v2": kit.onnx_mlp(folder / "mlp_v2.onnx", seed=7),
-        "hungry": kit.onnx_hungry(folder / "hungry.onnx"),
+        "mlp": mk.write(mk.mlp(features=kit.N_FEATURES, outputs=kit.N_OUT), folder / "mlp.onnx"),
+        "mlp_b1": mk.write(mk.mlp(batch=1, features=kit.N_FEATURES, outputs=kit.N_OUT), folder / "mlp_b1.onnx"),
+        "mlp_v2": mk.write(mk.mlp(seed=7, features=kit.N_FEATURES, outputs=kit.N_OUT), folder / "mlp_v2.onnx"),
+        "hungry": mk.write(mk.memory_hungry(features=kit.N_FEATURES), folder / "hungry.onnx"),
     }
 
 
 @pytest.fixture(scope="session")
 def tflite_models(tmp_path_factory) -> dict[str, Path]:
-    pytest.importorskip("tensorflow")
-    return kit.tflite_models(tmp_path_factory.mktemp("tflite"))
+    return mk.tflite_mlp_pair(tmp_path_factory.mktemp("tflite"), kit.N_FEATURES, kit.N_OUT)
 
 
 @pytest.fixture(scope="session")

@@ -9,8 +9,7 @@ import docker
 import pytest
 
 import execution_kit as kit
-from tiergate.build import (LABEL, build_image, ca_bundle_bytes, ensure_runtime_image, plan_runtime_image,
-                            platform_tags)
+from tiergate.build import LABEL, build_image, ca_bundle_bytes, ensure_runtime_image, plan_runtime_image
 from tiergate.errors import EnvironmentProblem, InputError
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(1200)]
@@ -59,20 +58,6 @@ def test_a_new_fingerprint_is_a_new_tag(images, models):
     assert other.runtime_reused
 
 
-def test_artifact_problems_are_input_errors(tmp_path, models, tflite_models):
-    dc = kit.device_class(X86)
-    with pytest.raises(InputError, match="cannot run on x86_64-cpu-onnxruntime"):
-        build_image(dc, tflite_models["fp32"], artifact_sha256="x")
-    with pytest.raises(InputError, match="artifact does not exist"):
-        build_image(dc, tmp_path / "none.onnx", artifact_sha256="x")
-    (tmp_path / "junk.onnx").write_bytes(b"\x00not a model")
-    with pytest.raises(InputError, match="junk.onnx: not a readable ONNX model"):
-        build_image(dc, tmp_path / "junk.onnx", artifact_sha256="x")
-    (tmp_path / "junk.tflite").write_bytes(b"\x00" * 64)
-    with pytest.raises(InputError, match="not a TFLite flatbuffer"):
-        build_image(kit.device_class("x86_64-cpu-tflite"), tmp_path / "junk.tflite", artifact_sha256="x")
-
-
 def test_base_image_problems_are_environment_problems(models, client):
     with pytest.raises(EnvironmentProblem, match="is not present and cannot be pulled"):
         build_image(kit.device_class(X86), models["mlp"], artifact_sha256="x",
@@ -110,9 +95,3 @@ def test_pip_inside_the_build_with_an_extra_ca_bundle(extra_ca, client):
     out = client.containers.run(runtime.tag, ["-c", "import onnxruntime, numpy; print(onnxruntime.__version__, "
                                 "numpy.__version__)"], entrypoint=["python3"], network_mode="none", remove=True)
     assert out.decode().split() == ["1.31.1", "2.4.6"]
-
-
-def test_platform_tags_cover_manylinux():
-    tags = platform_tags("aarch64")
-    assert "manylinux2014_aarch64" in tags and "manylinux_2_28_aarch64" in tags
-    assert all(t.endswith("_aarch64") for t in tags)

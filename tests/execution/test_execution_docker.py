@@ -14,7 +14,7 @@ import pytest
 
 import execution_kit as kit
 from tiergate import results
-from tiergate.execution import DockerBackend, Job, backend_for, run_target, run_targets
+from tiergate.execution import DockerBackend, Job, run_target, run_targets
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(1200)]
 
@@ -184,14 +184,6 @@ def test_engine_fault_is_retried_and_recovers(images, models, data, tmp_path):
         proxy.close()
     assert result.ok, result.reason
     assert proxy.seen >= 2  # the first connection was dropped, a later attempt got through
-
-
-def test_backend_choice_follows_the_device_class():
-    gpu = backend_for(kit.device_class("cuda-gpu-onnxruntime"))
-    remote = backend_for(kit.device_class("x86_64-cpu-onnxruntime", execution="remote",
-                                          docker_host="ssh://edge@127.0.0.1:2222"))
-    assert isinstance(gpu, DockerBackend) and gpu.gpu
-    assert remote.docker_host == "ssh://edge@127.0.0.1:2222" and not remote.gpu
 
 
 @pytest.mark.gpu

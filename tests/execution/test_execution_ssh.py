@@ -10,32 +10,24 @@ stops sshd by its PID afterwards.
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 import subprocess
+import threading
 import time
+import uuid
 from pathlib import Path
 
+import docker
 import numpy as np
 import pytest
 
 import execution_kit as kit
 from tiergate import results
 from tiergate.execution import DockerBackend, backend_for, run_target
+from tiergate.images import LABEL
 
 pytestmark = [pytest.mark.docker, pytest.mark.ssh, pytest.mark.timeout(900)]
-SSHD = "/usr/sbin/sshd"
-IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
-
-
-def _need_sshd() -> None:
-    if not os.path.exists(SSHD) and os.geteuid() == 0 and shutil.which("apt-get"):
-        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive", "RUNLEVEL": "1"}  # RUNLEVEL=1: do not start it
-        subprocess.run(["apt-get", "install", "-y", "-qq", "--no-install-recommends", "openssh-server"],
-                       env=env, capture_output=True, timeout=600)
-    if not os.path.exists(SSHD) or not shutil.which("ssh-keygen"):
-        message = "no OpenSSH server (apt-get install openssh-server)"
-        pytest.fail(message) if IN_CI else pytest.skip(message)
+SSHD = "/usr/sbin/sshd"  # the `ssh` marker (tests/conftest.py) makes sure it is there, or fails the test
 
 
 def _free_port() -> int:
@@ -51,7 +43,6 @@ def _keygen(path: Path) -> str:
 
 @pytest.fixture(scope="module")
 def sshd(tmp_path_factory):
-    _need_sshd()
     folder = tmp_path_factory.mktemp("sshd")
     port = _free_port()
     host_key = _keygen(folder / "host_ed25519")
@@ -109,10 +100,45 @@ def test_target_runs_on_an_ssh_engine(sshd, images, models, data, tmp_path, monk
     assert "Accepted publickey for root" in sshd["log"].read_text()
 
 
+def _containers_with(client, marker: str) -> list[str]:
+    """Ids of the containers (running or not) whose environment holds `marker`."""
+    found = []
+    for container in client.containers.list(all=True, filters={"label": f"{LABEL}.device_class"}):
+        try:
+            if marker in (container.attrs["Config"].get("Env") or []):
+                found.append(container.id)
+        except docker.errors.NotFound:  # removed between list and read
+            pass
+    return found
+
+
 def test_ssh_timeout_still_kills_the_container(sshd, images, models, data, tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(sshd["home"]))
     dc = kit.device_class("x86_64-cpu-onnxruntime", execution="remote", docker_host=sshd["url"], timeout_s=3)
     image = images.get("x86_64-cpu-onnxruntime", models["mlp"])
-    result = run_target(dc, image, data, tmp_path, env={"TIERGATE_HARNESS_FAULT": "hang"})
+    token = uuid.uuid4().hex                 # tells this job's container from every other one on the engine
+    marker = f"TIERGATE_TEST_JOB={token}"
+    client = docker.from_env()
+    seen: set[str] = set()
+    done = threading.Event()
+
+    def watch():
+        while not done.is_set():
+            seen.update(_containers_with(client, marker))
+            time.sleep(0.2)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        result = run_target(dc, image, data, tmp_path, env={"TIERGATE_HARNESS_FAULT": "hang", "TIERGATE_TEST_JOB": token})
+    finally:
+        done.set()
+        watcher.join(10)
     assert result.reason == "timed out after 3 s"
     assert result.wall_s < 60
+    assert len(seen) == 1, f"expected to see the job's one container while it ran, saw {seen}"
+    for container_id in seen:
+        with pytest.raises(docker.errors.NotFound):
+            client.containers.get(container_id)
+    assert _containers_with(client, marker) == []
+    client.close()

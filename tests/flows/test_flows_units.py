@@ -5,10 +5,9 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 
 import numpy as np
-import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
 
+import modelkit as mk
 from tiergate.cli.main import main
 from tiergate.errors import InfrastructureFault, InputError
 from tiergate.orchestration.revalidation import artifact_sha, device_classes_for, prepare, previous_artifact
@@ -68,13 +67,7 @@ def test_device_classes_follow_the_artifact_format():
 
 
 def _linear(path, scale: float):
-    w = (np.arange(12, dtype=np.float32).reshape(4, 3) * scale)
-    graph = helper.make_graph([helper.make_node("MatMul", ["x", "W"], ["y"])], "lin",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3])],
-                              initializer=[numpy_helper.from_array(w, "W")])
-    onnx.save_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), str(path))
-    return path
+    return mk.write(mk.linear(np.arange(12, dtype=np.float32).reshape(4, 3) * scale, name="lin"), path)
 
 
 def test_prepare_finds_reference_previous_artifact_and_incumbent(tmp_path):

@@ -63,39 +63,19 @@ def classifier_data():
 @pytest.fixture(scope="session")
 def digits_models(tmp_path_factory):
     """A real classifier on scikit-learn's digits: an FP32 ONNX model and its QDQ INT8 quantization."""
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
-    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
     from sklearn.datasets import load_digits
     from sklearn.linear_model import LogisticRegression
+
+    import modelkit as mk
 
     digits = load_digits()
     x = (digits.data / 16.0).astype(np.float32)
     y = digits.target.astype(np.int64)
     clf = LogisticRegression(max_iter=300).fit(x[:1000], y[:1000])
-    graph = helper.make_graph(
-        [helper.make_node("MatMul", ["x", "W"], ["mm"]), helper.make_node("Add", ["mm", "b"], ["logits"]),
-         helper.make_node("Softmax", ["logits"], ["probs"], axis=-1)],
-        "digits",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 64])],
-        [helper.make_tensor_value_info("probs", TensorProto.FLOAT, ["N", 10])],
-        [numpy_helper.from_array(clf.coef_.T.astype(np.float32), "W"),
-         numpy_helper.from_array(clf.intercept_.astype(np.float32), "b")],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
     folder = tmp_path_factory.mktemp("digits")
-    fp32, int8 = folder / "digits-fp32.onnx", folder / "digits-int8.onnx"
-    onnx.save(model, fp32)
-
-    class Reader(CalibrationDataReader):
-        def __init__(self):
-            self.batches = iter({"x": x[i:i + 1]} for i in range(200))
-
-        def get_next(self):
-            return next(self.batches, None)
-
-    quantize_static(str(fp32), str(int8), Reader(), quant_format=QuantFormat.QDQ,
-                    activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+    fp32 = mk.write(mk.linear(clf.coef_.T, clf.intercept_, softmax=True, output_name="probs", name="digits"),
+                    folder / "digits-fp32.onnx")
+    int8 = mk.quantize_qdq(fp32, folder / "digits-int8.onnx", {"x": x[:200]})
     return {"fp32": fp32, "int8": int8, "x": x[1000:], "labels": y[1000:]}
 
 

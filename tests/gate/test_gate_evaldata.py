@@ -70,7 +70,13 @@ def test_validation_names_the_input_and_the_problem(tmp_path, arrays, specs, mes
 
 def test_sample_axis_and_symbolic_dims_are_free(tmp_path):
     data = load_eval_data(save(tmp_path, image=np.zeros((5, 3, 8, 8), np.float32), mask=np.zeros((5, 9), np.int64)))
-    validate_against(data, [SPECS[0], TensorSpec("mask", (None, "width"), "int64")])
+    # 5 samples where the model says 1, 9 where it says "width": neither is checked ...
+    assert validate_against(data, [SPECS[0], TensorSpec("mask", (None, "width"), "int64")]) is None
+    # ... while the same 9 against a fixed size is refused, and so is a fixed non-sample axis of the image
+    with pytest.raises(InputError, match=r"input 'mask' has shape \(5, 9\), the model wants \(N, 4\)"):
+        validate_against(data, [SPECS[0], TensorSpec("mask", (None, 4), "int64")])
+    with pytest.raises(InputError, match="axis 1 is 3, must be 4"):
+        validate_against(data, [TensorSpec("image", (1, 4, 8, 8), "float32"), TensorSpec("mask", (None, 9), "int64")])
 
 
 @pytest.mark.parametrize("labels, message", [

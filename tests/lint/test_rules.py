@@ -9,7 +9,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto
 
-from artifact import models as m
+import modelkit as m
 from tiergate.artifact import load_artifact
 from tiergate.lint import Finding, lint, rule_ids
 from tiergate.lint import tflite_coverage

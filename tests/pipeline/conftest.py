@@ -4,11 +4,13 @@ from pathlib import Path
 
 import pytest
 
+import modelkit as mk
+
 
 @pytest.fixture(scope="session")
 def demo_set(tmp_path_factory):
     """The real digits classifier and its candidates (built once per test session)."""
-    pytest.importorskip("tensorflow", reason="the tflite extra builds the demo models")
+    mk.require_tflite_extra()    # the tflite extra builds the demo models
     from tiergate.demo.models import build_demo_set
 
     return build_demo_set(tmp_path_factory.mktemp("demo-models"))

@@ -12,6 +12,7 @@ from tiergate.cli.main import main
 @pytest.mark.docker
 @pytest.mark.emulated
 @pytest.mark.slow
+@pytest.mark.tflite_extra
 def test_demo_promotes_the_good_candidates_and_rejects_the_broken_one(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("TIERGATE_HOME", str(tmp_path / "home"))
     code = main(["demo"])

@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 import pytest
-from onnxruntime.quantization import QuantType, quantize_dynamic
 from registry_kit import make_onnx
 
+import modelkit as mk
 from tiergate.cli.main import main
 from tiergate.registry import Registry, count_rows
 from tiergate.registry.store import file_sha256
@@ -35,8 +35,7 @@ def env(tiergate_home, tmp_path, monkeypatch):
 @pytest.fixture
 def models(tmp_path):
     fp32 = make_onnx(tmp_path / "models" / "fp32.onnx", seed=1)
-    int8 = tmp_path / "models" / "int8.onnx"
-    quantize_dynamic(str(fp32), str(int8), weight_type=QuantType.QInt8)
+    int8 = mk.quantize_dynamic_int8(fp32, tmp_path / "models" / "int8.onnx")
     return fp32, int8
 
 

@@ -1,4 +1,12 @@
-"""A real gate decision (tiergate.gate.evaluate on real onnxruntime outputs) recorded, then reported."""
+"""A real gate decision (tiergate.gate.evaluate on real onnxruntime outputs) recorded, then reported.
+
+What is under test is the registry link (checks, runs, metrics, aliases), not the runtimes: both
+device classes' runs are host onnxruntime runs recorded under the catalogue's names, with a fixed
+image id. The model pairs are chosen so the verdict is known before the gate runs:
+"promote": the candidate holds the reference's weights (identical outputs, every check passes);
+"reject": the candidate holds other random weights (about a third of the reference's top-1 answers,
+far below the 99% accuracy ratio of the default policy).
+"""
 
 from __future__ import annotations
 
@@ -7,9 +15,8 @@ import time
 import numpy as np
 import onnxruntime as ort
 import pytest
-from onnxruntime.quantization import QuantType, quantize_dynamic
-from registry_kit import add, make_onnx
-
+import modelkit as mk
+from registry_kit import add
 from tiergate import results
 from tiergate.gate import RunOutcome, evaluate
 from tiergate.metrics import compare_outputs
@@ -37,11 +44,13 @@ def _measured_run(model, x, device_class, emulated, folder):
     return RunOutcome(result, out)
 
 
-@pytest.fixture
-def gated(registry, tmp_path):
-    fp32 = make_onnx(tmp_path / "fp32.onnx", seed=3)
-    int8 = tmp_path / "int8.onnx"
-    quantize_dynamic(str(fp32), str(int8), weight_type=QuantType.QInt8)
+CANDIDATE_SEED = {"promote": 3, "reject": 4}     # the reference is seed 3
+
+
+@pytest.fixture(params=["promote", "reject"])
+def gated(registry, tmp_path, request):
+    fp32 = mk.write(mk.classifier(seed=3), tmp_path / "fp32.onnx")
+    int8 = mk.write(mk.classifier(seed=CANDIDATE_SEED[request.param]), tmp_path / "candidate.onnx")
     x = np.random.default_rng(0).normal(size=(60, 4)).astype(np.float32)
     dcs = catalogue()
     reference = {dc: _measured_run(fp32, x, dc, dcs[dc].emulated, tmp_path / "ref" / dc) for dc in CLASSES}
@@ -51,12 +60,18 @@ def gated(registry, tmp_path):
     sha = add(registry, int8).sha256
     runs = [NewRun.from_result(candidate[dc].result, folder=tmp_path / "cand" / dc) for dc in CLASSES]
     recorded = record_gate_decision(registry, sha, decision, runs=runs, cost_tags={"billing": "edge-fleet"})
-    return registry, sha, decision, recorded, reference, candidate, labels
+    return registry, sha, decision, recorded, reference, candidate, labels, request.param
 
 
 def test_decision_checks_and_verdict_are_recorded(gated):
-    registry, sha, decision, recorded, *_ = gated
-    assert recorded.verdict == decision.verdict.lower()
+    registry, sha, decision, recorded, *_, expected = gated
+    assert decision.verdict.lower() == expected and recorded.verdict == expected
+    failed = sorted((c.device_class, c.name) for c in decision.checks if not c.passed)
+    if expected == "reject":
+        assert ("x86_64-cpu-onnxruntime", "accuracy_ratio") in failed
+        assert ("arm64-cpu-onnxruntime", "accuracy_ratio") in failed
+    else:
+        assert failed == []
     assert recorded.tiers == ["cortex-a", "x86-server"]
     stored = registry.decisions(artifact_sha=sha)[0]
     assert len(stored.checks) == len(decision.checks)
@@ -64,11 +79,11 @@ def test_decision_checks_and_verdict_are_recorded(gated):
         (c.name, c.device_class, c.passed, c.output) for c in decision.checks]
     assert stored.reasons == decision.reasons and stored.detail["verdict"] == decision.verdict
     moved = registry.aliases("digits")
-    assert moved == ({"cortex-a": sha, "x86-server": sha} if decision.passed else {})
+    assert moved == ({"cortex-a": sha, "x86-server": sha} if expected == "promote" else {})
 
 
 def test_runs_carry_the_flat_metrics_computed_independently(gated):
-    registry, sha, decision, recorded, reference, candidate, labels = gated
+    registry, sha, decision, recorded, reference, candidate, labels, _ = gated
     for dc in CLASSES:
         run = registry.runs(artifact_sha=sha, device_class=dc)[0]
         ref_y, cand_y = reference[dc].outputs["y"], candidate[dc].outputs["y"]

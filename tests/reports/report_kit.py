@@ -11,10 +11,9 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import numpy as np
-import onnx
 import onnxruntime as ort
-from onnx import TensorProto, helper, numpy_helper
 
+import modelkit as mk
 from tiergate import results
 from tiergate.metrics import compare_outputs
 from tiergate.registry import Check, NewRun, Registry
@@ -26,15 +25,7 @@ CLASSES = {"x86_64-cpu-onnxruntime": ("x86-server", False), "arm64-cpu-onnxrunti
 
 
 def tiny_model(path: Path, weights: np.ndarray, bias: np.ndarray) -> Path:
-    graph = helper.make_graph(
-        [helper.make_node("MatMul", ["x", "W"], ["xw"]), helper.make_node("Add", ["xw", "b"], ["y"])],
-        "tiny", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3])],
-        initializer=[numpy_helper.from_array(weights.astype(np.float32), "W"),
-                     numpy_helper.from_array(bias.astype(np.float32), "b")])
-    path.parent.mkdir(parents=True, exist_ok=True)
-    onnx.save_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), str(path))
-    return path
+    return mk.write(mk.linear(weights, bias, name="tiny"), path)
 
 
 def run_model(path: Path, x: np.ndarray) -> np.ndarray:

@@ -1,7 +1,15 @@
-"""Tiny models the intake tests generate themselves (ONNX with onnx.helper and
-onnxruntime.quantization, TFLite with TensorFlow), cached for the test session.
+"""The one factory of tiny test models: every test folder builds its ONNX and TFLite models here.
 
-Each flagged model has a clean twin that differs only in the defect.
+ONNX models are made with onnx.helper (checked with onnx.checker) and quantized with
+onnxruntime.quantization; TFLite models are converted with TensorFlow (the tflite extra:
+builders that need it skip with the reason when it is absent) and edited with the LiteRT
+flatbuffer schema. Builders return an onnx.ModelProto; `write` puts one at a path and
+`save` puts one in a session cache folder.
+
+Named builders: mlp, linear, classifier, conv_net, unary_net, memory_hungry, multi_input,
+if_subgraph; quantize_qdq / quantize_dynamic_int8; tflite_bytes, tflite_mlp_pair and the
+TFLite editors. The lint models come in pairs: each flagged model has a clean twin that
+differs only in the defect.
 """
 
 from __future__ import annotations
@@ -86,18 +94,114 @@ def unary_net(op: str, dtype: int = TensorProto.FLOAT) -> onnx.ModelProto:
     return _finish(graph)
 
 
-def _finish(graph: onnx.GraphProto) -> onnx.ModelProto:
+def _finish(graph: onnx.GraphProto, ir_version: int = 8) -> onnx.ModelProto:
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
-    model.ir_version = 8
+    model.ir_version = ir_version
     onnx.checker.check_model(model)
     return model
 
 
-def save(model: onnx.ModelProto, name: str, folder: Path | None = None) -> Path:
-    path = (folder or cache_dir()) / name
+def write(model: onnx.ModelProto, path: Path, *, external: str | None = None) -> Path:
+    """Save at `path` (folders made); with `external`, every initializer goes to that file beside it."""
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    onnx.save(model, path)
+    if external:
+        (path.parent / external).parent.mkdir(parents=True, exist_ok=True)
+        onnx.save_model(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
+                        location=external, size_threshold=0)
+    else:
+        onnx.save_model(model, str(path))
     return path
+
+
+def save(model: onnx.ModelProto, name: str, folder: Path | None = None) -> Path:
+    """Write into `folder`, by default a folder kept for the test session."""
+    return write(model, (folder or cache_dir()) / name)
+
+
+def _value(name: str, dtype: int, shape) -> onnx.ValueInfoProto:
+    return helper.make_tensor_value_info(name, dtype, shape)
+
+
+def mlp(*, batch: int | str = "N", seed: int = 0, features: int = 8, outputs: int = 4) -> onnx.ModelProto:
+    """y = relu(x @ W + B): input x [batch, features] float32, output y [batch, outputs]."""
+    rng = _rng(seed)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "W"], ["h"]), helper.make_node("Add", ["h", "B"], ["z"]),
+         helper.make_node("Relu", ["z"], ["y"])],
+        "mlp", [_value("x", TensorProto.FLOAT, [batch, features])], [_value("y", TensorProto.FLOAT, [batch, outputs])],
+        [_init("W", rng.standard_normal((features, outputs)).astype(np.float32)),
+         _init("B", rng.standard_normal(outputs).astype(np.float32))])
+    return _finish(graph, ir_version=9)
+
+
+def linear(weights: np.ndarray, bias: np.ndarray | None = None, *, softmax: bool = False, input_name: str = "x",
+           output_name: str = "y", name: str = "linear") -> onnx.ModelProto:
+    """y = [softmax](x @ W [+ b]) with the given weights: x [N, W.shape[0]] float32, y [N, W.shape[1]]."""
+    weights = np.asarray(weights, dtype=np.float32)
+    inits, last = [_init("W", weights)], "xw" if (bias is not None or softmax) else output_name
+    nodes = [helper.make_node("MatMul", [input_name, "W"], [last])]
+    if bias is not None:
+        inits.append(_init("b", np.asarray(bias, dtype=np.float32)))
+        nodes.append(helper.make_node("Add", [last, "b"], ["logits" if softmax else output_name]))
+        last = "logits"
+    if softmax:
+        nodes.append(helper.make_node("Softmax", [last], [output_name], axis=-1))
+    graph = helper.make_graph(nodes, name, [_value(input_name, TensorProto.FLOAT, ["N", weights.shape[0]])],
+                              [_value(output_name, TensorProto.FLOAT, ["N", weights.shape[1]])], inits)
+    return _finish(graph)
+
+
+def classifier(n_classes: int = 3, n_features: int = 4, *, seed: int = 0, softmax: bool = True) -> onnx.ModelProto:
+    """A random linear classifier y = softmax(x @ W + b), weights drawn from `seed`."""
+    rng = _rng(seed)
+    weights = rng.normal(size=(n_features, n_classes))
+    return linear(weights, rng.normal(size=(n_classes,)), softmax=softmax, name="classifier")
+
+
+def memory_hungry(rows: int = 8192, cols: int = 4096, features: int = 8) -> onnx.ModelProto:
+    """y = x + 0*sum(ones[rows, cols]): a tiny file that needs rows*cols*4 bytes (128 MiB) twice to run."""
+    graph = helper.make_graph(
+        [helper.make_node("ConstantOfShape", ["shape"], ["big"],
+                          value=helper.make_tensor("v", TensorProto.FLOAT, [1], [1.0])),
+         helper.make_node("Add", ["big", "big"], ["big2"]),
+         helper.make_node("ReduceSum", ["big2"], ["s"], keepdims=0),
+         helper.make_node("Mul", ["s", "zero"], ["s0"]),
+         helper.make_node("Add", ["x", "s0"], ["y"])],
+        "hungry", [_value("x", TensorProto.FLOAT, ["N", features])], [_value("y", TensorProto.FLOAT, ["N", features])],
+        [_init("zero", np.array(0.0, dtype=np.float32)), _init("shape", np.array([rows, cols], dtype=np.int64))])
+    return _finish(graph, ir_version=9)
+
+
+def multi_input(*, seed: int = 0, n_out: int = 4) -> onnx.ModelProto:
+    """Two inputs of two element types: image [N,3,8,8] float32 and mask [N,n_out] int64;
+    y = (mean_hw(image) @ W) * float(mask), shape [N, n_out]."""
+    rng = _rng(seed)
+    graph = helper.make_graph(
+        [helper.make_node("ReduceMean", ["image"], ["pooled"], axes=[2, 3], keepdims=0),
+         helper.make_node("MatMul", ["pooled", "W"], ["scores"]),
+         helper.make_node("Cast", ["mask"], ["maskf"], to=TensorProto.FLOAT),
+         helper.make_node("Mul", ["scores", "maskf"], ["y"])],
+        "multi_input",
+        [_value("image", TensorProto.FLOAT, ["N", 3, 8, 8]), _value("mask", TensorProto.INT64, ["N", n_out])],
+        [_value("y", TensorProto.FLOAT, ["N", n_out])],
+        [_init("W", rng.standard_normal((3, n_out)).astype(np.float32))])
+    return _finish(graph)
+
+
+def if_subgraph(features: int = 4) -> onnx.ModelProto:
+    """A model with subgraphs: y = If(sum(x) > 0, then relu(x), else -x), both branches reading x from outside."""
+    then_branch = helper.make_graph([helper.make_node("Relu", ["x"], ["then_y"])], "then_branch", [],
+                                    [_value("then_y", TensorProto.FLOAT, ["N", features])])
+    else_branch = helper.make_graph([helper.make_node("Neg", ["x"], ["else_y"])], "else_branch", [],
+                                    [_value("else_y", TensorProto.FLOAT, ["N", features])])
+    graph = helper.make_graph(
+        [helper.make_node("ReduceSum", ["x"], ["total"], keepdims=0),
+         helper.make_node("Greater", ["total", "zero"], ["positive"]),
+         helper.make_node("If", ["positive"], ["y"], then_branch=then_branch, else_branch=else_branch)],
+        "if_subgraph", [_value("x", TensorProto.FLOAT, ["N", features])],
+        [_value("y", TensorProto.FLOAT, ["N", features])], [_init("zero", np.array(0.0, dtype=np.float32))])
+    return _finish(graph)
 
 
 def renamed(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -131,30 +235,43 @@ def renamed(model: onnx.ModelProto) -> onnx.ModelProto:
 # ---------------------------------------------------------------- ONNX, quantized (QDQ)
 
 class _Calibration:
-    """A tiny calibration reader for onnxruntime.quantization.quantize_static."""
+    """A calibration reader for onnxruntime.quantization.quantize_static: one sample per batch."""
 
-    def __init__(self, n: int = 8, seed: int = 1):
-        rng = _rng(seed)
-        self.batches = iter([{"x": rng.standard_normal((1, 3, 8, 8)).astype(np.float32)} for _ in range(n)])
+    def __init__(self, samples: dict[str, np.ndarray]):
+        n = len(next(iter(samples.values())))
+        self.batches = iter([{name: array[i:i + 1] for name, array in samples.items()} for i in range(n)])
 
     def get_next(self):
         return next(self.batches, None)
 
 
+def quantize_qdq(fp32: Path, out: Path, samples: dict[str, np.ndarray], *, nodes_to_exclude=(),
+                 extra_options: dict | None = None) -> Path:
+    """Static QDQ quantization (uint8 activations, int8 weights), calibrated one sample at a time on `samples`."""
+    from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
+
+    quantize_static(str(fp32), str(out), _Calibration(samples), quant_format=QuantFormat.QDQ,
+                    activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
+                    nodes_to_exclude=list(nodes_to_exclude), extra_options=extra_options or {})
+    return Path(out)
+
+
+def quantize_dynamic_int8(fp32: Path, out: Path) -> Path:
+    """Dynamic quantization: int8 weights, activations quantized at run time."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    quantize_dynamic(str(fp32), str(out), weight_type=QuantType.QInt8)
+    return Path(out)
+
+
 @functools.cache
 def quantized_path(exclude_middle: bool = False) -> Path:
     """conv_net quantized with QDQ (uint8 activations, int8 weights); optionally leave conv2 in float."""
-    from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
-
     src = save(conv_net(), "float_for_quant.onnx")
     out = cache_dir() / ("quant_island.onnx" if exclude_middle else "quant.onnx")
-    quantize_static(
-        str(src), str(out), _Calibration(),
-        quant_format=QuantFormat.QDQ, activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
-        nodes_to_exclude=["conv2"] if exclude_middle else [],
-        extra_options={"ForceQuantizeNoInputCheck": True},
-    )
-    return out
+    calibration = {"x": _rng(1).standard_normal((8, 3, 8, 8)).astype(np.float32)}
+    return quantize_qdq(src, out, calibration, nodes_to_exclude=["conv2"] if exclude_middle else [],
+                        extra_options={"ForceQuantizeNoInputCheck": True})
 
 
 def quantized_net(exclude_middle: bool = False) -> onnx.ModelProto:
@@ -180,13 +297,43 @@ def with_activation_scales(model: onnx.ModelProto, scale: float, zero_point: int
 
 # ---------------------------------------------------------------- TFLite (TensorFlow in the tests only)
 
+TFLITE_EXTRA = ("tensorflow", "ai_edge_litert")
+
+
+def tflite_extra_missing() -> list[str]:
+    """The modules of the optional tflite extra that are not installed (found without importing them:
+    importing TensorFlow costs 5-12 s)."""
+    import importlib.util
+
+    return [name for name in TFLITE_EXTRA if importlib.util.find_spec(name) is None]
+
+
+def tflite_extra_problem() -> str | None:
+    """Why the tflite extra cannot be used here, or None."""
+    missing = tflite_extra_missing()
+    if missing:
+        return f"the optional tflite extra is not installed (missing {', '.join(missing)}): pip install 'tiergate[tflite]'"
+    return None
+
+
+def require_tflite_extra() -> None:
+    """Skip the calling test (or fixture) with the reason when the tflite extra is absent
+    (tests can say the same with the `tflite_extra` marker)."""
+    import pytest
+
+    problem = tflite_extra_problem()
+    if problem:
+        pytest.skip(problem)
+
+
 def _tf():
     import os
 
-    import pytest
-
+    require_tflite_extra()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    return pytest.importorskip("tensorflow", reason="TensorFlow (the tflite extra) makes the TFLite test models")
+    import tensorflow
+
+    return tensorflow
 
 
 def _keras_net(middle=None, seed: int = 0):
@@ -236,6 +383,31 @@ def tflite_bytes(kind: str) -> bytes:
     return _convert(_keras_net(middles.get(kind)), mode)
 
 
+def tflite_mlp_pair(folder: Path, features: int = 8, outputs: int = 4) -> dict[str, Path]:
+    """An FP32 and a full-INT8 TFLite model of a small dense net y = softmax(relu(x @ W1) @ W2),
+    input x [None, features]: {"fp32": path, "int8": path}."""
+    tf = _tf()
+    rng = _rng(2)
+    w1 = tf.constant(rng.standard_normal((features, 16)).astype(np.float32))
+    w2 = tf.constant(rng.standard_normal((16, outputs)).astype(np.float32))
+
+    @tf.function(input_signature=[tf.TensorSpec([None, features], tf.float32, name="x")])
+    def net(x):
+        return tf.nn.softmax(tf.matmul(tf.nn.relu(tf.matmul(x, w1)), w2))
+
+    concrete = net.get_concrete_function()
+    fp32 = tf.lite.TFLiteConverter.from_concrete_functions([concrete], net).convert()
+    converter = tf.lite.TFLiteConverter.from_concrete_functions([concrete], net)
+    converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    converter.representative_dataset = lambda: (
+        [rng.standard_normal((1, features)).astype(np.float32)] for _ in range(64))
+    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+    converter.inference_input_type = tf.int8
+    converter.inference_output_type = tf.int8
+    int8 = converter.convert()
+    return {"fp32": save_tflite(fp32, "net_fp32.tflite", folder), "int8": save_tflite(int8, "net_int8.tflite", folder)}
+
+
 def save_tflite(data: bytes, name: str, folder: Path | None = None) -> Path:
     path = (folder or cache_dir()) / name
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -244,10 +416,10 @@ def save_tflite(data: bytes, name: str, folder: Path | None = None) -> Path:
 
 
 def _schema():
-    import pytest
+    require_tflite_extra()
+    import ai_edge_litert.schema_py_generated as schema
 
-    return pytest.importorskip("ai_edge_litert.schema_py_generated",
-                               reason="ai-edge-litert (the tflite extra) edits the TFLite test models")
+    return schema
 
 
 def _unpack(data: bytes):

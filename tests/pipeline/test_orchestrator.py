@@ -11,27 +11,21 @@ import json
 import threading
 
 import numpy as np
-import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
 
 from tiergate import pipeline, results
 from tiergate.errors import InfrastructureFault
 from tiergate.policy import load_policy
 from tiergate.targets import resolve
 
+import modelkit
 from fakes import FakeBackend, FakeBuilder
 
 X86, ARM = "x86_64-cpu-onnxruntime", "arm64-cpu-onnxruntime"
 
 
 def _classifier(path, weights: np.ndarray):
-    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", weights.shape[0]])
-    y = helper.make_tensor_value_info("probs", TensorProto.FLOAT, ["N", weights.shape[1]])
-    nodes = [helper.make_node("MatMul", ["x", "W"], ["logits"]), helper.make_node("Softmax", ["logits"], ["probs"])]
-    graph = helper.make_graph(nodes, "clf", [x], [y], [numpy_helper.from_array(weights.astype(np.float32), "W")])
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), path)
-    return path
+    return modelkit.write(modelkit.linear(weights, softmax=True, output_name="probs"), path)
 
 
 @pytest.fixture

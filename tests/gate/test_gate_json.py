@@ -13,7 +13,11 @@ from tiergate.metrics.latency import LatencyStats
 from tiergate.policy import load_policy
 from tiergate.stats import Interval, McNemar
 
-from conftest import softmax
+
+
+def softmax(logits: np.ndarray) -> np.ndarray:
+    shifted = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    return (shifted / shifted.sum(axis=-1, keepdims=True)).astype(np.float32)
 
 
 def _through_text(decision: Decision) -> Decision:

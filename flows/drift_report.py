@@ -1,7 +1,7 @@
 """The device-tier drift report on a schedule: per model, report.html + report.json from the registry.
 
-Calls the report builder (tiergate.reports.drift + html); the summary per tier shows
-in the Prefect UI as a Markdown artifact.
+Calls the report builder (tiergate.registry.report_data) and renderer (tiergate.reports.html);
+the summary per tier shows in the Prefect UI as a Markdown artifact.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from prefect.artifacts import create_markdown_artifact
 
 from tiergate.orchestration.gating import artifact_key
 from tiergate.registry import Registry
-from tiergate.reports.drift import build_drift_report
+from tiergate.registry.report_data import build_drift_report
 from tiergate.reports.html import write_report
 
 

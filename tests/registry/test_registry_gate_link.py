@@ -21,9 +21,8 @@ from tiergate import results
 from tiergate.gate import RunOutcome, evaluate
 from tiergate.metrics import compare_outputs
 from tiergate.policy import load_policy
-from tiergate.registry import NewRun, record_gate_decision
-from tiergate.registry.gate_link import flat_metrics
-from tiergate.reports.drift import build_drift_report
+from tiergate.registry import NewRun, flat_metrics, record_gate_decision
+from tiergate.registry.report_data import build_drift_report
 from tiergate.targets import catalogue
 
 CLASSES = ("x86_64-cpu-onnxruntime", "arm64-cpu-onnxruntime")

@@ -12,7 +12,7 @@ import pytest
 from report_kit import populate
 
 from tiergate.registry import Registry
-from tiergate.reports.drift import build_drift_report
+from tiergate.registry.report_data import build_drift_report
 from tiergate.reports.html import write_report
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

@@ -10,8 +10,9 @@ import pytest
 from report_kit import T0, populate
 
 from tiergate.cli.main import main
-from tiergate.registry import Registry
-from tiergate.reports.drift import build_drift_report, flat_metrics
+from tiergate.registry import METRIC_KEYS, Registry, flat_metrics
+from tiergate.registry.report_data import build_drift_report, report_metrics
+from tiergate.reports.drift import cross_tier_matrix
 from tiergate.reports.html import render_html, write_report
 
 
@@ -36,7 +37,8 @@ def test_rows_per_tier_follow_the_registry(filled):
     assert not any(r["emulated"] for r in report["tiers"]["x86-server"]["rows"])
     v1 = registry.runs(artifact_sha=shas["v1"], device_class="x86_64-cpu-onnxruntime")[0]
     x86_v1 = report["tiers"]["x86-server"]["rows"][1]
-    assert x86_v1["metrics"] == flat_metrics(v1.metrics) and x86_v1["metrics"]["cost_per_1k"] == pytest.approx(0.002)
+    assert x86_v1["metrics"] == {k: float(v1.metrics[k]) for k in METRIC_KEYS}
+    assert x86_v1["metrics"]["cost_per_1k"] == pytest.approx(0.002)
     labels, out = made["labels"], made["outputs"]["v1"]["x86_64-cpu-onnxruntime"]
     assert x86_v1["metrics"]["accuracy"] == pytest.approx(np.mean(out.argmax(1) == labels))
     assert x86_v1["reasons"] == ["cosine too low"] and x86_v1["cost_tags"] == {"billing": "edge-fleet"}
@@ -122,3 +124,27 @@ def test_unchanged_data_keeps_the_rendered_page_and_new_data_renders_again(fille
     changed = {**later, "since": "2020-01-01T00:00:00+00:00"}
     write_report(changed, tmp_path / "out")
     assert "<!-- marker -->" not in html_path.read_text() and "2099-01-01" in html_path.read_text()
+
+
+def test_report_metrics_read_the_flat_shape_the_gate_records():
+    assert set(flat_metrics({})) == set(METRIC_KEYS) | {"emulated"}  # what the registry writes is what it reads
+    recorded = {"accuracy": 0.75, "cosine": float("nan"), "sqnr_db": float("inf"), "max_abs_err": 3,
+                "latency_p50_ms": True, "latency_p99_ms": "fast", "emulated": True}
+    assert report_metrics(recorded) == {"accuracy": 0.75, "cosine": None, "sqnr_db": None, "max_abs_error": 3.0,
+                                        "latency_p50_ms": None, "latency_p99_ms": None, "cost_per_1k": None}
+
+
+def test_cross_tier_matrix_from_given_outputs_only():
+    rng = np.random.default_rng(3)
+    a = {"y": rng.normal(size=(8, 5)), "z": rng.normal(size=(8, 2))}
+    b = {"y": a["y"] + 0.01, "z": a["z"] - 0.5}
+    odd = {"y": np.zeros((8, 4))}  # no output of the same shape as a's or b's
+    labels = [{"tier": t} for t in ("t0", "t1", "t2", "t3")]
+    matrix = cross_tier_matrix(labels, [a, b, None, odd])
+    assert matrix["max_abs_error"][0][1] == pytest.approx(0.5)  # the worst output (z) decides
+    assert matrix["max_abs_error"][1][0] == pytest.approx(0.5) and matrix["max_abs_error"][0][0] == 0.0
+    assert [row[2] for row in matrix["cosine"]] == [None] * 4 and matrix["sqnr_db"][0][3] is None
+    assert [label["has_outputs"] for label in matrix["labels"]] == [True, True, False, True]
+    assert matrix["labels"][3]["tier"] == "t3"
+    with pytest.raises(ValueError, match="3 labels for 2"):
+        cross_tier_matrix(labels[:3], [a, b])

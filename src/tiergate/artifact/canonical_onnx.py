@@ -1,4 +1,4 @@
-"""Name-free view of an ONNX graph (see canonical.py)."""
+"""Name-free view of an ONNX graph (see canonical.py; shared pieces in canon_base.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 import onnx
 from onnx import helper, numpy_helper
 
-from tiergate.artifact.canonical import CanonGraph, CanonNode, digest, spec_text, values_text
+from tiergate.artifact.canon_base import CanonGraph, CanonNode, digest, spec_text, values_text
 from tiergate.artifact.onnx_loader import QUANT_SLOTS, dtype_name
 
 

@@ -1,10 +1,10 @@
-"""Name-free view of a TFLite subgraph 0 (see canonical.py)."""
+"""Name-free view of a TFLite subgraph 0 (see canonical.py; shared pieces in canon_base.py)."""
 
 from __future__ import annotations
 
 import json
 
-from tiergate.artifact.canonical import CanonGraph, CanonNode, digest, quant_text, spec_text
+from tiergate.artifact.canon_base import CanonGraph, CanonNode, digest, quant_text, spec_text
 from tiergate.artifact.model import Artifact
 
 

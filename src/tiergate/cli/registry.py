@@ -104,7 +104,7 @@ def report_command(
 ) -> None:
     """Drift, accuracy, latency and cost per tier over time, and the cross-tier drift matrix (HTML + JSON)."""
     from tiergate.registry.names import model_name, since as parse_since
-    from tiergate.reports.drift import build_drift_report
+    from tiergate.registry.report_data import build_drift_report
     from tiergate.reports.html import write_report
 
     model_name(model)

@@ -107,7 +107,7 @@ def _incumbent(registry, candidate: Candidate, device_classes) -> tuple[Path, st
 
 
 def _report(registry, out_dir: Path) -> tuple[Path, Path]:
-    from tiergate.reports.drift import build_drift_report
+    from tiergate.registry.report_data import build_drift_report
     from tiergate.reports.html import write_report
 
     return write_report(build_drift_report(registry, MODEL), out_dir)

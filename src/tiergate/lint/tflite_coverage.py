@@ -25,7 +25,6 @@ XNNPACK_BUILTINS = frozenset({
     "RESIZE_BILINEAR", "ROUND", "RSQRT", "SLICE", "SOFTMAX", "SPACE_TO_DEPTH", "SPLIT", "SQRT",
     "SQUARE", "SQUARED_DIFFERENCE", "STRIDED_SLICE", "SUB", "TANH", "TRANSPOSE", "TRANSPOSE_CONV",
 })
-XNNPACK_CUSTOM = frozenset({"Convolution2DTransposeBias", "MaxPoolingWithArgmax2D", "MaxUnpooling2D"})
 
 
 def classify(node, delegated: set[int] | None = None) -> tuple[str, str] | None:

@@ -14,6 +14,9 @@ from typing import Any, Iterable
 from tiergate.registry.db import Registry
 from tiergate.registry.records import Check, DecisionRecord, NewRun
 
+METRIC_KEYS = ("accuracy", "cosine", "sqnr_db", "max_abs_error", "latency_p50_ms", "latency_p99_ms", "cost_per_1k")
+"""The flat run-metrics keys (docs/registry.md); a run's metrics carry these plus "emulated"."""
+
 
 def _as_json(decision: Any) -> dict:
     return decision.to_json() if hasattr(decision, "to_json") else dict(decision)
@@ -25,7 +28,9 @@ def _worst(outputs: dict[str, dict], key: str, pick) -> float | None:
 
 
 def flat_metrics(target: dict) -> dict[str, Any]:
-    """The flat run-metrics shape from one device class's entry in Decision.to_json()["metrics"]."""
+    """The flat run-metrics shape (METRIC_KEYS + "emulated") from one device class's entry in
+    Decision.to_json()["metrics"]. The one home of this mapping; the drift report reads it back
+    (tiergate.registry.report_data.report_metrics)."""
     outputs = target.get("outputs") or {}
     latency = (target.get("latency") or {}).get("candidate") or {}
     accuracy = (target.get("accuracy") or {}).get("candidate") or {}

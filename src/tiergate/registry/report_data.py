@@ -1,0 +1,130 @@
+"""The drift report's data, read from the registry: per tier, how each registered artifact did on each
+device class over time, and the cross-tier drift matrix of the currently promoted artifacts.
+
+Run metrics use the flat shape documented in docs/registry.md (`METRIC_KEYS`, plus "emulated";
+tiergate.registry.gate_link). The cross-tier matrix is computed (tiergate.reports.drift) from the
+stored result folders (outputs.npz) of the promoted artifacts' runs. The result is a JSON-able dict
+(see `build_drift_report`); tiergate.reports.html renders it.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tiergate.errors import InputError
+from tiergate.registry.db import Registry
+from tiergate.registry.gate_link import METRIC_KEYS
+from tiergate.registry.records import ArtifactRecord, DecisionRecord, RunRecord
+from tiergate.reports.drift import REPORT_SCHEMA, cross_tier_matrix, finite
+from tiergate.results import load_outputs
+
+_ALIASES = {"max_abs_err": "max_abs_error"}  # accepted spellings in recorded run metrics
+
+
+def report_metrics(metrics: dict[str, Any]) -> dict[str, float | None]:
+    """A recorded run's metrics on the report's keys (METRIC_KEYS); missing or non-finite values become None."""
+    named = {_ALIASES.get(k, k): v for k, v in metrics.items()}
+    return {key: finite(named.get(key)) for key in METRIC_KEYS}
+
+
+def _iso(when: datetime) -> str:
+    return when.astimezone(timezone.utc).isoformat(timespec="seconds")
+
+
+def _pick_run(runs: list[RunRecord]) -> RunRecord:
+    """The latest successful run, else the latest run."""
+    ok = [r for r in runs if r.ok]
+    return (ok or runs)[-1]
+
+
+def _latest_verdict(decisions: list[DecisionRecord], tier: str) -> DecisionRecord | None:
+    matching = [d for d in decisions if tier in d.tiers]
+    return matching[-1] if matching else None
+
+
+def _row(artifact: ArtifactRecord, run: RunRecord, decision: DecisionRecord | None, promoted: bool) -> dict:
+    return {
+        "artifact_sha": artifact.sha256, "short": artifact.short, "registered_at": _iso(artifact.registered_at),
+        "precision": artifact.precision, "format": artifact.format, "tags": artifact.tags,
+        "device_class": run.device_class, "run_id": run.id, "status": run.status,
+        "emulated": bool(run.metrics.get("emulated", run.emulated)), "machine": run.machine,
+        "metrics": report_metrics(run.metrics),
+        "decision": decision.verdict if decision else None,
+        "reasons": decision.reasons if decision else [],
+        "cost_tags": decision.cost_tags if decision else {},
+        "promoted": promoted,
+    }
+
+
+def tier_rows(registry: Registry, artifacts: list[ArtifactRecord], promoted: dict[str, str]) -> dict[str, dict]:
+    """tier -> {"device_classes": [...], "rows": [one per artifact and device class, oldest first]}."""
+    tiers: dict[str, dict] = {}
+    for artifact in artifacts:
+        decisions = registry.decisions(artifact_sha=artifact.sha256)
+        by_class: dict[tuple[str, str], list[RunRecord]] = {}
+        for run in registry.runs(artifact_sha=artifact.sha256):
+            by_class.setdefault((run.tier, run.device_class), []).append(run)
+        for (tier, device_class), runs in sorted(by_class.items()):
+            entry = tiers.setdefault(tier, {"device_classes": [], "rows": []})
+            if device_class not in entry["device_classes"]:
+                entry["device_classes"].append(device_class)
+            decision = _latest_verdict(decisions, tier)
+            entry["rows"].append(_row(artifact, _pick_run(runs), decision, promoted.get(tier) == artifact.sha256))
+    return dict(sorted(tiers.items()))
+
+
+def _outputs(registry: Registry, run: RunRecord, scratch: Path) -> dict[str, np.ndarray] | None:
+    if not run.result_key:
+        return None
+    folder = registry.fetch_result(run, scratch / f"run-{run.id}")
+    try:
+        return load_outputs(folder)
+    except InputError:
+        return None
+
+
+def promoted_cross_tier(registry: Registry, promoted: dict[str, str]) -> dict:
+    """The cross-tier matrix over the promoted artifacts' latest successful run on every tier's device classes."""
+    columns: list[tuple[dict, RunRecord]] = []
+    for tier, sha in sorted(promoted.items()):
+        by_class: dict[str, list[RunRecord]] = {}
+        for run in registry.runs(artifact_sha=sha):
+            if run.tier == tier and run.ok:
+                by_class.setdefault(run.device_class, []).append(run)
+        for device_class, runs in sorted(by_class.items()):
+            run = runs[-1]
+            columns.append(({"tier": tier, "device_class": device_class, "artifact_sha": sha,
+                             "run_id": run.id, "emulated": run.emulated}, run))
+    with tempfile.TemporaryDirectory(prefix="tiergate-report-") as scratch:
+        outputs = [_outputs(registry, run, Path(scratch)) for _, run in columns]
+    return cross_tier_matrix([label for label, _ in columns], outputs)
+
+
+def build_drift_report(registry: Registry, model: str, since: datetime | None = None) -> dict:
+    """The whole report as a JSON-able dict; InputError when the model has no artifacts at all."""
+    if model not in registry.models():
+        known = ", ".join(registry.models()) or "none"
+        raise InputError(f"model {model!r} has no registered artifacts (registered models: {known})")
+    artifacts = registry.artifacts(model, since=since)
+    promoted = registry.aliases(model)
+    return {
+        "schema": REPORT_SCHEMA,
+        "model": model,
+        "generated_at": _iso(datetime.now(timezone.utc)),
+        "since": _iso(since) if since else None,
+        "metric_keys": list(METRIC_KEYS),
+        "artifacts": [{"sha256": a.sha256, "short": a.short, "registered_at": _iso(a.registered_at),
+                       "format": a.format, "precision": a.precision, "parent_sha": a.parent_sha,
+                       "reference_sha": a.reference_sha, "tags": a.tags} for a in artifacts],
+        "promoted": promoted,
+        "alias_history": [{"tier": m.tier, "artifact_sha": m.artifact_sha, "previous_sha": m.previous_sha,
+                           "decision_id": m.decision_id, "moved_at": _iso(m.moved_at)}
+                          for m in registry.alias_history(model)],
+        "tiers": tier_rows(registry, artifacts, promoted),
+        "cross_tier": promoted_cross_tier(registry, promoted),
+    }

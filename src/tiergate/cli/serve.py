@@ -37,7 +37,7 @@ def serve_command(
     limit: int = typer.Option(2, "--limit", min=1, help="Flow runs at a time in this process."),
 ) -> None:
     """Serve revalidate (on `tiergate.artifact.registered`), release gate and the scheduled drift report."""
-    from tiergate.cli.registry import prefect_api_url
+    from tiergate.orchestration.events import prefect_api_url
 
     if not prefect_api_url():
         raise EnvironmentProblem("no Prefect API to serve on",
@@ -81,17 +81,9 @@ def _pair(item: str) -> tuple[str, str]:
 
 
 def _serve(settings, limit: int) -> None:
-    from prefect import serve
+    from tiergate.orchestration.deployments import serve_all
 
-    from tiergate.orchestration.deployments import deploy_run_target, served_deployments
-
-    for pool in sorted(set(settings.remote.values())):
-        deploy_run_target(pool)
-        typer.echo(f"deployed tiergate-run-target/{pool}: start a worker with `prefect worker start --pool {pool}`")
-    deployments = served_deployments(settings)
-    for d in deployments:
-        typer.echo(f"serving {d.flow_name}/{d.name}")
-    serve(*deployments, limit=limit, print_starting_message=False)
+    serve_all(settings, limit, typer.echo)
 
 
 def register(app: typer.Typer) -> None:

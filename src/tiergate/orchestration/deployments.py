@@ -15,7 +15,7 @@ from pathlib import Path
 
 from tiergate.paths import project_root
 
-EVENT = "tiergate.artifact.registered"
+from tiergate.orchestration.events import EVENT  # noqa: F401 - the trigger expects it
 RESOURCE_MATCH = "tiergate.artifact.*"
 FLOW_FILES = {"revalidate": "revalidate.py:revalidate", "gate": "gate.py:gate",
               "drift_report": "drift_report.py:drift_report", "run_target": "run_target.py:run_target"}
@@ -100,3 +100,16 @@ def deploy_run_target(pool: str, source: Path | None = None):
 
 def _given(parameters: dict) -> dict:
     return {k: v for k, v in parameters.items() if v is not None}
+
+
+def serve_all(settings, limit: int, echo) -> None:
+    """Deploy the run-target flow per work pool, then serve the deployments (blocks until stopped)."""
+    from prefect import serve
+
+    for pool in sorted(set(settings.remote.values())):
+        deploy_run_target(pool)
+        echo(f"deployed tiergate-run-target/{pool}: start a worker with `prefect worker start --pool {pool}`")
+    deployments = served_deployments(settings)
+    for d in deployments:
+        echo(f"serving {d.flow_name}/{d.name}")
+    serve(*deployments, limit=limit, print_starting_message=False)

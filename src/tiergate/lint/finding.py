@@ -35,5 +35,5 @@ class LintContext:
 
     def finding(self, rule: str, severity: str, message: str, nodes=()) -> Finding:
         nodes = tuple(nodes)
-        names = tuple(self.artifact.nodes[i].name or f"#{i}" for i in nodes)
+        names = tuple(self.artifact.nodes[i].label for i in nodes)
         return Finding(rule, severity, message, nodes, names)

@@ -37,13 +37,13 @@ def check(ctx) -> list:
         noops, activation = chain
         if noops:
             ops = " -> ".join(nodes[i].op for i in noops)
-            findings.append(ctx.finding(
+            findings.append(ctx.file_finding(
                 RULE, SEVERITY,
                 f"{node.op} -> {ops} -> {activation.op}: the no-op between them stops "
                 f"{node.op}+{activation.op} fusing; remove it",
                 [node.index, *noops, activation.index]))
         elif _tflite_unfused(ctx, node, activation):
-            findings.append(ctx.finding(
+            findings.append(ctx.file_finding(
                 RULE, SEVERITY,
                 f"{node.op} -> {activation.op}: the activation is a separate op although {node.op} "
                 f"could carry it as fused_activation_function",

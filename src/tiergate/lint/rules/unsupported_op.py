@@ -51,13 +51,30 @@ def _onnx(ctx, runtime: str) -> list:
                                         "that unsupported nodes fall back to"))
     model = ctx.artifact.handle
     opsets = {("" if o.domain == "ai.onnx" else o.domain): o.version for o in model.opset_import}
+    refused: list[tuple[int, str]] = []
     for node in ctx.artifact.nodes:
         verdict = ort_coverage.check_node(node, opsets, ctx.artifact.tensor_dtypes, provider)
+        if verdict.folded:
+            continue
         if verdict.decomposed:
             findings.append(ctx.finding(RULE, "info", verdict.reason, [node.index]))
         elif verdict.cast_fallback:
             findings.append(ctx.finding(RULE, "warning", verdict.reason, [node.index]))
+        elif not verdict.ok and severity == "warning":
+            findings.append(ctx.finding(RULE, severity, verdict.reason + " (falls back to the CPU EP)", [node.index]))
         elif not verdict.ok:
-            tail = " (falls back to the CPU EP)" if severity == "warning" else " (the session cannot be created)"
-            findings.append(ctx.finding(RULE, severity, verdict.reason + tail, [node.index]))
-    return findings
+            refused.append((node.index, verdict.reason))
+    return findings + _confirm_on_cpu(ctx, refused)
+
+
+def _confirm_on_cpu(ctx, refused: list[tuple[int, str]]) -> list:
+    """No kernel listed is an error only when onnxruntime really refuses the model; else the op
+    is rewritten or folded at load (info)."""
+    if not refused:
+        return []
+    problem = ort_coverage.load_problem(ctx.artifact.path)
+    if problem is None:
+        return [ctx.finding(RULE, "info", f"{reason}, but onnxruntime loads the model (rewritten or folded at load)",
+                            [i]) for i, reason in refused]
+    return [ctx.finding(RULE, "error", f"{reason}: onnxruntime refuses the model: {problem}", [i])
+            for i, reason in refused]

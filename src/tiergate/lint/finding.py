@@ -36,15 +36,21 @@ class LintContext:
     device_class: object | None
     index: object
     precision: list[str] = field(default_factory=list)
+    runtime: object | None = None       # tiergate.runtime_graph.RuntimeGraph of the device class, if described
+    basis: str = "file"                 # "runtime": `artifact` is the graph the tier's runtime runs
+    where: str = ""                     # "x86_64-cpu-onnxruntime, onnxruntime level all" (runtime basis)
 
     def finding(self, rule: str, severity: str, message: str, nodes=()) -> Finding:
         nodes = tuple(nodes)
         names = tuple(self.artifact.nodes[i].label for i in nodes)
+        if self.basis == "runtime":
+            return Finding(rule, severity, f"[{self.where}] {message}", nodes, names, "runtime",
+                           self.device_class.name)
         return Finding(rule, severity, message, nodes, names)
 
     def file_finding(self, rule: str, severity: str, message: str, nodes=()) -> Finding:
-        """A finding of a rule whose real answer lies in the runtime graph, judged on the file."""
-        return self.finding(rule, severity, message + f" [{FILE_ONLY}]", nodes)
+        """A finding of a rule whose real answer lies in the runtime graph: says when it judged the file."""
+        return self.finding(rule, severity, message + ("" if self.basis == "runtime" else f" [{FILE_ONLY}]"), nodes)
 
 
 FILE_ONLY = "judged on the file only: --target CLASS judges the graph that tier's runtime runs"

@@ -25,9 +25,18 @@ def check(ctx) -> list:
     if _FORMAT_OF_RUNTIME.get(runtime) != artifact.format:
         target = f"device class {ctx.device_class.name!r} " if ctx.device_class else ""
         return [ctx.finding(RULE, "error", f"this {artifact.format.upper()} artifact cannot run on {target}runtime {runtime}")]
+    described = ctx.runtime
+    if described is not None and not described.ok:
+        version = ", ".join(f"{k} {v}" for k, v in described.versions.items()) or runtime
+        return [ctx.finding(RULE, "error", f"tier {described.tier} ({described.target}, {version}, "
+                                           f"{described.machine}) refuses the model: {described.error}")]
     if artifact.format == "tflite":
-        return _tflite(ctx)
-    return _onnx(ctx, runtime)
+        return _tflite_described(ctx) if described is not None else _tflite(ctx)
+    findings = _onnx(ctx, runtime)
+    if described is not None:
+        # the tier's runtime loaded the model: nothing in it is unsupported there
+        findings = [f for f in findings if f.severity != "error"]
+    return findings
 
 
 def _tflite(ctx) -> list:
@@ -38,6 +47,32 @@ def _tflite(ctx) -> list:
         if verdict:
             findings.append(ctx.finding(RULE, verdict[0], verdict[1], [node.index]))
     return findings
+
+
+def _tflite_described(ctx) -> list:
+    """What the tier's LiteRT did (asked in its container): nodes XNNPACK did not take, and custom
+    ops that only the delegate resolves (the model loads only while XNNPACK takes them)."""
+    described, findings = ctx.runtime, []
+    where = f"{described.target}, {described.machine}"
+    for index, op, placed in described.nodes:
+        node = ctx.artifact.nodes[index] if index < len(ctx.artifact.nodes) else None
+        if node is None or node.op != op:
+            continue
+        if node.domain in ("custom", "flex") and placed == "xnnpack" and described.needs_delegate:
+            findings.append(_named(ctx, "warning",
+                                   f"custom op {op!r} loads only because the XNNPACK delegate takes it on {where}; "
+                                   f"without the delegate LiteRT says: {described.needs_delegate[0]}", index))
+        elif placed != "xnnpack":
+            findings.append(_named(ctx, "warning",
+                                   f"{op} is not taken by the XNNPACK delegate on {where}: it runs on LiteRT's "
+                                   f"default CPU kernel and splits the delegated graph", index))
+    return findings
+
+
+def _named(ctx, severity: str, message: str, index: int):
+    from dataclasses import replace
+
+    return replace(ctx.finding(RULE, severity, message, [index]), basis="runtime", target=ctx.runtime.target)
 
 
 def _onnx(ctx, runtime: str) -> list:

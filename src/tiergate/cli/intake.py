@@ -194,7 +194,9 @@ def _print_findings(console: Console, report: dict) -> None:
         console.print("[green]no findings[/]")
         return
     table = Table(title="findings")
-    for column in ("severity", "rule", "on", "nodes", "message"):
+    for column in ("severity", "rule", "on"):
+        table.add_column(column, no_wrap=True)
+    for column in ("nodes", "message"):
         table.add_column(column, overflow="fold")
     for f in report["findings"]:
         style = _SEVERITY_STYLE[f["severity"]]

@@ -9,6 +9,8 @@ builtins the XNNPACK delegate does not take (warning).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from tiergate.lint import ort_coverage, tflite_coverage
 
 RULE = "unsupported-op"
@@ -28,8 +30,9 @@ def check(ctx) -> list:
     described = ctx.runtime
     if described is not None and not described.ok:
         version = ", ".join(f"{k} {v}" for k, v in described.versions.items()) or runtime
-        return [ctx.finding(RULE, "error", f"tier {described.tier} ({described.target}, {version}, "
-                                           f"{described.machine}) refuses the model: {described.error}")]
+        return [_runtime_finding(ctx, ctx.finding(
+            RULE, "error", f"tier {described.tier} ({described.target}, {version}, {described.machine}) "
+                           f"refuses the model: {described.error}"))]
     if artifact.format == "tflite":
         return _tflite_described(ctx) if described is not None else _tflite(ctx)
     findings = _onnx(ctx, runtime)
@@ -70,9 +73,12 @@ def _tflite_described(ctx) -> list:
 
 
 def _named(ctx, severity: str, message: str, index: int):
-    from dataclasses import replace
+    return _runtime_finding(ctx, ctx.finding(RULE, severity, message, [index]))
 
-    return replace(ctx.finding(RULE, severity, message, [index]), basis="runtime", target=ctx.runtime.target)
+
+def _runtime_finding(ctx, finding):
+    """A finding read from what the tier's runtime did in its container: it names the tier."""
+    return replace(finding, basis="runtime", target=ctx.runtime.target)
 
 
 def _onnx(ctx, runtime: str) -> list:

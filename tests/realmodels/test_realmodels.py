@@ -89,3 +89,20 @@ def test_batchnorm_float_islands_in_int8_made_without_preprocessing(real_model, 
     assert all(f["target"] == X86 and X86 in f["message"] for f in islands)
     # every BatchNormalization kept in float sits between quantized nodes: one island each
     assert len([f for f in islands if "(BatchNormalization)" in f["message"]]) == kept
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_mediapipe_custom_op_on_the_x86_litert_tier(real_model, realmodels_home):
+    """Convolution2DTransposeBias has no kernel in stock LiteRT: an error judged on the file; on the
+    tier, LiteRT 2.3.0 loads the model only because its XNNPACK delegate takes that node (measured),
+    which the finding says in the runtime's own words."""
+    path = real_model("selfie_segmentation")
+    file_errors = [f for f in lint(load_artifact(path)) if f.severity == "error"]
+    assert [f.rule for f in file_errors] == ["unsupported-op"] and "Convolution2DTransposeBias" in file_errors[0].message
+    report, _ = inspect_report(path, "x86_64-cpu-tflite")
+    graph = report["runtime"]["x86_64-cpu-tflite"]
+    assert graph["ok"] and graph["ops"]["Convolution2DTransposeBias"] == 1
+    assert any("unresolved custom op: Convolution2DTransposeBias" in m for m in graph["needs_delegate"])
+    (custom,) = [f for f in report["findings"] if f["rule"] == "unsupported-op"]
+    assert custom["basis"] == "runtime" and "without the delegate" in custom["message"]

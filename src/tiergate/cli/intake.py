@@ -196,8 +196,8 @@ def _print_findings(console: Console, report: dict) -> None:
     table = Table(title="findings")
     for column in ("severity", "rule", "on"):
         table.add_column(column, no_wrap=True)
-    for column in ("nodes", "message"):
-        table.add_column(column, overflow="fold")
+    table.add_column("nodes", overflow="fold", max_width=30)
+    table.add_column("message", overflow="fold", ratio=1, min_width=30)
     for f in report["findings"]:
         style = _SEVERITY_STYLE[f["severity"]]
         on = f["target"] if f["basis"] == "runtime" else "file"

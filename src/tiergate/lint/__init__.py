@@ -45,5 +45,6 @@ def _runtime_context(artifact: Artifact, device_class, runtime) -> LintContext |
     where = (f"{device_class.name}: onnxruntime level {runtime.default_level}" if artifact.format == "onnx"
              else f"{device_class.name}: LiteRT")
     index = index_graph(graph)
-    return LintContext(graph, device_class, index, node_precision(graph, index), runtime=runtime,
+    fused = artifact.format == "onnx"  # onnxruntime's optimized graph: the Q/DQ it could fuse are fused
+    return LintContext(graph, device_class, index, node_precision(graph, index, fused=fused), runtime=runtime,
                        basis="runtime", where=where)

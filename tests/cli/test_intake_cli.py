@@ -198,3 +198,17 @@ def test_diff_target_names_the_first_level_that_differs(capsys, tmp_path, runtim
     other = m.save(m.conv_net(batchnorm=True, alpha=0.3), "c.onnx", tmp_path)
     code, out, _ = _run(capsys, "diff", old, other, "--target", "x86_64-cpu-onnxruntime")
     assert code == 1 and "start to differ at level basic" in out
+
+
+@pytest.mark.docker
+def test_inspect_gpu_target_without_a_gpu_engine_says_file_only(capsys, tmp_path, runtime_home):
+    import docker
+
+    if "nvidia" in (docker.from_env().info().get("Runtimes") or {}):
+        pytest.skip("this engine has the NVIDIA runtime: the GPU class is described for real")
+    path = m.save(m.conv_net(), "gpu.onnx", tmp_path)
+    code, out, _ = _run(capsys, "inspect", path, "--json", "--target", "cuda-gpu-onnxruntime")
+    doc = json.loads(out)
+    assert code == 0 and doc["runtime"] == {}
+    (note,) = [f for f in doc["findings"] if f["rule"] == "runtime-graph"]
+    assert note["severity"] == "warning" and note["target"] == "cuda-gpu-onnxruntime" and "NVIDIA" in note["message"]

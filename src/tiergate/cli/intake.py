@@ -57,7 +57,7 @@ def runtime_graphs(artifact, classes) -> tuple[dict, list]:
     """Each class's RuntimeGraph (built/reused runtime image, one cached container run per tier)
     and notes for the classes that could not be described (a GPU class on a machine without one)."""
     from tiergate.build import ensure_runtime_image
-    from tiergate.errors import TiergateError
+    from tiergate.errors import EnvironmentProblem, TiergateError
     from tiergate.execution.describe import describe_runtime
     from tiergate.execution.engine import connect, with_retries
     from tiergate.lint import Finding
@@ -69,6 +69,8 @@ def runtime_graphs(artifact, classes) -> tuple[dict, list]:
         try:
             client = with_retries(lambda: connect(dc.docker_host), what=f"connecting to {dc.docker_host}")
             try:
+                if dc.gpu and "nvidia" not in (client.info().get("Runtimes") or {}):
+                    raise EnvironmentProblem(f"engine {dc.docker_host} has no NVIDIA container runtime")
                 image = ensure_runtime_image(dc, client=client)
                 graphs[dc.name] = describe_runtime(artifact, dc, image.tag, client=client)
             finally:

@@ -84,6 +84,40 @@ def conv_net(*, identity: bool = False, batchnorm: bool = False, seed: int = 0, 
     return _finish(graph)
 
 
+def if_net(*, identity: bool = False, alpha: float = 0.1, seed: int = 0, names: str = "") -> onnx.ModelProto:
+    """x[1,3,8,8], flag(bool) -> If(then: Conv -> [Identity] -> LeakyRelu; else: Conv -> Relu) -> y.
+
+    The network sits inside the If branches, as in silero VAD. `names` prefixes every node
+    and value name (a renamed twin)."""
+    rng = _rng(seed)
+    p = names
+
+    def conv(tag: str, w_seed: float) -> tuple[onnx.NodeProto, TensorProto]:
+        w = numpy_helper.from_array((rng.standard_normal((4, 3, 3, 3)) * w_seed).astype(np.float32), f"{p}w_{tag}")
+        return helper.make_node("Conv", ["x", w.name], [f"{p}c_{tag}"], name=f"{p}conv_{tag}", pads=[1, 1, 1, 1]), w
+
+    conv_then, w_then = conv("then", 0.3)
+    last = f"{p}c_then"
+    then_nodes = [conv_then]
+    if identity:
+        then_nodes.append(helper.make_node("Identity", [last], [f"{p}ident"], name=f"{p}pass_inserted"))
+        last = f"{p}ident"
+    then_nodes.append(helper.make_node("LeakyRelu", [last], [f"{p}y_then"], name=f"{p}act_then", alpha=alpha))
+    out_spec = lambda n: helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, 4, 8, 8])  # noqa: E731
+    then_g = helper.make_graph(then_nodes, f"{p}then", [], [out_spec(f"{p}y_then")], [w_then])
+    conv_else, w_else = conv("else", 0.2)
+    else_g = helper.make_graph([conv_else, helper.make_node("Relu", [f"{p}c_else"], [f"{p}y_else"], name=f"{p}act_else")],
+                               f"{p}else", [], [out_spec(f"{p}y_else")], [w_else])
+    graph = helper.make_graph(
+        [helper.make_node("If", ["flag"], ["y"], name=f"{p}branch", then_branch=then_g, else_branch=else_g)],
+        "if_net",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8]),
+         helper.make_tensor_value_info("flag", TensorProto.BOOL, [])],
+        [out_spec("y")],
+    )
+    return _finish(graph)
+
+
 def unary_net(op: str, dtype: int = TensorProto.FLOAT) -> onnx.ModelProto:
     """x -> op -> y with one element type: Sin on float32 runs on the CPU EP, on float16 it does not."""
     graph = helper.make_graph(

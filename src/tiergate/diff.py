@@ -18,7 +18,7 @@ from tiergate.artifact.graph import precision_counts
 from tiergate.artifact.model import Artifact
 from tiergate.fingerprint import Fingerprint, fingerprint_graph
 
-_REF = re.compile(r"^n(\d+):(\d+)$")
+_REF = re.compile(r"^n(\d+)([:/].+)$")  # "n3:0" (output 0 of node 3), "n3/body/in1" (input 1 of node 3's body)
 
 
 @dataclass(frozen=True)
@@ -145,7 +145,7 @@ def _translate(ref: str, position: dict[int, int]) -> str:
     if not match:
         return ref
     moved = position.get(int(match.group(1)))
-    return f"n{moved}:{match.group(2)}" if moved is not None else f"removed-{ref}"
+    return f"n{moved}{match.group(2)}" if moved is not None else f"removed-{ref}"
 
 
 def _compare(a: CanonNode, b: CanonNode, position: dict[int, int]) -> list[Change]:

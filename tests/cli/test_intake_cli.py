@@ -30,6 +30,7 @@ def test_inspect_clean_model_exits_0_with_documented_json(capsys, tmp_path):
     doc = json.loads(out)
     assert code == 0 and doc["ok"] is True and doc["findings"] == []
     assert set(doc) == {"version", "artifact", "precision", "fingerprint", "target", "findings", "summary", "ok"}
+    assert all(f["basis"] == "file" for f in doc["findings"])
     assert set(doc["artifact"]) == {"path", "format", "version", "sha256", "size_bytes", "inputs", "outputs",
                                     "node_count", "op_counts", "quantization", "external_data"}
     assert doc["artifact"]["inputs"] == [{"name": "x", "shape": [1, 3, 8, 8], "dtype": "float32"}]
@@ -47,15 +48,17 @@ def test_inspect_warnings_only_exits_0_and_prints_a_table(capsys, tmp_path):
 
 def test_inspect_error_findings_exit_1(capsys, tmp_path):
     path = m.save(m.unary_net("Det", TensorProto.DOUBLE), "det.onnx", tmp_path)
-    code, out, _ = _run(capsys, "inspect", path, "--json", "--target", "x86_64-cpu-onnxruntime")
+    code, out, _ = _run(capsys, "inspect", path, "--json", "--target", "x86_64-cpu-onnxruntime", "--no-runtime")
     doc = json.loads(out)
     assert code == 1 and doc["ok"] is False and doc["target"] == "x86_64-cpu-onnxruntime"
     assert doc["summary"]["error"] == 1 and doc["findings"][0]["rule"] == "unsupported-op"
+    assert "NOT_IMPLEMENTED" in doc["findings"][0]["message"]  # the host onnxruntime's own refusal
+    assert doc["runtime"] == {}
 
 
 def test_inspect_quantized_tflite_lists_quantization(capsys):
     path = m.save_tflite(m.tflite_activation_ranges(12 / 255, 0), "default.tflite")
-    code, out, _ = _run(capsys, "inspect", path, "--json", "--target", "arm64-cpu-tflite")
+    code, out, _ = _run(capsys, "inspect", path, "--json", "--target", "arm64-cpu-tflite", "--no-runtime")
     doc = json.loads(out)
     assert code == 1 and doc["artifact"]["format"] == "tflite"
     assert {q["dtype"] for q in doc["artifact"]["quantization"]} >= {"int8"}
@@ -129,3 +132,83 @@ def test_installed_entry_point(tmp_path):
     bad = subprocess.run([str(TIERGATE), "diff", str(path), str(tmp_path / "nope.onnx")], capture_output=True,
                          text=True, env=env, timeout=120)
     assert bad.returncode == 2 and bad.stderr.strip() == f"tiergate: error: {tmp_path / 'nope.onnx'}: does not exist"
+
+
+# ---------------------------------------------------------------- the runtime graph, in the tier's container
+
+@pytest.fixture(scope="module")
+def runtime_home(tmp_path_factory):
+    """One TIERGATE_HOME for the module: the runtime-graph cache is shared between its tests."""
+    home = tmp_path_factory.mktemp("tiergate-home")
+    saved = os.environ.get("TIERGATE_HOME")
+    os.environ["TIERGATE_HOME"] = str(home)
+    yield home
+    if saved is None:
+        os.environ.pop("TIERGATE_HOME", None)
+    else:
+        os.environ["TIERGATE_HOME"] = saved
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_inspect_target_judges_the_runtime_graph_and_caches_it(capsys, tmp_path, runtime_home):
+    path = m.save(m.conv_net(batchnorm=True, identity=True), "seed.onnx", tmp_path)
+    code, out, _ = _run(capsys, "inspect", path, "--json", "--target", "x86_64-cpu-onnxruntime")
+    doc = json.loads(out)
+    graph = doc["runtime"]["x86_64-cpu-onnxruntime"]
+    assert code == 0 and graph["ok"] and graph["machine"] == "x86_64" and graph["cached"] is False
+    assert set(graph["levels"]) == {"basic", "extended", "all"} and graph["default_level"] == "all"
+    # onnxruntime folds the BatchNormalization, drops the Identity and fuses Conv+LeakyRelu
+    assert graph["ops"]["basic"].get(":BatchNormalization", 0) == 0 and ":Identity" not in graph["ops"]["basic"]
+    assert graph["ops"]["extended"]["com.microsoft:FusedConv"] >= 1
+    assert set(graph["placement"]) == {"CPUExecutionProvider"}
+    # the file-level rules would flag the seed's pattern; on this tier's runtime graph it is harmless
+    assert not [f for f in doc["findings"] if f["rule"] in ("unfused-activation", "unfolded-batchnorm")]
+    assert (runtime_home / "runtime-graphs").is_dir()
+    code, out, _ = _run(capsys, "inspect", path, "--target", "x86_64-cpu-onnxruntime")
+    assert code == 0 and "cached" in out and "(runs)" in out and "FusedConv" in out
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_inspect_target_refused_artifact_names_the_runtime_message(capsys, tmp_path, runtime_home):
+    path = m.save(m.unary_net("Det", TensorProto.DOUBLE), "det.onnx", tmp_path)
+    code, out, err = _run(capsys, "inspect", path, "--json", "--target", "x86_64-cpu-onnxruntime")
+    doc = json.loads(out)
+    graph = doc["runtime"]["x86_64-cpu-onnxruntime"]
+    assert code == 1 and graph["ok"] is False and "NOT_IMPLEMENTED" in graph["error"]
+    (finding,) = [f for f in doc["findings"] if f["severity"] == "error"]
+    assert finding["basis"] == "runtime" and finding["target"] == "x86_64-cpu-onnxruntime"
+    assert "x86-server" in finding["message"] and "NOT_IMPLEMENTED" in finding["message"]
+    assert "Traceback" not in out + err
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_diff_target_names_the_first_level_that_differs(capsys, tmp_path, runtime_home):
+    old = m.save(m.conv_net(batchnorm=True), "a.onnx", tmp_path)
+    new = m.save(m.conv_net(batchnorm=True, identity=True), "b.onnx", tmp_path)
+    code, out, _ = _run(capsys, "diff", old, new, "--json", "--target", "x86_64-cpu-onnxruntime")
+    doc = json.loads(out)
+    assert code == 1 and doc["same"]["structure"] is False  # the files differ (an Identity) ...
+    rt = doc["runtime"]["x86_64-cpu-onnxruntime"]
+    # ... but onnxruntime removes the Identity at its basic level: the runtime graphs are one
+    assert rt["first_difference"] is None
+    assert all(level["same"]["structure"] for level in rt["levels"].values())
+    other = m.save(m.conv_net(batchnorm=True, alpha=0.3), "c.onnx", tmp_path)
+    code, out, _ = _run(capsys, "diff", old, other, "--target", "x86_64-cpu-onnxruntime")
+    assert code == 1 and "start to differ at level basic" in out
+
+
+@pytest.mark.docker
+def test_inspect_gpu_target_without_a_gpu_engine_says_file_only(capsys, tmp_path, runtime_home):
+    import docker
+
+    if "nvidia" in (docker.from_env().info().get("Runtimes") or {}):
+        pytest.skip("this engine has the NVIDIA runtime: the GPU class is described for real")
+    path = m.save(m.conv_net(), "gpu.onnx", tmp_path)
+    code, out, _ = _run(capsys, "inspect", path, "--json", "--target", "cuda-gpu-onnxruntime")
+    doc = json.loads(out)
+    assert code == 0 and doc["runtime"] == {}
+    (note,) = [f for f in doc["findings"] if f["rule"] == "runtime-graph"]
+    assert note["severity"] == "warning" and note["target"] == "cuda-gpu-onnxruntime" and "NVIDIA" in note["message"]

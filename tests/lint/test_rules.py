@@ -35,7 +35,8 @@ def ops_of(artifact, finding) -> list[str]:
 
 def test_registry_lists_every_rule():
     assert set(rule_ids()) == {"unfused-activation", "unfolded-batchnorm", "float-island",
-                               "default-calibration-range", "unsupported-op", "external-data-escape"}
+                               "default-calibration-range", "unsupported-op", "external-data-escape",
+                               "provider-fallback"}
 
 
 # ---------------------------------------------------------------- unfused-activation
@@ -228,6 +229,40 @@ def test_findings_are_ordered_and_serialisable():
                     resolve("x86_64-cpu-tflite")[0])
     assert [f.severity for f in findings] == ["error", "warning", "warning"]
     doc = findings[1].to_json()
-    assert set(doc) == {"rule", "severity", "message", "nodes", "node_names"} and doc["nodes"] == [0, 1]
+    assert set(doc) == {"rule", "severity", "message", "nodes", "node_names", "basis", "target"} and doc["nodes"] == [0, 1]
     with pytest.raises(ValueError):
         Finding("x", "fatal", "bad severity")
+
+
+# ---------------------------------------------------------------- no false errors at file level
+
+def _with_constant_weights(model):
+    """conv_net with its weights in Constant nodes (as PaddleOCR and silero VAD export them)."""
+    from onnx import helper
+
+    out = type(model)()
+    out.CopyFrom(model)
+    graph = out.graph
+    consts = [helper.make_node("Constant", [], [t.name], name=f"const_{t.name}", value=t) for t in graph.initializer]
+    del graph.initializer[:]
+    nodes = consts + list(graph.node)
+    del graph.node[:]
+    graph.node.extend(nodes)
+    return out
+
+
+def test_constant_nodes_are_never_unsupported():
+    art = onnx_art(_with_constant_weights(m.conv_net()), "constants.onnx")
+    assert art.op_counts["Constant"] == 6
+    assert _session_error(art.path) is None  # onnxruntime folds them at load
+    for dc in (None, resolve("x86_64-cpu-onnxruntime")[0]):
+        assert [f for f in lint(art, dc) if f.severity == "error"] == []
+
+
+def test_file_level_rules_say_they_judge_the_file_only():
+    from tiergate.lint.finding import FILE_ONLY
+
+    art = onnx_art(m.conv_net(batchnorm=True, identity=True), "seed_file.onnx")
+    judged = [f for f in lint(art) if f.rule in ("unfused-activation", "unfolded-batchnorm")]
+    assert {f.rule for f in judged} == {"unfused-activation", "unfolded-batchnorm"}
+    assert all(f.severity == "warning" and f.basis == "file" and FILE_ONLY in f.message for f in judged)

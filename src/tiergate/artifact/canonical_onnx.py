@@ -9,6 +9,7 @@ from onnx import helper, numpy_helper
 
 from tiergate.artifact.canon_base import CanonGraph, CanonNode, digest, spec_text, values_text
 from tiergate.artifact.onnx_loader import QUANT_SLOTS, dtype_name
+from tiergate.artifact.onnx_walk import ATTR_GRAPH, ATTR_GRAPHS, ScopedNode, Walk, walk
 
 
 def _quant_param_slots(op: str) -> set[int]:
@@ -22,10 +23,10 @@ def tensor_bytes(tensor: onnx.TensorProto) -> bytes:
 
 
 class _Weights:
-    """Digests of initializers, each computed once."""
+    """Digests of initializers (every scope's, by scoped name), each computed once."""
 
-    def __init__(self, initializers):
-        self.tensors = {t.name: t for t in initializers}
+    def __init__(self, tensors: dict[str, onnx.TensorProto]):
+        self.tensors = tensors  # by scoped name
         self.digests: dict[str, str] = {}
 
     def digest(self, name: str) -> str:
@@ -34,44 +35,56 @@ class _Weights:
         return self.digests[name]
 
 
-def canonical_onnx(graph: onnx.GraphProto, outer: dict[str, str] | None = None) -> CanonGraph:
-    weights = _Weights(graph.initializer)
-    refs = dict(outer or {})
-    for t in graph.initializer:
-        refs[t.name] = "c:" + spec_text(dtype_name(t.data_type), t.dims)
-    inputs = [v for v in graph.input if v.name not in weights.tensors]
+def canonical_onnx(graph: onnx.GraphProto) -> CanonGraph:
+    """The whole model, body graphs (If/Loop/Scan) included: their nodes follow the node that
+    holds them (onnx_walk's order), named by their path, with name-free references."""
+    walked = walk(graph)
+    weights = _Weights({sg.scoped(t.name): t for sg in walked.graphs for t in sg.graph.initializer})
+    refs: dict[str, str] = {}
+    for sg in walked.graphs:
+        for t in sg.graph.initializer:
+            refs[sg.scoped(t.name)] = "c:" + spec_text(dtype_name(t.data_type), t.dims)
+    main = walked.graphs[0]
+    inputs = [v for v in graph.input if v.name not in {t.name for t in graph.initializer}]
     for position, value in enumerate(inputs):
         refs[value.name] = f"in{position}"
-    nodes = []
-    for index, node in enumerate(graph.node):
-        nodes.append(_node(index, node, refs, weights))
-        for k, name in enumerate(node.output):
+    for sg in walked.graphs[1:]:
+        # a body's inputs, named by the node that holds the body (name-free)
+        for position, value in enumerate(sg.graph.input):
+            refs[sg.scoped(value.name)] = f"n{sg.parent}/{sg.attribute}/in{position}"
+    for scoped in walked.nodes:
+        for k, name in enumerate(scoped.outputs):
             if name:
-                refs[name] = f"n{index}:{k}"
-    unused = sorted(set(weights.tensors) - _used_names(graph))
+                refs[name] = f"n{scoped.index}:{k}"
+    bodies = {}
+    for sg in walked.graphs[1:]:
+        bodies.setdefault(sg.parent, {})[sg.attribute] = sg
+    nodes = [_node(scoped, refs, weights, bodies.get(scoped.index, {})) for scoped in walked.nodes]
+    unused = sorted(set(weights.tensors) - _used_names(walked))
     return CanonGraph(
         inputs=tuple(spec_text(dtype_name(v.type.tensor_type.elem_type), _dims(v)) for v in inputs),
-        outputs=tuple(refs.get(v.name, "?") for v in graph.output),
+        outputs=tuple(refs.get(main.scoped(v.name), "?") for v in graph.output),
         nodes=tuple(nodes),
         loose_weights=tuple(sorted(weights.digest(n) for n in unused)),
         loose_specs=tuple(sorted(refs[n] for n in unused)),
     )
 
 
-def _used_names(graph: onnx.GraphProto) -> set[str]:
-    used = {name for node in graph.node for name in node.input}
-    return used | {v.name for v in graph.output}
+def _used_names(walked: Walk) -> set[str]:
+    used = {name for node in walked.nodes for name in node.inputs}
+    return used | {sg.scoped(v.name) for sg in walked.graphs for v in sg.graph.output}
 
 
 def _dims(value: onnx.ValueInfoProto):
     return [d.dim_value if d.HasField("dim_value") else None for d in value.type.tensor_type.shape.dim]
 
 
-def _node(index: int, node: onnx.NodeProto, refs: dict[str, str], weights: _Weights) -> CanonNode:
+def _node(scoped: ScopedNode, refs: dict[str, str], weights: _Weights, bodies: dict) -> CanonNode:
+    node = scoped.node
     quant_slots = _quant_param_slots(node.op_type)
     found_weights: dict[str, str] = {}
     found_quant: dict[str, str] = {}
-    for slot, name in enumerate(node.input):
+    for slot, name in enumerate(scoped.inputs):
         if name not in weights.tensors:
             continue
         if slot in quant_slots:
@@ -81,34 +94,38 @@ def _node(index: int, node: onnx.NodeProto, refs: dict[str, str], weights: _Weig
             found_weights[f"in{slot}"] = weights.digest(name)
     attrs = {}
     for attr in node.attribute:
-        attrs[attr.name] = _attr_text(attr, refs, found_weights, found_quant)
+        attrs[attr.name] = _attr_text(attr, refs, found_weights, bodies)
     return CanonNode(
-        index=index,
+        index=scoped.index,
         op=node.op_type,
         domain=node.domain,
-        name=node.name,
+        name=scoped.path,
         attrs=attrs,
-        inputs=tuple(refs.get(n, "?") if n else "" for n in node.input),
+        inputs=tuple(refs.get(n, "?") if n else "" for n in scoped.inputs),
         weights=found_weights,
         quant=found_quant,
     )
 
 
-def _attr_text(attr: onnx.AttributeProto, refs, found_weights: dict, found_quant: dict) -> str:
+def _attr_text(attr: onnx.AttributeProto, refs, found_weights: dict, bodies: dict) -> str:
+    if attr.type in (ATTR_GRAPH, ATTR_GRAPHS):
+        # the body's nodes are canonical nodes of their own; here only its interface
+        names = [attr.name] if attr.type == ATTR_GRAPH else [f"{attr.name}[{k}]" for k in range(len(attr.graphs))]
+        return json.dumps([_body_text(bodies[n], refs) for n in names if n in bodies])
     value = helper.get_attribute_value(attr)
     if isinstance(value, onnx.TensorProto):
         found_weights[f"attr:{attr.name}"] = digest(tensor_bytes(value))
         return "tensor:" + spec_text(dtype_name(value.data_type), value.dims)
-    if isinstance(value, onnx.GraphProto):
-        sub = canonical_onnx(value, {k: "outer:" + v for k, v in refs.items()})
-        found_weights[f"attr:{attr.name}"] = digest(json.dumps(
-            [sorted(n.weights.items()) for n in sub.nodes] + [list(sub.loose_weights)]).encode())
-        if any(n.quant for n in sub.nodes):
-            found_quant[f"attr:{attr.name}"] = digest(json.dumps([sorted(n.quant.items()) for n in sub.nodes]).encode())
-        return "graph:" + digest(json.dumps([sub.inputs, sub.outputs, [n.structure_text() for n in sub.nodes]]).encode())
     if isinstance(value, bytes):
         value = value.decode("utf-8", "replace")
     if isinstance(value, list):
         value = [v.decode("utf-8", "replace") if isinstance(v, bytes) else v for v in value
                  if not isinstance(v, (onnx.TensorProto, onnx.GraphProto))]
     return json.dumps(value)
+
+
+def _body_text(sg, refs: dict[str, str]) -> str:
+    g = sg.graph
+    ins = [spec_text(dtype_name(v.type.tensor_type.elem_type), _dims(v)) for v in g.input]
+    outs = [refs.get(sg.scoped(v.name), "?") for v in g.output]
+    return f"graph:in={ins} out={outs}"

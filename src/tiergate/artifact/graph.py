@@ -15,7 +15,10 @@ NEUTRAL_OPS = frozenset({
     "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Cast",
     "QUANTIZE", "DEQUANTIZE", "RESHAPE", "SQUEEZE", "EXPAND_DIMS", "SHAPE", "TRANSPOSE", "CAST",
 })
-_INTEGER_ONNX_OPS = frozenset({"ConvInteger", "MatMulInteger", "MatMulIntegerToFloat", "DynamicQuantizeMatMul"})
+_INTEGER_ONNX_OPS = frozenset({"ConvInteger", "MatMulInteger", "MatMulIntegerToFloat", "DynamicQuantizeMatMul",
+                               "QGemm", "QAttention", "DynamicQuantizeLSTM", "MatMulNBits"})
+# layout moves onnxruntime inserts (NCHWc)
+NEUTRAL_OPS = NEUTRAL_OPS | {"ReorderInput", "ReorderOutput"}
 
 
 @dataclass
@@ -51,16 +54,20 @@ def index_graph(artifact: Artifact) -> GraphIndex:
     return GraphIndex(producer, consumers, {t.name for t in artifact.outputs})
 
 
-def node_precision(artifact: Artifact, index: GraphIndex | None = None) -> list[str]:
+def node_precision(artifact: Artifact, index: GraphIndex | None = None, *, fused: bool = False) -> list[str]:
     """'quantized', 'float' or 'neutral' for every node.
 
     A node computes on quantized values when no float tensor reaches it except
     (ONNX QDQ) through a DequantizeLinear, whose pairing with the node is what a
     runtime fuses into an integer kernel. In TFLite a DEQUANTIZE is a real
     conversion, so a node reading its output computes in float.
+
+    fused: the graph is a runtime's optimized graph, where every Q/DQ pair the runtime
+    could fuse is already an integer op: a DequantizeLinear left there is a real
+    conversion, as in TFLite.
     """
     index = index or index_graph(artifact)
-    qdq = artifact.format == "onnx"
+    qdq = artifact.format == "onnx" and not fused
     result = []
     for node in artifact.nodes:
         if node.op in NEUTRAL_OPS:

@@ -42,6 +42,14 @@ class Node:
     outputs: list[str]
     attributes: dict[str, Any] = field(default_factory=dict)
     domain: str = ""
+    # additive (subgraphs): where the node sits; "If_0/then_branch/Conv_3" for a node in a body graph
+    path: str = ""
+    scope: str = ""               # "If_0/then_branch/" inside a body graph, "" at top level
+
+    @property
+    def label(self) -> str:
+        """The node's path (or name), for people."""
+        return self.path or self.name or f"#{self.index}"
 
 
 @dataclass

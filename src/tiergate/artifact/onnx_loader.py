@@ -11,6 +11,7 @@ from onnx import helper
 
 from tiergate.artifact.external import load_external_data
 from tiergate.artifact.model import Artifact, Node, QuantParams, TensorSpec
+from tiergate.artifact.onnx_walk import ScopedNode, Walk, walk
 from tiergate.errors import InputError
 
 # input slots holding (scale, zero point) pairs, by op: quantization parameters, not weights
@@ -32,13 +33,16 @@ def dtype_name(elem_type: int) -> str:
         return helper.tensor_dtype_to_string(elem_type).removeprefix("TensorProto.").lower()
 
 
-def load_onnx(path: Path, data: bytes) -> Artifact:
+def load_onnx(path: Path, data: bytes, *, check: bool = True) -> Artifact:
+    """check=False: skip the ONNX checker (a runtime's optimized graph, with its contrib ops)."""
     model = _parse(path, data)
     digest = hashlib.sha256(data)
     locations, external_bytes = load_external_data(path, model, digest)
-    _check(path, model.SerializeToString() if locations else data)
+    if check:
+        _check(path, model.SerializeToString() if locations else data)
     graph = model.graph
     init_names = {t.name for t in graph.initializer}
+    walked = walk(graph)
     return Artifact(
         path=path,
         format="onnx",
@@ -47,11 +51,12 @@ def load_onnx(path: Path, data: bytes) -> Artifact:
         version=_version(model),
         inputs=[_spec(v) for v in graph.input if v.name not in init_names],
         outputs=[_spec(v) for v in graph.output],
-        nodes=[_node(i, n) for i, n in enumerate(graph.node)],
-        quant=_quant(graph),
-        initializers={t.name: (tuple(t.dims), dtype_name(t.data_type)) for t in graph.initializer},
+        nodes=[_node(n) for n in walked.nodes],
+        quant=_quant(walked),
+        initializers={sg.scoped(t.name): (tuple(t.dims), dtype_name(t.data_type))
+                      for sg in walked.graphs for t in sg.graph.initializer},
         metadata={p.key: p.value for p in model.metadata_props},
-        tensor_dtypes=_dtypes(model),
+        tensor_dtypes=_dtypes(model, walked),
         external_data=locations,
         handle=model,
     )
@@ -95,15 +100,18 @@ def _spec(value: onnx.ValueInfoProto) -> TensorSpec:
     return TensorSpec(value.name, _dims(value.type), dtype_name(value.type.tensor_type.elem_type))
 
 
-def _node(index: int, node: onnx.NodeProto) -> Node:
+def _node(scoped: ScopedNode) -> Node:
+    node = scoped.node
     return Node(
-        index=index,
+        index=scoped.index,
         op=node.op_type,
         name=node.name,
-        inputs=list(node.input),
-        outputs=list(node.output),
+        inputs=list(scoped.inputs),
+        outputs=list(scoped.outputs),
         attributes={a.name: _attr_value(a) for a in node.attribute},
         domain=node.domain,
+        path=scoped.path,
+        scope=scoped.scope,
     )
 
 
@@ -121,20 +129,24 @@ def _attr_value(attr: onnx.AttributeProto):
     return value
 
 
-def _dtypes(model: onnx.ModelProto) -> dict[str, str]:
-    """Element types of every tensor: declared ones, initializers, then shape inference."""
-    graph = model.graph
-    types = {t.name: dtype_name(t.data_type) for t in graph.initializer}
-    for value in [*graph.input, *graph.output, *graph.value_info]:
-        if value.type.tensor_type.elem_type:
-            types[value.name] = dtype_name(value.type.tensor_type.elem_type)
+def _dtypes(model: onnx.ModelProto, walked: Walk) -> dict[str, str]:
+    """Element types of every tensor (body graphs included, by scoped name): declared ones,
+    initializers, then shape inference."""
+    types: dict[str, str] = {}
+    for sg in walked.graphs:
+        g = sg.graph
+        types.update({sg.scoped(t.name): dtype_name(t.data_type) for t in g.initializer})
+        for value in [*g.input, *g.output, *g.value_info]:
+            if value.type.tensor_type.elem_type:
+                types[sg.scoped(value.name)] = dtype_name(value.type.tensor_type.elem_type)
     try:
-        inferred = onnx.shape_inference.infer_shapes(_skeleton(model)).graph.value_info
+        inferred = walk(onnx.shape_inference.infer_shapes(_skeleton(model)).graph).graphs
     except Exception:  # noqa: BLE001 - inference is a best effort; declared types remain
-        inferred = []
-    for value in inferred:
-        if value.type.tensor_type.elem_type:
-            types.setdefault(value.name, dtype_name(value.type.tensor_type.elem_type))
+        inferred = ()
+    for sg in inferred:
+        for value in [*sg.graph.value_info, *sg.graph.output]:
+            if value.type.tensor_type.elem_type:
+                types.setdefault(sg.scoped(value.name), dtype_name(value.type.tensor_type.elem_type))
     return types
 
 
@@ -155,18 +167,19 @@ def _skeleton(model: onnx.ModelProto) -> onnx.ModelProto:
     return skeleton
 
 
-def _quant(graph: onnx.GraphProto) -> dict[str, QuantParams]:
-    """Scale and zero point of every tensor a Q/DQ or QLinear op (de)quantizes."""
-    inits = {t.name: t for t in graph.initializer}
+def _quant(walked: Walk) -> dict[str, QuantParams]:
+    """Scale and zero point of every tensor a Q/DQ or QLinear op (de)quantizes (scoped names)."""
+    inits = {sg.scoped(t.name): t for sg in walked.graphs for t in sg.graph.initializer}
     found: dict[str, QuantParams] = {}
-    for node in graph.node:
+    for scoped in walked.nodes:
+        node = scoped.node
         axis = next((a.i for a in node.attribute if a.name == "axis"), None)
         for tensor_slot, scale_slot, zp_slot in QUANT_SLOTS.get(node.op_type, ()):
-            tensor = node.output[0] if tensor_slot < 0 else _at(node.input, tensor_slot)
-            scale = inits.get(_at(node.input, scale_slot))
+            tensor = scoped.outputs[0] if tensor_slot < 0 else _at(scoped.inputs, tensor_slot)
+            scale = inits.get(_at(scoped.inputs, scale_slot))
             if not tensor or scale is None or tensor in found:
                 continue
-            zero = inits.get(_at(node.input, zp_slot))
+            zero = inits.get(_at(scoped.inputs, zp_slot))
             found[tensor] = _params(tensor, scale, zero, axis)
     return found
 

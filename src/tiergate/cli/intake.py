@@ -20,29 +20,79 @@ JSON_VERSION = 1
 _SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "dim"}
 
 
-def inspect_report(path: Path, target: str | None = None) -> tuple[dict, int]:
-    """The inspect JSON document and the exit code; shared by the CLI and other callers."""
+def inspect_report(path: Path, target: str | None = None, *, runtime: bool = True) -> tuple[dict, int]:
+    """The inspect JSON document and the exit code; shared by the CLI and other callers.
+
+    target: device class name(s), comma-separated. runtime: describe each target's runtime graph
+    in its container (tiergate.execution.describe) and lint on it; False judges the file only."""
     from tiergate.artifact import load_artifact
     from tiergate.artifact.graph import precision_counts
     from tiergate.fingerprint import fingerprint
     from tiergate.lint import lint
     from tiergate.targets import resolve
 
-    device_class = resolve(target)[0] if target else None
+    classes = resolve(target) if target else []
     artifact = load_artifact(path)
-    findings = lint(artifact, device_class)
+    graphs, notes = runtime_graphs(artifact, classes) if runtime else ({}, [])
+    findings = _merged([lint(artifact, dc, runtime=graphs.get(dc.name)) for dc in classes]
+                       if classes else [lint(artifact)]) + notes
     summary = {s: sum(f.severity == s for f in findings) for s in ("error", "warning", "info")}
     report = {
         "version": JSON_VERSION,
         "artifact": _artifact_json(artifact),
         "precision": precision_counts(artifact),
         "fingerprint": fingerprint(artifact).to_json(),
-        "target": device_class.name if device_class else None,
+        "target": classes[0].name if classes else None,
         "findings": [f.to_json() for f in findings],
         "summary": summary,
         "ok": summary["error"] == 0,
     }
+    if classes:
+        report["targets"] = [dc.name for dc in classes]
+        report["runtime"] = {name: graph.to_json() for name, graph in graphs.items()}
     return report, EXIT_OK if report["ok"] else EXIT_FAIL
+
+
+def runtime_graphs(artifact, classes) -> tuple[dict, list]:
+    """Each class's RuntimeGraph (built/reused runtime image, one cached container run per tier)
+    and notes for the classes that could not be described (a GPU class on a machine without one)."""
+    from tiergate.build import ensure_runtime_image
+    from tiergate.errors import EnvironmentProblem, TiergateError
+    from tiergate.execution.describe import describe_runtime
+    from tiergate.execution.engine import connect, with_retries
+    from tiergate.lint import Finding
+
+    graphs, notes = {}, []
+    for dc in classes:
+        if dc.artifact_format != artifact.format:
+            continue  # unsupported-op says this artifact cannot run there at all
+        try:
+            client = with_retries(lambda: connect(dc.docker_host), what=f"connecting to {dc.docker_host}")
+            try:
+                if dc.gpu and "nvidia" not in (client.info().get("Runtimes") or {}):
+                    raise EnvironmentProblem(f"engine {dc.docker_host} has no NVIDIA container runtime")
+                image = ensure_runtime_image(dc, client=client)
+                graphs[dc.name] = describe_runtime(artifact, dc, image.tag, client=client)
+            finally:
+                client.close()
+        except TiergateError as exc:
+            if not dc.gpu:
+                raise
+            notes.append(Finding("runtime-graph", "warning", f"{dc.name}: runtime graph not described "
+                                 f"({exc}); judged on the file only", basis="runtime", target=dc.name))
+    return graphs, notes
+
+
+def _merged(per_target: list[list]) -> list:
+    """Findings of every target, each once (file-level ones are the same for every target)."""
+    seen, merged = set(), []
+    for findings in per_target:
+        for f in findings:
+            key = (f.rule, f.severity, f.message, f.nodes, f.basis, f.target)
+            if key not in seen:
+                seen.add(key)
+                merged.append(f)
+    return merged
 
 
 def _artifact_json(artifact) -> dict:
@@ -71,10 +121,14 @@ def _artifact_json(artifact) -> dict:
 def inspect(
     artifact: Path = typer.Argument(..., help="ONNX or TFLite model file."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON (docs/json-shapes.md)."),
-    target: str = typer.Option(None, "--target", help="Device class to check op support against."),
+    target: str = typer.Option(None, "--target", help="Device class(es), comma-separated: describe and lint the "
+                                                      "graph each tier's runtime runs (in its container)."),
+    runtime: bool = typer.Option(True, "--runtime/--no-runtime",
+                                 help="With --target: describe the runtime graph in the tier's container "
+                                      "(--no-runtime judges the file only, no Docker)."),
 ) -> None:
     """Describe, fingerprint and lint an artifact; exit 1 when a finding is an error."""
-    report, code = inspect_report(artifact, target)
+    report, code = inspect_report(artifact, target, runtime=runtime)
     if as_json:
         typer.echo(json.dumps(report, indent=1))
     else:
@@ -104,7 +158,37 @@ def _print_inspect(report: dict) -> None:
     for row in rows:
         about.add_row(*row)
     console.print(about)
+    for graph in report.get("runtime", {}).values():
+        _print_runtime(console, graph)
     _print_findings(console, report)
+
+
+def _op_list(ops: dict) -> str:
+    return ", ".join(f"{op.removeprefix(':')} x{n}" for op, n in sorted(ops.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def _print_runtime(console: Console, graph: dict) -> None:
+    how = f"{graph['machine']}{' emulated' if graph['emulated'] else ''}, " + \
+        ", ".join(f"{k} {v}" for k, v in graph["versions"].items())
+    when = "cached" if graph["cached"] else f"{graph['seconds']:.1f} s"
+    title = f"runtime graph on {graph['target']} (tier {graph['tier']}; {how}; {when})"
+    if not graph["ok"]:
+        console.print(f"[bold red]{title}: the runtime refuses the model:[/] {graph['error']}")
+        return
+    table = Table(title=title)
+    placement = ", ".join(f"{ep} {n}" for ep, n in graph["placement"].items())
+    if "levels" in graph:
+        for column in ("level", "nodes", "fingerprint", "ops"):
+            table.add_column(column, overflow="fold")
+        for name, level in graph["levels"].items():
+            mark = " (runs)" if name == graph["default_level"] else ""
+            table.add_row(name + mark, str(level["node_count"]), level["fingerprint"]["combined"], _op_list(level["ops"]))
+        table.caption = f"placement: {placement}"
+    else:
+        for column in ("ops", "placement"):
+            table.add_column(column, overflow="fold")
+        table.add_row(_op_list(graph["ops"]), placement)
+    console.print(table)
 
 
 def _print_findings(console: Console, report: dict) -> None:
@@ -112,11 +196,15 @@ def _print_findings(console: Console, report: dict) -> None:
         console.print("[green]no findings[/]")
         return
     table = Table(title="findings")
-    for column in ("severity", "rule", "nodes", "message"):
-        table.add_column(column, overflow="fold")
+    for column in ("severity", "rule", "on"):
+        table.add_column(column, no_wrap=True)
+    table.add_column("nodes", overflow="fold", max_width=30)
+    table.add_column("message", overflow="fold", ratio=1, min_width=30)
     for f in report["findings"]:
         style = _SEVERITY_STYLE[f["severity"]]
-        table.add_row(f"[{style}]{f['severity']}[/]", f["rule"], ", ".join(f["node_names"]), f["message"])
+        on = f["target"] if f["basis"] == "runtime" else "file"
+        names = ", ".join(f["node_names"][:6]) + (f" (+{len(f['node_names']) - 6})" if len(f["node_names"]) > 6 else "")
+        table.add_row(f"[{style}]{f['severity']}[/]", f["rule"], on, names, f["message"])
     console.print(table)
     s = report["summary"]
     console.print(f"{s['error']} error(s), {s['warning']} warning(s), {s['info']} info")
@@ -126,18 +214,40 @@ def diff(
     old: Path = typer.Argument(..., help="The artifact before."),
     new: Path = typer.Argument(..., help="The artifact after."),
     as_json: bool = typer.Option(False, "--json", help="Print the diff as JSON (docs/json-shapes.md)."),
+    target: str = typer.Option(None, "--target", help="Device class(es), comma-separated: also compare the graphs "
+                                                      "each tier's runtime makes, level by level."),
 ) -> None:
     """Compare two artifacts node by node; exit 0 when identical, 1 when different."""
     from tiergate.artifact import load_artifact
     from tiergate.diff import diff_artifacts
 
-    result = diff_artifacts(load_artifact(old), load_artifact(new))
+    a, b = load_artifact(old), load_artifact(new)
+    result = diff_artifacts(a, b)
     document = {"version": JSON_VERSION, "old": str(old), "new": str(new), **result.to_json()}
+    if target:
+        document["runtime"] = runtime_diff(a, b, target)
     if as_json:
         typer.echo(json.dumps(document, indent=1))
     else:
         _print_diff(document)
     raise typer.Exit(EXIT_OK if result.identical else EXIT_FAIL)
+
+
+def runtime_diff(old, new, target: str) -> dict:
+    """Per target: the first optimization level at which the two runtime graphs differ, and per
+    level which fingerprint parts are the same and the op-count deltas."""
+    from tiergate.runtime_graph import first_difference, level_differences
+    from tiergate.targets import resolve
+
+    classes = resolve(target)
+    graphs_old, _ = runtime_graphs(old, classes)
+    graphs_new, _ = runtime_graphs(new, classes)
+    out = {}
+    for name in graphs_old.keys() & graphs_new.keys():
+        a, b = graphs_old[name], graphs_new[name]
+        out[name] = {"first_difference": first_difference(a, b), "levels": level_differences(a, b),
+                     "ok": {"old": a.ok, "new": b.ok}}
+    return out
 
 
 def _print_diff(doc: dict) -> None:
@@ -163,6 +273,14 @@ def _print_diff(doc: dict) -> None:
     p = doc["precision"]
     console.print(f"quantized/float nodes: {p['old']['quantized']}/{p['old']['float']} -> "
                   f"{p['new']['quantized']}/{p['new']['float']}")
+    for name, rt in doc.get("runtime", {}).items():
+        first = rt["first_difference"]
+        verdict = "the same at every level" if first is None else f"start to differ at level [bold]{first}[/]"
+        console.print(f"runtime graphs on {name}: {verdict}")
+        for level, d in rt["levels"].items():
+            if d["op_counts"]:
+                deltas = ", ".join(f"{op.removeprefix(':')} {v['delta']:+d}" for op, v in d["op_counts"].items())
+                console.print(f"  {level}: {deltas}")
 
 
 def register(app: typer.Typer) -> None:

@@ -13,13 +13,38 @@ from tiergate.lint.registry import all_rules, rule_ids
 __all__ = ["Finding", "lint", "rule_ids", "SEVERITIES"]
 
 
-def lint(artifact: Artifact, device_class=None, *, only: list[str] | None = None) -> list[Finding]:
-    """Every rule's findings, errors first, then by node position."""
+# rules whose answer lies in the graph the runtime executes: judged there when it is known
+GRAPH_RULES = frozenset({"unfused-activation", "unfolded-batchnorm", "float-island"})
+
+
+def lint(artifact: Artifact, device_class=None, *, only: list[str] | None = None, runtime=None) -> list[Finding]:
+    """Every rule's findings, errors first, then by node position.
+
+    runtime: the device class's RuntimeGraph (tiergate.runtime_graph, made in its container).
+    With it, the graph rules judge the optimized graph at the tier's own level (ONNX) or the
+    graph as the interpreter runs it (TFLite), unsupported-op asks what the runtime really
+    loaded, and provider-fallback reads the placement; those findings name the tier.
+    """
     index = index_graph(artifact)
-    ctx = LintContext(artifact, device_class, index, node_precision(artifact, index))
+    ctx = LintContext(artifact, device_class, index, node_precision(artifact, index), runtime=runtime)
+    graph_ctx = _runtime_context(artifact, device_class, runtime) or ctx
     findings: list[Finding] = []
     for module in all_rules():
         if only is None or module.RULE in only:
-            findings.extend(module.check(ctx))
+            findings.extend(module.check(graph_ctx if module.RULE in GRAPH_RULES else ctx))
     order = {s: i for i, s in enumerate(SEVERITIES)}
-    return sorted(findings, key=lambda f: (order[f.severity], f.nodes[:1] or (-1,), f.rule))
+    return sorted(findings, key=lambda f: (order[f.severity], f.basis, f.nodes[:1] or (-1,), f.rule))
+
+
+def _runtime_context(artifact: Artifact, device_class, runtime) -> LintContext | None:
+    if runtime is None or not runtime.ok or device_class is None:
+        return None
+    graph = runtime.runtime_artifact if artifact.format == "onnx" else artifact
+    if graph is None:
+        return None
+    where = (f"{device_class.name}: onnxruntime level {runtime.default_level}" if artifact.format == "onnx"
+             else f"{device_class.name}: LiteRT")
+    index = index_graph(graph)
+    fused = artifact.format == "onnx"  # onnxruntime's optimized graph: the Q/DQ it could fuse are fused
+    return LintContext(graph, device_class, index, node_precision(graph, index, fused=fused), runtime=runtime,
+                       basis="runtime", where=where)

@@ -14,6 +14,8 @@ import onnx
 import onnx.defs
 
 DEFAULT_DOMAINS = ("", "ai.onnx")
+# ops onnxruntime turns into initializers while loading the model: no kernel, and none needed
+FOLDED_AT_LOAD = frozenset({("", "Constant")})
 
 
 @dataclass(frozen=True)
@@ -28,6 +30,7 @@ class Verdict:
     ok: bool
     reason: str = ""
     decomposed: bool = False      # no kernel, but onnxruntime expands the op's function body
+    folded: bool = False          # no kernel needed: folded into an initializer at load (Constant)
     cast_fallback: bool = False   # no float16 kernel: onnxruntime inserts Casts and runs it in float32
 
 
@@ -64,6 +67,8 @@ def _schema(domain: str, op: str, opset: int):
 
 def check_node(node, opsets: dict[str, int], dtypes: dict[str, str], provider: str) -> Verdict:
     domain = "" if node.domain in DEFAULT_DOMAINS else node.domain
+    if (domain, node.op) in FOLDED_AT_LOAD:
+        return Verdict(True, folded=True)
     opset = opsets.get(domain, 1)
     schema = _schema(domain, node.op, opset)
     if schema is None:
@@ -84,6 +89,21 @@ def check_node(node, opsets: dict[str, int], dtypes: dict[str, str], provider: s
         shown = ", ".join(f"{p}={t}" for p, t in sorted(actual.items()))
         return Verdict(False, f"no {provider} kernel for {_label(domain, node.op)} with {shown}")
     return Verdict(True)
+
+
+def load_problem(path) -> str | None:
+    """The host onnxruntime's own message when it refuses to load the model (CPU EP, no
+    optimization), or None when it loads: the last word on "unsupported" at file level."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    options.log_severity_level = 4
+    try:
+        ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    except Exception as exc:  # noqa: BLE001 - any refusal is the answer, in the runtime's words
+        return " ".join(str(exc).split())[:400] or type(exc).__name__
+    return None
 
 
 def _label(domain: str, op: str) -> str:

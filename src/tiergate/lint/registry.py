@@ -14,6 +14,7 @@ RULE_MODULES = (
     "default_calibration_range",
     "unsupported_op",
     "external_data_escape",
+    "provider_fallback",
 )
 
 

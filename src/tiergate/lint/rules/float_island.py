@@ -22,7 +22,7 @@ def check(ctx) -> list:
         seen |= island
         if _reaches(ctx, island, upstream=True) and _reaches(ctx, island, upstream=False):
             islands.append(sorted(island))
-    return [ctx.finding(
+    return [ctx.file_finding(
         RULE, SEVERITY,
         f"{len(island)} float node(s) ({', '.join(sorted({ctx.artifact.nodes[i].op for i in island}))}) "
         f"between quantized regions: dequantize, float compute, requantize",

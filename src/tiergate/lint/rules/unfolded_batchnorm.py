@@ -27,7 +27,7 @@ def check(ctx) -> list:
             pointed = [node.index, nxt] + _constant_add_after(ctx, follower)
         else:
             continue
-        findings.append(ctx.finding(
+        findings.append(ctx.file_finding(
             RULE, SEVERITY,
             f"{node.op} -> {' -> '.join(nodes[i].op for i in pointed[1:])}: batch normalization is not "
             f"folded into the convolution (an extra pass over the activations at inference)",

@@ -37,16 +37,18 @@ def check(ctx) -> list:
         noops, activation = chain
         if noops:
             ops = " -> ".join(nodes[i].op for i in noops)
-            findings.append(ctx.finding(
+            findings.append(ctx.file_finding(
                 RULE, SEVERITY,
                 f"{node.op} -> {ops} -> {activation.op}: the no-op between them stops "
                 f"{node.op}+{activation.op} fusing; remove it",
                 [node.index, *noops, activation.index]))
         elif _tflite_unfused(ctx, node, activation):
-            findings.append(ctx.finding(
-                RULE, SEVERITY,
+            delegated = _both_delegated(ctx, node, activation)
+            findings.append(ctx.file_finding(
+                RULE, "info" if delegated else SEVERITY,
                 f"{node.op} -> {activation.op}: the activation is a separate op although {node.op} "
-                f"could carry it as fused_activation_function",
+                f"could carry it as fused_activation_function"
+                + ("; the XNNPACK delegate takes both and fuses the clamp into its producer" if delegated else ""),
                 [node.index, activation.index]))
     return findings
 
@@ -82,6 +84,14 @@ def _same_tensor_type(artifact, a: str, b: str) -> bool:
         return False
     shapes = getattr(artifact.handle, "shapes", None)
     return shapes is None or shapes.get(a) == shapes.get(b)
+
+
+def _both_delegated(ctx, node, activation) -> bool:
+    """On the tier's LiteRT (runtime graph known): both nodes went to the XNNPACK delegate."""
+    if ctx.basis != "runtime" or ctx.runtime is None:
+        return False
+    placed = {index: where for index, _, where in ctx.runtime.nodes}
+    return placed.get(node.index) == placed.get(activation.index) == "xnnpack"
 
 
 def _tflite_unfused(ctx, node, activation) -> bool:

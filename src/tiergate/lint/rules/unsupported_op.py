@@ -9,6 +9,8 @@ builtins the XNNPACK delegate does not take (warning).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from tiergate.lint import ort_coverage, tflite_coverage
 
 RULE = "unsupported-op"
@@ -25,9 +27,19 @@ def check(ctx) -> list:
     if _FORMAT_OF_RUNTIME.get(runtime) != artifact.format:
         target = f"device class {ctx.device_class.name!r} " if ctx.device_class else ""
         return [ctx.finding(RULE, "error", f"this {artifact.format.upper()} artifact cannot run on {target}runtime {runtime}")]
+    described = ctx.runtime
+    if described is not None and not described.ok:
+        version = ", ".join(f"{k} {v}" for k, v in described.versions.items()) or runtime
+        return [_runtime_finding(ctx, ctx.finding(
+            RULE, "error", f"tier {described.tier} ({described.target}, {version}, {described.machine}) "
+                           f"refuses the model: {described.error}"))]
     if artifact.format == "tflite":
-        return _tflite(ctx)
-    return _onnx(ctx, runtime)
+        return _tflite_described(ctx) if described is not None else _tflite(ctx)
+    findings = _onnx(ctx, runtime)
+    if described is not None:
+        # the tier's runtime loaded the model: nothing in it is unsupported there
+        findings = [f for f in findings if f.severity != "error"]
+    return findings
 
 
 def _tflite(ctx) -> list:
@@ -38,6 +50,35 @@ def _tflite(ctx) -> list:
         if verdict:
             findings.append(ctx.finding(RULE, verdict[0], verdict[1], [node.index]))
     return findings
+
+
+def _tflite_described(ctx) -> list:
+    """What the tier's LiteRT did (asked in its container): nodes XNNPACK did not take, and custom
+    ops that only the delegate resolves (the model loads only while XNNPACK takes them)."""
+    described, findings = ctx.runtime, []
+    where = f"{described.target}, {described.machine}"
+    for index, op, placed in described.nodes:
+        node = ctx.artifact.nodes[index] if index < len(ctx.artifact.nodes) else None
+        if node is None or node.op != op:
+            continue
+        if node.domain in ("custom", "flex") and placed == "xnnpack" and described.needs_delegate:
+            findings.append(_named(ctx, "warning",
+                                   f"custom op {op!r} loads only because the XNNPACK delegate takes it on {where}; "
+                                   f"without the delegate LiteRT says: {described.needs_delegate[0]}", index))
+        elif placed != "xnnpack":
+            findings.append(_named(ctx, "warning",
+                                   f"{op} is not taken by the XNNPACK delegate on {where}: it runs on LiteRT's "
+                                   f"default CPU kernel and splits the delegated graph", index))
+    return findings
+
+
+def _named(ctx, severity: str, message: str, index: int):
+    return _runtime_finding(ctx, ctx.finding(RULE, severity, message, [index]))
+
+
+def _runtime_finding(ctx, finding):
+    """A finding read from what the tier's runtime did in its container: it names the tier."""
+    return replace(finding, basis="runtime", target=ctx.runtime.target)
 
 
 def _onnx(ctx, runtime: str) -> list:
@@ -51,13 +92,30 @@ def _onnx(ctx, runtime: str) -> list:
                                         "that unsupported nodes fall back to"))
     model = ctx.artifact.handle
     opsets = {("" if o.domain == "ai.onnx" else o.domain): o.version for o in model.opset_import}
+    refused: list[tuple[int, str]] = []
     for node in ctx.artifact.nodes:
         verdict = ort_coverage.check_node(node, opsets, ctx.artifact.tensor_dtypes, provider)
+        if verdict.folded:
+            continue
         if verdict.decomposed:
             findings.append(ctx.finding(RULE, "info", verdict.reason, [node.index]))
         elif verdict.cast_fallback:
             findings.append(ctx.finding(RULE, "warning", verdict.reason, [node.index]))
+        elif not verdict.ok and severity == "warning":
+            findings.append(ctx.finding(RULE, severity, verdict.reason + " (falls back to the CPU EP)", [node.index]))
         elif not verdict.ok:
-            tail = " (falls back to the CPU EP)" if severity == "warning" else " (the session cannot be created)"
-            findings.append(ctx.finding(RULE, severity, verdict.reason + tail, [node.index]))
-    return findings
+            refused.append((node.index, verdict.reason))
+    return findings + _confirm_on_cpu(ctx, refused)
+
+
+def _confirm_on_cpu(ctx, refused: list[tuple[int, str]]) -> list:
+    """No kernel listed is an error only when onnxruntime really refuses the model; else the op
+    is rewritten or folded at load (info)."""
+    if not refused:
+        return []
+    problem = ort_coverage.load_problem(ctx.artifact.path)
+    if problem is None:
+        return [ctx.finding(RULE, "info", f"{reason}, but onnxruntime loads the model (rewritten or folded at load)",
+                            [i]) for i, reason in refused]
+    return [ctx.finding(RULE, "error", f"{reason}: onnxruntime refuses the model: {problem}", [i])
+            for i, reason in refused]

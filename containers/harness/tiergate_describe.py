@@ -1,0 +1,170 @@
+"""tiergate's in-container describer: the graph a tier's runtime really runs.
+
+Depends only on numpy and the runtime (onnxruntime, onnxruntime-gpu or ai-edge-litert);
+it must never import tiergate. It runs inside the device class's runtime image (so an
+emulated arm64 class describes arm64's graph) and writes to the output folder:
+
+  describe.json        what the runtime says (below)
+  optimized-LEVEL.onnx onnxruntime only: the optimized model at each level (basic, extended, all),
+                       written by onnxruntime itself (SessionOptions.optimized_model_filepath)
+
+describe.json: {"ok", "runtime", "versions", "machine", "error" (the runtime's own message when it
+refuses the model), and per runtime:
+  onnxruntime: "default_level" (the level a plain SessionOptions uses: what the harness runs),
+    "providers", "levels": {LEVEL: {"file", "placement" {ep: n}, "nodes" [[name, "domain:op_type", ep],
+    ...] (the provider assignment, made when the graph is partitioned), "seconds"}}; op counts are
+    read from the optimized files by the host (they need the onnx package)
+  tflite: "ops" {"op": n}, "nodes" [[index, op, "xnnpack"|"default"]], "delegated" (count),
+    "needs_delegate" (custom ops that only the XNNPACK delegate resolves: unresolved without it)}
+
+Exit 0 when described, 1 when the runtime refuses the model (describe.json still written), 2 on
+bad arguments.
+
+Usage:
+  python tiergate_describe.py --runtime onnxruntime --model M.onnx --out DIR [--threads 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+
+LEVELS = ("basic", "extended", "all")
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--runtime", required=True, choices=("onnxruntime", "onnxruntime-gpu", "tflite"))
+    p.add_argument("--model", required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--threads", type=int, default=1)
+    return p.parse_args(argv)
+
+
+def one_line(exc) -> str:
+    text = " ".join(str(exc).split())
+    return (text or type(exc).__name__)[:600]
+
+
+# --- onnxruntime ----------------------------------------------------------------------
+
+
+def describe_onnx(args, doc):
+    import onnxruntime as ort
+
+    if args.runtime == "onnxruntime-gpu" and hasattr(ort, "preload_dlls"):
+        ort.preload_dlls()
+    providers = ["CPUExecutionProvider"]
+    if args.runtime == "onnxruntime-gpu":
+        providers = ["CUDAExecutionProvider", "CPUExecutionProvider"]
+    level_enum = {"basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+                  "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+                  "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL}
+    default = ort.SessionOptions().graph_optimization_level
+    doc["versions"] = {"onnxruntime": ort.__version__}
+    doc["default_level"] = next((name for name, value in level_enum.items() if value == default), str(default))
+    doc["levels"] = {}
+    for level in LEVELS:
+        opts = ort.SessionOptions()
+        opts.graph_optimization_level = level_enum[level]
+        opts.intra_op_num_threads = args.threads
+        opts.inter_op_num_threads = 1
+        opts.log_severity_level = 3
+        name = f"optimized-{level}.onnx"
+        opts.optimized_model_filepath = os.path.join(args.out, name)
+        opts.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
+        t0 = time.monotonic()
+        try:
+            session = ort.InferenceSession(args.model, sess_options=opts, providers=providers)
+        except Exception as exc:  # noqa: BLE001 - the runtime's refusal, in its own words
+            doc["ok"], doc["error"], doc["failed_level"] = False, one_line(exc), level
+            return 1
+        doc["providers"] = session.get_providers()
+        nodes = []
+        for subgraph in session.get_provider_graph_assignment_info():
+            for node in subgraph.get_nodes():
+                nodes.append([node.name, f"{node.domain}:{node.op_type}", subgraph.ep_name])
+        placement = {}
+        for _, _, ep in nodes:
+            placement[ep] = placement.get(ep, 0) + 1
+        # the assignment is made when the graph is partitioned (after the basic level); the extended
+        # and all levels fuse nodes within one provider afterwards: op counts come from the file
+        doc["levels"][level] = {"file": name, "placement": placement, "nodes": nodes,
+                                "seconds": round(time.monotonic() - t0, 3)}
+        del session
+    return 0
+
+
+# --- LiteRT (TFLite) ------------------------------------------------------------------
+
+
+def describe_tflite(args, doc):
+    import ai_edge_litert
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+    doc["versions"] = {"ai-edge-litert": getattr(ai_edge_litert, "__version__", "")}
+    try:
+        interp = Interpreter(model_path=args.model, num_threads=args.threads)
+        interp.allocate_tensors()
+    except Exception as exc:  # noqa: BLE001 - e.g. "Encountered unresolved custom op: ..."
+        doc["ok"], doc["error"] = False, one_line(exc)
+        return 1
+    details = interp._get_ops_details()
+    plain = [d for d in details if d["op_name"] != "DELEGATE"]
+    count = len(plain)
+    delegated = _delegated(details, count)
+    doc["nodes"] = [[d["index"], d["op_name"], "xnnpack" if d["index"] in delegated else "default"] for d in plain]
+    ops = {}
+    for d in plain:
+        ops[d["op_name"]] = ops.get(d["op_name"], 0) + 1
+    doc["ops"] = dict(sorted(ops.items()))
+    doc["delegated"] = len(delegated)
+    doc["delegates"] = len(details) - count
+    # ops the runtime resolves only through the delegate: without it the model does not load
+    doc["needs_delegate"] = []
+    try:
+        bare = Interpreter(model_path=args.model, num_threads=args.threads,
+                           experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
+        bare.allocate_tensors()
+    except Exception as exc:  # noqa: BLE001
+        doc["needs_delegate"] = [{"message": one_line(exc)}]
+    return 0
+
+
+def _delegated(details, count):
+    """Node indices each DELEGATE node replaced: walk back from its outputs to its inputs."""
+    producer = {int(t): d["index"] for d in details[:count] for t in d["outputs"]}
+    covered = set()
+    for delegate in details[count:]:
+        stop = {int(t) for t in delegate["inputs"]}
+        todo = [int(t) for t in delegate["outputs"]]
+        while todo:
+            tensor = todo.pop()
+            node = producer.get(tensor)
+            if tensor in stop or node is None or node in covered:
+                continue
+            covered.add(node)
+            todo.extend(int(t) for t in details[node]["inputs"] if int(t) >= 0)
+    return covered
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    os.makedirs(args.out, exist_ok=True)
+    doc = {"ok": True, "runtime": args.runtime, "machine": platform.machine(), "error": ""}
+    code = (describe_tflite if args.runtime == "tflite" else describe_onnx)(args, doc)
+    path = os.path.join(args.out, "describe.json")
+    with open(path + ".tmp", "w") as fh:
+        json.dump(doc, fh)
+    os.replace(path + ".tmp", path)
+    if code:
+        print(f"describe: {args.runtime} refuses the model: {doc['error']}", file=sys.stderr)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

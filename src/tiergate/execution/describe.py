@@ -1,0 +1,174 @@
+"""The runtime graph of one artifact on one device class, produced inside that class's image.
+
+`describe_runtime(artifact, dc, image)` runs containers/harness/tiergate_describe.py in the
+class's runtime image (same confinement as a harness run: no network, read-only root,
+non-root, limits and timeout of the class) and returns a `RuntimeGraph`
+(tiergate.runtime_graph). The describer and the artifact travel in the job's input volume,
+so any image of the runtime serves, on any engine.
+
+Cached under TIERGATE_HOME/runtime-graphs/ by (artifact sha256, image id, describer
+sha256): one container run per tier per artifact, reused by inspect, the gate and the
+report. A folder appears there only complete (written aside, then renamed).
+
+`runtime_intake(artifact, dc, image)` is what a gate's intake calls: the RuntimeGraph and
+the lint findings judged on it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tarfile
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+from tiergate.errors import InfrastructureFault, InputError
+from tiergate.execution.base import Job, last_line
+from tiergate.execution.docker_backend import DockerBackend, _job_volumes, _run
+from tiergate.execution.engine import connect, with_retries
+from tiergate.hashing import file_sha256
+from tiergate.images import LABEL, BuiltImage
+from tiergate.paths import containers_dir, home
+from tiergate.runtime_graph import DESCRIBE_FILE, RuntimeGraph, parse_describe
+
+DESCRIBER = "harness/tiergate_describe.py"
+INPUT_DIR = "/data"
+CACHE_DIR = "runtime-graphs"
+
+
+def describer_path() -> Path:
+    return containers_dir() / DESCRIBER
+
+
+def cache_key(artifact_sha256: str, image_id: str) -> str:
+    describer = file_sha256(describer_path())
+    image = image_id.split(":")[-1]
+    return f"{artifact_sha256[:24]}-{image[:16]}-{describer[:8]}"
+
+
+def describe_runtime(artifact, dc, image: str, *, client=None, refresh: bool = False) -> RuntimeGraph:
+    """The RuntimeGraph of `artifact` (a loaded Artifact) on device class `dc`, run in `image`
+    (a runtime image tag or id, e.g. BuiltImage.runtime_tag), from the cache when it holds one."""
+    own_client = client is None
+    if own_client:
+        client = with_retries(lambda: connect(dc.docker_host), what=f"connecting to {dc.docker_host}")
+    try:
+        found = client.images.get(image)
+        image_id = found.id
+        folder = home() / CACHE_DIR / cache_key(artifact.sha256, image_id)
+        meta = dict(target=dc.name, tier=dc.tier, runtime=dc.runtime, emulated=dc.emulated, image=image,
+                    image_id=image_id, artifact_sha256=artifact.sha256)
+        if folder.is_dir() and not refresh:
+            return parse_describe(folder, cached=True, seconds=_seconds(folder), **meta)
+        t0 = time.monotonic()
+        with tempfile.TemporaryDirectory(prefix="tiergate-describe-") as tmp:
+            work = Path(tmp) / "out"
+            work.mkdir()
+            with_retries(lambda: _attempt(client, dc, image, artifact, work), what=f"describing on {dc.name}")
+            seconds = time.monotonic() - t0
+            (work / "seconds").write_text(f"{seconds:.3f}")
+            _publish(work, folder)
+        return parse_describe(folder, seconds=seconds, **meta)
+    finally:
+        if own_client:
+            client.close()
+
+
+def runtime_intake(artifact, dc, image: str, *, client=None) -> tuple[RuntimeGraph, list]:
+    """For the gate's intake: the tier's RuntimeGraph and the findings judged on it (and on the file
+    where the runtime graph has nothing to say). Findings judged on the runtime name the tier."""
+    from tiergate.lint import lint
+
+    graph = describe_runtime(artifact, dc, image, client=client)
+    return graph, lint(artifact, dc, runtime=graph)
+
+
+def _seconds(folder: Path) -> float:
+    try:
+        return float((folder / "seconds").read_text())
+    except (OSError, ValueError):
+        return 0.0
+
+
+def _publish(work: Path, folder: Path) -> None:
+    """Move the finished folder into the cache in one rename (a concurrent twin may win: fine)."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    staging = folder.parent / f".{folder.name}.{uuid.uuid4().hex[:8]}"
+    shutil.copytree(work, staging)
+    try:
+        os.rename(staging, folder)
+    except OSError:
+        shutil.rmtree(staging, ignore_errors=True)
+        if not folder.is_dir():
+            raise
+
+
+def _files(artifact) -> list[tuple[Path, str]]:
+    """The artifact (and its ONNX external data) with the names they get in the input volume."""
+    path = Path(artifact.path)
+    files = [(path, "model" + path.suffix)]
+    for location in artifact.external_data:
+        files.append((path.parent / location, location))
+    return files + [(describer_path(), "tiergate_describe.py")]
+
+
+def _attempt(client, dc, image: str, artifact, work: Path) -> None:
+    model = f"{INPUT_DIR}/model{Path(artifact.path).suffix}"
+    # the harness run's confinement (DockerBackend.spec), with the describer as the command
+    job = Job(device_class=dc, data_npz=Path(os.devnull), out_dir=work,
+              image=BuiltImage(image, "", {f"{LABEL}.model.path": model}, True))
+    with _job_volumes(client) as (data_volume, out_volume):
+        _upload(client, image, data_volume, _files(artifact))
+        spec = DockerBackend(dc.docker_host, gpu=dc.gpu).spec(job, data_volume, out_volume)
+        spec.update(entrypoint=["python3", "-s", f"{INPUT_DIR}/tiergate_describe.py"],
+                    command=["--runtime", dc.runtime, "--model", model, "--out", "/out",
+                             "--threads", str(dc.threads)])
+        container = client.containers.create(**spec)
+        try:
+            reason, log_tail = _run(container, job)
+            _download(container, work)
+        finally:
+            container.remove(force=True)
+    if (work / DESCRIBE_FILE).is_file():
+        return  # described, or refused by the runtime (its message is in describe.json)
+    raise_for = InputError if reason and "exited with code" in reason else InfrastructureFault
+    detail = last_line(log_tail) or reason or "no output"
+    raise raise_for(f"{dc.name}: the runtime describer failed in {image}: {reason or 'no describe.json'} ({detail})")
+
+
+def _upload(client, image: str, volume: str, files: list[tuple[Path, str]]) -> None:
+    helper = client.containers.create(image, entrypoint=["true"], command=[], network_mode="none",
+                                      volumes={volume: {"bind": INPUT_DIR, "mode": "rw"}})
+    try:
+        with tempfile.TemporaryFile() as buf:
+            with tarfile.open(fileobj=buf, mode="w") as tar:
+                for path, name in files:
+                    info = tar.gettarinfo(str(path), arcname=name)
+                    info.uid = info.gid = 0
+                    info.uname = info.gname = "root"
+                    info.mode = 0o444
+                    with open(path, "rb") as fh:
+                        tar.addfile(info, fh)
+            buf.seek(0)
+            if not helper.put_archive(INPUT_DIR, buf.read()):
+                raise InfrastructureFault("could not copy the artifact into the describe job's volume")
+    finally:
+        helper.remove(force=True)
+
+
+def _download(container, work: Path) -> None:
+    stream, _ = container.get_archive("/out/.")
+    with tempfile.TemporaryFile() as buf:
+        for chunk in stream:
+            buf.write(chunk)
+        buf.seek(0)
+        with tarfile.open(fileobj=buf, mode="r") as tar:
+            for member in tar.getmembers():
+                name = Path(member.name).name
+                if member.isfile() and (name == DESCRIBE_FILE or (name.startswith("optimized-")
+                                                                  and name.endswith(".onnx"))):
+                    with tar.extractfile(member) as src, open(work / name, "wb") as dst:
+                        shutil.copyfileobj(src, dst)
+

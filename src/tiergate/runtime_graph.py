@@ -1,0 +1,155 @@
+"""The graph a tier's runtime really runs, read from what the describer wrote in its container.
+
+containers/harness/tiergate_describe.py runs inside the device class's runtime image and
+writes `describe.json` (and, for onnxruntime, the optimized model at each level). This
+module turns such a folder into a `RuntimeGraph`: op counts ("domain:op_type" -> n) and a
+fingerprint per optimization level, the execution-provider (or XNNPACK delegate)
+placement, and the runtime's own message when it refused the model. Pure: no Docker here
+(tiergate.execution.describe runs the container and keeps the cache).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tiergate.artifact.model import Artifact
+from tiergate.errors import InputError
+from tiergate.fingerprint import Fingerprint, fingerprint
+
+DESCRIBE_FILE = "describe.json"
+LEVELS = ("basic", "extended", "all")
+SCHEMA = 1
+
+
+@dataclass
+class LevelGraph:
+    """The optimized graph onnxruntime writes at one level."""
+
+    level: str
+    ops: dict[str, int]                 # "domain:op_type" -> count ("com.microsoft:FusedConv")
+    fingerprint: Fingerprint
+    node_count: int
+    artifact: Artifact | None = None    # the optimized model, loaded (lint reads it)
+
+    def to_json(self) -> dict:
+        return {"ops": self.ops, "node_count": self.node_count, "fingerprint": self.fingerprint.to_json()}
+
+
+@dataclass
+class RuntimeGraph:
+    target: str                         # device class name
+    tier: str
+    runtime: str
+    machine: str                        # what the container's `uname -m` said
+    emulated: bool
+    image: str
+    image_id: str
+    artifact_sha256: str
+    ok: bool
+    error: str = ""                     # the runtime's own message when it refused the model
+    versions: dict[str, str] = field(default_factory=dict)
+    default_level: str = ""             # onnxruntime: the level the tier's harness runs
+    levels: dict[str, LevelGraph] = field(default_factory=dict)
+    providers: list[str] = field(default_factory=list)
+    placement: dict[str, int] = field(default_factory=dict)   # provider / "xnnpack" | "default" -> nodes
+    nodes: list[list] = field(default_factory=list)           # [name or index, op, provider or delegate]
+    ops: dict[str, int] = field(default_factory=dict)         # tflite: builtin/custom op -> count
+    needs_delegate: list[str] = field(default_factory=list)   # tflite: what fails without XNNPACK
+    seconds: float = 0.0                # the container run that produced it
+    cached: bool = False
+
+    @property
+    def runtime_artifact(self) -> Artifact | None:
+        """The optimized graph at the tier's own level (what it executes), when there is one."""
+        level = self.levels.get(self.default_level)
+        return level.artifact if level else None
+
+    def fingerprints(self) -> dict[str, Fingerprint]:
+        return {name: lvl.fingerprint for name, lvl in self.levels.items()}
+
+    def to_json(self) -> dict:
+        doc = {"target": self.target, "tier": self.tier, "runtime": self.runtime, "machine": self.machine,
+               "emulated": self.emulated, "image": self.image, "image_id": self.image_id,
+               "ok": self.ok, "error": self.error, "versions": self.versions,
+               "placement": self.placement, "nodes": self.nodes,
+               "seconds": self.seconds, "cached": self.cached}
+        if self.runtime.startswith("onnxruntime"):
+            doc.update(default_level=self.default_level, providers=self.providers,
+                       levels={name: lvl.to_json() for name, lvl in self.levels.items()},
+                       ops={name: lvl.ops for name, lvl in self.levels.items()},
+                       fingerprints={name: lvl.fingerprint.to_json() for name, lvl in self.levels.items()})
+        else:
+            doc.update(ops=self.ops, needs_delegate=self.needs_delegate)
+        return doc
+
+
+def parse_describe(folder: Path, *, target: str, tier: str, runtime: str, emulated: bool, image: str,
+                   image_id: str, artifact_sha256: str, seconds: float = 0.0, cached: bool = False) -> RuntimeGraph:
+    """A RuntimeGraph from a describer's output folder (raises InputError when it is unreadable)."""
+    folder = Path(folder)
+    try:
+        doc = json.loads((folder / DESCRIBE_FILE).read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise InputError(f"{folder}: no readable {DESCRIBE_FILE} from the runtime describer ({exc})") from None
+    graph = RuntimeGraph(target=target, tier=tier, runtime=runtime, machine=doc.get("machine", ""),
+                         emulated=emulated, image=image, image_id=image_id, artifact_sha256=artifact_sha256,
+                         ok=bool(doc.get("ok")), error=doc.get("error", ""), versions=doc.get("versions", {}),
+                         seconds=seconds, cached=cached)
+    if not graph.ok:
+        return graph
+    if runtime == "tflite":
+        graph.ops = doc.get("ops", {})
+        graph.nodes = doc.get("nodes", [])
+        graph.placement = dict(Counter(where for _, _, where in graph.nodes))
+        graph.needs_delegate = [d["message"] for d in doc.get("needs_delegate", [])]
+        return graph
+    graph.default_level = doc.get("default_level", "all")
+    graph.providers = doc.get("providers", [])
+    for name in LEVELS:
+        level = doc.get("levels", {}).get(name)
+        if level:
+            graph.levels[name] = _level(folder / level["file"], name)
+    own = doc.get("levels", {}).get(graph.default_level) or {}
+    graph.nodes = own.get("nodes", [])
+    graph.placement = own.get("placement", {})
+    return graph
+
+
+def _level(path: Path, name: str) -> LevelGraph:
+    from tiergate.artifact.onnx_loader import load_onnx
+
+    artifact = load_onnx(path, path.read_bytes(), check=False)
+    ops = Counter(f"{n.domain}:{n.op}" for n in artifact.nodes)
+    return LevelGraph(name, dict(sorted(ops.items())), fingerprint(artifact), len(artifact.nodes), artifact)
+
+
+def first_difference(old: RuntimeGraph, new: RuntimeGraph) -> str | None:
+    """The first optimization level at which two artifacts' runtime graphs differ in structure,
+    weights or quantization; None when they are the same at every level (or both have none)."""
+    for name in LEVELS:
+        a, b = old.levels.get(name), new.levels.get(name)
+        if a is None and b is None:
+            continue
+        if a is None or b is None or a.fingerprint != b.fingerprint:
+            return name
+    if old.runtime == "tflite" and (old.ops != new.ops or old.placement != new.placement):
+        return "delegation"
+    return None
+
+
+def level_differences(old: RuntimeGraph, new: RuntimeGraph) -> dict[str, dict]:
+    """Per level: which fingerprint parts are the same, and the op-count deltas."""
+    out = {}
+    for name in LEVELS:
+        a, b = old.levels.get(name), new.levels.get(name)
+        if a is None or b is None:
+            continue
+        ops = {op: {"old": a.ops.get(op, 0), "new": b.ops.get(op, 0), "delta": b.ops.get(op, 0) - a.ops.get(op, 0)}
+               for op in sorted(set(a.ops) | set(b.ops)) if a.ops.get(op, 0) != b.ops.get(op, 0)}
+        same = {part: getattr(a.fingerprint, part) == getattr(b.fingerprint, part)
+                for part in ("structure", "weights", "quantization")}
+        out[name] = {"same": same, "op_counts": ops}
+    return out

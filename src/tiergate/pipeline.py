@@ -92,13 +92,29 @@ class GateRun:
     report_files: dict[str, Path] = field(default_factory=dict)
     decision_cached: bool = False
     decision_key: str = ""
+    runtime: dict[str, dict] = field(default_factory=dict)            # device class -> candidate's runtime graph
+    runtime_findings: dict[str, list[Finding]] = field(default_factory=dict)   # device class -> lint on it
+
+    def runtime_summary(self) -> dict[str, dict]:
+        """Per device class, what its runtime executes of the candidate: ops at the tier's own level."""
+        summary = {}
+        for name, graph in self.runtime.items():
+            level = graph.get("default_level") or ""
+            ops = graph.get("ops", {})
+            summary[name] = {"ok": graph.get("ok", False), "error": graph.get("error", ""), "level": level,
+                             "ops": ops.get(level, {}) if level else ops, "placement": graph.get("placement", {})}
+        return summary
 
 
 # --- the seams --------------------------------------------------------------------------------
 
 
 class Builder(Protocol):
-    """Makes or finds the image that runs one artifact on one device class; raises TiergateError if it cannot."""
+    """Makes or finds the image that runs one artifact on one device class; raises TiergateError if it cannot.
+
+    Optionally `describe(device_class, intake, image) -> (runtime graph JSON, findings)`: what the
+    class's runtime really executes of the artifact (runtime truth at intake), or None.
+    """
 
     def build(self, device_class: DeviceClass, intake: Intake) -> BuiltImage: ...
 
@@ -116,6 +132,13 @@ class DockerBuilder:
         return build_image(device_class, intake.artifact.path, artifact_sha256=intake.sha256,
                            fingerprint=intake.fingerprint.combined, base_image=self.base_image,
                            ca_bundle=self.ca_bundle)
+
+    def describe(self, device_class: DeviceClass, intake: Intake, image: BuiltImage):
+        """The runtime graph of the artifact in the class's runtime image (cached by artifact and image)."""
+        from tiergate.execution.describe import runtime_intake
+
+        graph, findings = runtime_intake(intake.artifact, device_class, image.runtime_tag or image.tag)
+        return graph.to_json(), findings
 
 
 def default_backend_for(device_class: DeviceClass):
@@ -381,13 +404,40 @@ def gate(candidate: Path, reference: Path, data_path: Path, device_classes: list
     data = load_data(data_path, intakes)
     specs = [RunSpec(role, dc, item) for role, item in intakes.items() for dc in device_classes]
     per_class = [[s for s in specs if s.device_class.name == dc.name] for dc in device_classes]
-    seams.steps.map("build", lambda group: build_images(group, builder, progress=progress), per_class,
-                    limit=1, name=lambda group: group[0].device_class.name)
+
+    def build_and_describe(group: list[RunSpec]):
+        build_images(group, builder, progress=progress)
+        return describe_candidate(group, builder, progress=progress)
+
+    described = seams.steps.map("build", build_and_describe, per_class, limit=1,
+                                name=lambda group: group[0].device_class.name)
     done = run_specs(specs, data, seams, root=root, registry=registry, max_parallel=max_parallel,
                      progress=progress)
     folders = {(d.role, d.device_class): d.folder for d in done}
-    return decide_saved(folders, intakes, device_classes, policy, data,
-                        cache_hits=sum(d.cached for d in done), started=sum(d.started for d in done))
+    run = decide_saved(folders, intakes, device_classes, policy, data,
+                       cache_hits=sum(d.cached for d in done), started=sum(d.started for d in done))
+    for dc, item in zip(device_classes, described):
+        if item is not None:
+            run.runtime[dc.name], run.runtime_findings[dc.name] = item
+    return run
+
+
+def describe_candidate(group: list[RunSpec], builder: Builder, *, progress: Progress | None = None):
+    """The candidate's runtime graph and its findings on one device class, or None (no image, no describer)."""
+    describe = getattr(builder, "describe", None)
+    spec = next((s for s in group if s.role == "candidate"), None)
+    if describe is None or spec is None or spec.image is None:
+        return None
+    _say(progress, f"runtime graph of the candidate on {spec.device_class.name}")
+    try:
+        return describe(spec.device_class, spec.intake, spec.image)
+    except InfrastructureFault:
+        raise
+    except TiergateError as exc:
+        return ({"target": spec.device_class.name, "ok": False, "error": exc.one_line()},
+                [Finding("runtime-graph", "warning", f"could not describe the runtime graph on "
+                         f"{spec.device_class.name}: {exc.one_line()}", basis="runtime",
+                         target=spec.device_class.name)])
 
 
 def decide_saved(folders: dict[tuple[str, str], Path], intakes: dict[str, Intake],
@@ -507,7 +557,10 @@ def record(registry, gate_run: GateRun, *, cost_tags: dict[str, str] | None = No
         result = results.load(folder)
         runs.append(NewRun.from_result(result, folder=folder if result.ok else None))
     sha = gate_run.intakes["candidate"].sha256
-    return record_gate_decision(registry, sha, gate_run.decision, runs=runs, cost_tags=cost_tags)
+    detail = gate_run.decision.to_json()
+    if gate_run.runtime:
+        detail["runtime"] = gate_run.runtime_summary()
+    return record_gate_decision(registry, sha, detail, runs=runs, cost_tags=cost_tags)
 
 
 def reusable_decision(registry, gate_run: GateRun):
@@ -517,7 +570,8 @@ def reusable_decision(registry, gate_run: GateRun):
     decisions = registry.decisions(artifact_sha=gate_run.intakes["candidate"].sha256)
     if not decisions:
         return None
-    return decisions[-1] if decisions[-1].detail == json.loads(gate_run.decision.dumps()) else None
+    recorded = {k: v for k, v in decisions[-1].detail.items() if k != "runtime"}
+    return decisions[-1] if recorded == json.loads(gate_run.decision.dumps()) else None
 
 
 def record_or_reuse(registry, gate_run: GateRun, *, cost_tags: dict[str, str] | None = None):
@@ -536,10 +590,25 @@ def write_reports(gate_run: GateRun, report_dir: Path | None, junit: Path | None
     written: dict[str, Path] = {}
     if report_dir is not None:
         written.update(write_summary(gate_run.decision, report_dir))
+        if gate_run.runtime:
+            with written["markdown"].open("a", encoding="utf-8") as md:
+                md.write(runtime_markdown(gate_run.runtime_summary()))
     if junit is not None:
         written["junit"] = write_junit(gate_run.decision, junit)
     gate_run.report_files = written
     return written
+
+
+def runtime_markdown(summary: dict[str, dict]) -> str:
+    """Op counts of the candidate's runtime graph per tier, side by side (Markdown)."""
+    names = list(summary)
+    ops = sorted({op for item in summary.values() for op in item["ops"]})
+    lines = ["", "### What each tier's runtime executes (candidate, optimized graph)", "",
+             "| op | " + " | ".join(f"`{n}` ({summary[n]['level'] or 'as loaded'})" for n in names) + " |",
+             "|---|" + "---|" * len(names)]
+    lines += [f"| `{op}` | " + " | ".join(str(summary[n]["ops"].get(op, "")) for n in names) + " |" for op in ops]
+    refused = [f"- `{n}`: refused by the runtime: {summary[n]['error']}" for n in names if not summary[n]["ok"]]
+    return "\n".join(lines + [""] + refused) + "\n"
 
 
 def _say(progress: Progress | None, text: str) -> None:

@@ -39,6 +39,17 @@ def test_good_calibration_promoted_bad_rejected_on_both_tiers(demo_set, shared_h
     suite = ET.parse(tmp_path / "good.xml").getroot()
     assert int(suite.get("tests")) == len(decision["checks"]) and int(suite.get("failures")) == 0
     assert "PROMOTE" in (tmp_path / "good" / "gate-summary.md").read_text()
+    # runtime truth at intake: the graph each tier's runtime executes, made in that tier's own container
+    runtime = decision["runtime"]
+    assert runtime["x86_64-cpu-onnxruntime"]["machine"] == "x86_64"
+    assert runtime["arm64-cpu-onnxruntime"]["machine"] == "aarch64"
+    for dc in ONNX_TARGETS.split(","):
+        graph = runtime[dc]
+        assert graph["ok"] and graph["default_level"] == "all"
+        assert sum(graph["ops"]["all"].values()) < sum(graph["ops"]["basic"].values()) + 50
+        assert any(op.endswith("QLinearConv") or op.endswith("FusedConv") or op.endswith(":Conv")
+                   for op in graph["ops"]["all"])
+    assert "What each tier's runtime executes" in (tmp_path / "good" / "gate-summary.md").read_text()
 
     code, out, err = _gate(capsys, monkeypatch, shared_home, "--candidate", str(bad), *base,
                            "--junit", str(tmp_path / "bad.xml"))

@@ -59,6 +59,8 @@ def gate(
         doc["runs"] = {f"{role}/{dc}": str(path) for (role, dc), path in run.run_dirs.items()}
         doc["cache_hits"], doc["containers_started"] = run.cache_hits, run.containers_started
         doc["decision_cached"] = run.decision_cached
+        doc["runtime"] = run.runtime
+        doc["findings"] = {dc: [f.to_json() for f in found] for dc, found in run.runtime_findings.items()}
         typer.echo(json.dumps(doc, indent=1))
     else:
         _print(run)
@@ -83,6 +85,7 @@ def _print(run) -> None:
         table.add_row(c.device_class, c.tier, c.label, _fmt(c.value), threshold, _OK[c.passed])
     console = Console(width=max(Console().width, 120))
     console.print(table)
+    _print_runtime(console, run)
     for reason in decision.reasons:
         console.print(f"[red]reason:[/] {reason}", highlight=False)
     for name, files in run.report_files.items():
@@ -90,6 +93,29 @@ def _print(run) -> None:
     console.print(f"runs: {run.containers_started} started, {run.cache_hits} reused from cache", highlight=False)
     style = "bold green" if decision.passed else "bold red"
     console.print(f"[{style}]{decision.verdict}[/]")
+
+
+def _print_runtime(console: Console, run) -> None:
+    """What each tier's runtime executes of the candidate: the most frequent ops, and lint findings on it."""
+    summary = run.runtime_summary()
+    if not summary:
+        return
+    table = Table(title="runtime graph of the candidate (what each tier executes)")
+    for column in ("device class", "level", "nodes", "top ops", "placement"):
+        table.add_column(column, overflow="fold")
+    for name, item in summary.items():
+        if not item["ok"]:
+            table.add_row(name, "", "", f"[red]refused: {item['error']}[/]", "")
+            continue
+        ops = sorted(item["ops"].items(), key=lambda kv: -kv[1])
+        table.add_row(name, item["level"] or "-", str(sum(item["ops"].values())),
+                      ", ".join(f"{op} {n}" for op, n in ops[:6]),
+                      ", ".join(f"{k} {v}" for k, v in item["placement"].items()))
+    console.print(table)
+    for name, found in run.runtime_findings.items():
+        for f in found:
+            if f.severity != "info":
+                console.print(f"[yellow]{f.severity}[/] {name}: {f.rule}: {f.message}", highlight=False)
 
 
 def _fmt(value) -> str:

@@ -46,6 +46,12 @@ class PoolBuilder:
             return self.inner.build(device_class, intake)
         return BuiltImage(tag=f"work-pool:{pool}", image_id=f"work-pool:{pool}", labels={}, reused=True)
 
+    def describe(self, device_class: DeviceClass, intake, image: BuiltImage):
+        """The runtime graph where the image is local; a pooled class's runtime is the worker's (not described)."""
+        if device_class.name in self.pools or not hasattr(self.inner, "describe"):
+            return None
+        return self.inner.describe(device_class, intake, image)
+
 
 class PoolBackend:
     """Runs a job through the work pool's run-target deployment; the result folder comes back here."""

@@ -127,4 +127,16 @@ def build_drift_report(registry: Registry, model: str, since: datetime | None = 
                           for m in registry.alias_history(model)],
         "tiers": tier_rows(registry, artifacts, promoted),
         "cross_tier": promoted_cross_tier(registry, promoted),
+        "runtime": runtime_graphs(registry, artifacts),
     }
+
+
+def runtime_graphs(registry: Registry, artifacts: list[ArtifactRecord]) -> list[dict]:
+    """Per artifact (oldest first), what each device class's runtime executed of it, from its last gate."""
+    out = []
+    for artifact in artifacts:
+        recorded = [d for d in registry.decisions(artifact_sha=artifact.sha256) if d.detail.get("runtime")]
+        if recorded:
+            out.append({"artifact_sha": artifact.sha256, "short": artifact.short,
+                        "device_classes": recorded[-1].detail["runtime"]})
+    return out

@@ -161,8 +161,29 @@ def render_html(report: dict) -> str:
         parts.append(f"<figure>{matrix_figure(cross)}</figure>{matrix_table(cross)}")
     else:
         parts.append('<p class="note">No promoted artifact has a stored run yet.</p>')
+    graphs = report.get("runtime") or []
+    if graphs:
+        parts.append("<h2>What each tier's runtime executes</h2>"
+                     '<p class="note">Op counts of the optimized graph each device class\'s runtime runs, '
+                     "produced inside its own container (latest gate of each artifact).</p>")
+        parts += [runtime_table(entry) for entry in graphs[-3:]]
     parts.append("</body></html>")
     return "\n".join(parts)
+
+
+def runtime_table(entry: dict) -> str:
+    """One artifact's op counts per device class, side by side."""
+    classes = entry["device_classes"]
+    names = list(classes)
+    ops = sorted({op for item in classes.values() for op in item.get("ops", {})})
+    head = "".join(f"<th>{escape(n)}<br>{escape(classes[n].get('level') or '')}</th>" for n in names)
+    rows = "".join(f'<tr><td class="l"><code>{escape(op)}</code></td>' + "".join(
+        f"<td>{classes[n].get('ops', {}).get(op, '')}</td>" for n in names) + "</tr>" for op in ops)
+    refused = "".join(f'<tr><td class="l">refused</td>' + "".join(
+        f"<td>{escape(classes[n].get('error', ''))}</td>" for n in names) + "</tr>"
+        for _ in [0] if any(not classes[n].get("ok", True) for n in names))
+    return (f'<table id="{element_id("table-runtime", entry["short"])}"><caption><code>{escape(entry["short"])}'
+            f'</code></caption><tr><th class="l">op</th>{head}</tr>{rows}{refused}</table>')
 
 
 def write_report(report: dict, out_dir: Path) -> tuple[Path, Path]:

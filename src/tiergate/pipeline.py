@@ -40,7 +40,7 @@ from typing import Any, Protocol
 
 from tiergate import results
 from tiergate.artifact import Artifact, load_artifact
-from tiergate.errors import InfrastructureFault, InputError, TiergateError
+from tiergate.errors import EnvironmentProblem, InfrastructureFault, InputError, TiergateError
 from tiergate.evaldata import EvalData, load_eval_data, validate_against
 from tiergate.fingerprint import Fingerprint, fingerprint
 from tiergate.gate import Decision, RunOutcome, evaluate
@@ -125,6 +125,12 @@ class DockerBuilder:
 
     base_image: str | None = None
     ca_bundle: Path | None = None
+
+    def __post_init__(self) -> None:
+        if self.ca_bundle is not None:     # a bad CA bundle is the user's input: refused before anything runs
+            from tiergate.build import ca_bundle_bytes
+
+            ca_bundle_bytes(self.ca_bundle)
 
     def build(self, device_class: DeviceClass, intake: Intake) -> BuiltImage:
         from tiergate.build import build_image
@@ -212,15 +218,16 @@ def load_data(path: Path | str, intakes: dict[str, Intake]) -> EvalData:
 
 
 def build_images(specs: list[RunSpec], builder: Builder, *, progress: Progress | None = None) -> list[RunSpec]:
-    """Build (or reuse) the image of each spec; a build failure fails that spec only."""
+    """Build (or reuse) the image of each spec; an artifact that cannot be built fails that spec only,
+    an environment problem (engine, base image, pip) raises."""
     for spec in specs:
         _say(progress, f"image for {spec.role} on {spec.device_class.name}")
         spec.image, spec.build_error = None, None
         try:
             spec.image = builder.build(spec.device_class, spec.intake)
-        except InfrastructureFault:
+        except EnvironmentProblem:     # no engine, no base image, pip or docker build broken: exit 2, no verdict
             raise
-        except TiergateError as exc:
+        except TiergateError as exc:  # this artifact cannot be built for this class: that class's run fails
             spec.build_error = f"image build failed: {exc.one_line()}"
     return specs
 

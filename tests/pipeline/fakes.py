@@ -20,13 +20,18 @@ from tiergate.results import TargetResult, failed
 
 @dataclass
 class FakeBuilder:
-    fail: set[str] = field(default_factory=set)          # device classes whose build fails
+    fail: set[str] = field(default_factory=set)          # device classes whose artifact cannot be built
+    environment: str | None = None                        # every build raises this EnvironmentProblem
     calls: list[tuple[str, str]] = field(default_factory=list)
 
     def build(self, device_class, intake) -> BuiltImage:
         from tiergate.errors import InputError
 
+        from tiergate.errors import EnvironmentProblem
+
         self.calls.append((device_class.name, intake.sha256))
+        if self.environment:
+            raise EnvironmentProblem(self.environment)
         if device_class.name in self.fail:
             raise InputError(f"fake build of {device_class.name} failed")
         short = intake.sha256[:12]

@@ -138,6 +138,15 @@ def test_build_failure_fails_that_class_only(case):
     assert failed == {ARM} and "fake build of arm64" in " ".join(run.decision.reasons)
 
 
+def test_environment_problem_at_build_raises_instead_of_a_verdict(case, tiergate_home):
+    from tiergate.errors import EnvironmentProblem
+
+    backend = FakeBackend()
+    with pytest.raises(EnvironmentProblem, match="base image tiergate/nope is missing"):
+        _gate(case, backend=backend, builder=FakeBuilder(environment="base image tiergate/nope is missing"))
+    assert backend.runs == [] and not (tiergate_home / "decisions").exists()
+
+
 def test_concurrent_gates_share_one_run_per_input(case):
     backend = FakeBackend()
     verdicts = []

@@ -12,7 +12,6 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from tiergate.errors import InputError
 
 _OK = {True: "[green]pass[/]", False: "[bold red]FAIL[/]"}
 
@@ -43,8 +42,6 @@ def gate(
     device_classes = resolve(targets)
     loaded_policy = load_policy(policy)
     loaded_policy.check_override_names(list(catalogue().values()))
-    if ca_bundle is not None and not ca_bundle.is_file():
-        raise InputError(f"{ca_bundle}: CA bundle does not exist")
     err = Console(stderr=True)
     progress = None if as_json else (lambda text: err.print(f"[dim]… {text}[/]", highlight=False))
     registry = _registry(registry_url)

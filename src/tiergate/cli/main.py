@@ -13,6 +13,14 @@ import sys
 import click
 import typer
 
+try:   # typer >= 0.22 raises the exceptions of the click it vendors (typer._click), not click's own
+    from typer._click import exceptions as _vendored
+except ImportError:  # pragma: no cover - older typer uses click itself
+    _vendored = click.exceptions
+_EXIT = (click.exceptions.Exit, getattr(_vendored, "Exit", click.exceptions.Exit))
+_CLICK_ERRORS = (click.ClickException, _vendored.ClickException)
+_ABORT = (click.exceptions.Abort, getattr(_vendored, "Abort", click.exceptions.Abort))
+
 from tiergate.errors import EXIT_UNUSABLE, TiergateError
 
 app = typer.Typer(
@@ -48,11 +56,11 @@ def main(argv: list[str] | None = None) -> int:
         result = command.main(args=argv, prog_name="tiergate", standalone_mode=False)
     except TiergateError as exc:
         return _fail(exc.one_line(), exc.exit_code)
-    except click.exceptions.Exit as exc:
+    except _EXIT as exc:
         return exc.exit_code
-    except click.ClickException as exc:
+    except _CLICK_ERRORS as exc:       # usage errors: the message and the usage hint, exit 2
         return _fail(exc.format_message(), EXIT_UNUSABLE)
-    except click.exceptions.Abort:
+    except _ABORT:
         return _fail("aborted", 130)
     except KeyboardInterrupt:
         return _fail("interrupted", 130)

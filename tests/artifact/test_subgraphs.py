@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import onnxruntime as ort
 
-from artifact import models as m
+import modelkit as m
 from tiergate.artifact import load_artifact
 from tiergate.diff import diff_artifacts
 from tiergate.fingerprint import fingerprint

@@ -15,7 +15,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from artifact import models as m
+import modelkit as m
 from tiergate.artifact import load_artifact
 from tiergate.lint import lint
 from tiergate.paths import containers_dir

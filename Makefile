@@ -12,7 +12,8 @@ demo: setup
 	.venv/bin/tiergate demo
 
 test: setup
-	.venv/bin/pytest $(PYTEST_ARGS)
+	.venv/bin/pytest --cov=tiergate --cov-report=term:skip-covered $(PYTEST_ARGS)
+	.venv/bin/python scripts/coverage_floor.py 60
 
 bench: setup
 	.venv/bin/python bench/run_all.py

@@ -41,6 +41,14 @@ def test_adding_a_class_is_adding_a_file(tmp_path):
     (GOOD + "colour = 1\n", "colour"),
     (GOOD + '[container]\nmemroy = "1g"\n', "container.memroy"),
     (GOOD.replace('execution = "emulated"', 'execution = "remote"'), "docker_host"),
+    (GOOD + '[build]\nrequirments = "onnxruntime"\n', "build.requirments"),
+    (GOOD + '[build]\nrequirements = "no-such-lock"\n', "build.requirements"),
+    (GOOD + '[build]\nrequirements = "../onnxruntime"\n', "build.requirements"),
+    (GOOD + '[build]\nenv = "A=1"\n', "build.env"),
+    (GOOD + '[build]\nenv = { "1A" = "x" }\n', "build.env.1A"),
+    (GOOD + '[build]\nenv = { OMP_NUM_THREADS = 1 }\n', "build.env.OMP_NUM_THREADS"),
+    (GOOD + '[build]\nenv = { PYTHONPATH = "/x" }\n', "build.env.PYTHONPATH"),
+    (GOOD + '[build]\nenv = { A = "1", B = "2", C = "3", D = "4", E = "5" }\n', "build.env"),
 ])
 def test_bad_file_names_file_and_field(tmp_path, text, field):
     path = tmp_path / "bad.toml"
@@ -48,6 +56,25 @@ def test_bad_file_names_file_and_field(tmp_path, text, field):
     with pytest.raises(InputError) as err:
         targets.catalogue(tmp_path)
     assert str(path) in err.value.message and f"'{field}'" in err.value.message
+
+
+def test_build_arguments_default_from_the_runtime(tmp_path):
+    cat = targets.catalogue()
+    assert cat["x86_64-cpu-onnxruntime"].build == targets.RuntimeBuild("onnxruntime", {})
+    assert cat["arm64-cpu-tflite"].build.requirements_path.name == "tflite.txt"
+    assert cat["arm64-cpu-tflite"].build.requirements_path.is_file()
+    assert cat["cuda-gpu-onnxruntime"].build.env["NVIDIA_VISIBLE_DEVICES"] == "all"
+    gpu = GOOD.replace('runtime = "onnxruntime"', 'runtime = "onnxruntime-gpu"') + "gpu = true\n"
+    (tmp_path / "gpu-box.toml").write_text(gpu)
+    assert targets.catalogue(tmp_path)["gpu-box"].build == targets.default_build("onnxruntime-gpu")
+    assert targets.default_build("onnxruntime-gpu").env["NVIDIA_DRIVER_CAPABILITIES"] == "compute,utility"
+
+
+def test_build_table_overrides_the_defaults(tmp_path):
+    (tmp_path / "tuned.toml").write_text(GOOD + '[build]\nrequirements = "onnxruntime-gpu"\n'
+                                         'env = { OMP_WAIT_POLICY = "PASSIVE" }\n')
+    dc = targets.catalogue(tmp_path)["tuned"]
+    assert dc.build.requirements == "onnxruntime-gpu" and dc.build.env == {"OMP_WAIT_POLICY": "PASSIVE"}
 
 
 def test_unknown_class_lists_known_ones():

@@ -13,33 +13,46 @@ Usage:
   python tiergate_harness.py --runtime onnxruntime --model M.onnx --data D.npz --out DIR
       [--threads 1] [--batch-size 1] [--warmup 3] [--compare-rounds 0]
 
---compare-rounds N (bench/bench_harness.py) alternates, in this process, N rounds
-of the harness's timed loop and of a bare `session.run` / `invoke` loop, and
-records each round's medians in extra.compare: the harness's own overhead.
-
 Quantized TFLite inputs are quantized from float data with the input's scale and
 zero point; quantized outputs are dequantized to float32 (listed in
 extra.dequantized_outputs), so every result compares with the FP32 reference.
 
-Test-only fault injection (documented in docs/execution.md): the environment
-variable TIERGATE_HARNESS_FAULT=segv makes the process die of a real SIGSEGV
-after the model is loaded; TIERGATE_HARNESS_FAULT=hang makes it sleep forever.
+This file is the core loop only. Hooks plug into it, each from its own file in
+this folder, imported only when its option or variable is set:
+
+  harness_bench.py   --compare-rounds N (bench/bench_harness.py): N rounds of
+                     the timed loop alternated with a bare `session.run` /
+                     `invoke` loop; medians in extra.compare.
+  harness_faults.py  TIERGATE_HARNESS_FAULT=segv|hang (tests only): a real
+                     SIGSEGV, or a sleep forever, after the model is loaded.
+
+A hook is any object with some of these methods (HOOK_POINTS), called in order:
+  loaded(runner)
+      the model is loaded, nothing has run yet;
+  before_timed_loop(runner, feeds, store)
+      after warm-up, before the timed loop; it may call runner.timed_loop(feeds,
+      store) itself and add to runner.extra (written to result.json's extra).
+No hook runs inside the timed loop, and a plain run imports no hook module.
 """
 
 from __future__ import annotations
 
 import argparse
-import ctypes
 import faulthandler
+import importlib
 import json
 import os
 import platform
 import sys
 import time
 
-import numpy as np
+sys.dont_write_bytecode = True  # hooks imported from a source checkout leave no __pycache__ there
+
+import numpy as np  # noqa: E402
 
 LABELS = "labels"
+FAULT_ENV = "TIERGATE_HARNESS_FAULT"
+HOOK_POINTS = ("loaded", "before_timed_loop")
 
 
 def parse_args(argv=None):
@@ -75,17 +88,32 @@ def slices(n, batch):
     return [(start, min(start + batch, n)) for start in range(0, n, batch)]
 
 
-def inject_fault():
-    fault = os.environ.get("TIERGATE_HARNESS_FAULT", "")
-    if fault == "segv":
-        sys.stderr.write("harness: TIERGATE_HARNESS_FAULT=segv: reading address 0\n")
-        sys.stderr.flush()
-        ctypes.string_at(0)
-    elif fault == "hang":
-        sys.stderr.write("harness: TIERGATE_HARNESS_FAULT=hang: sleeping\n")
-        sys.stderr.flush()
-        while True:
-            time.sleep(3600)
+# --- hooks ----------------------------------------------------------------------------
+
+
+def _plugin(name):
+    """A hook module from this folder, imported on demand."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    if here not in sys.path:
+        sys.path.insert(0, here)
+    return importlib.import_module(name)
+
+
+def load_hooks(args):
+    """The hooks this run asks for; none (and no import) for a plain run."""
+    hooks = []
+    if os.environ.get(FAULT_ENV):
+        hooks.append(_plugin("harness_faults").hook(os.environ[FAULT_ENV]))
+    if args.compare_rounds:
+        hooks.append(_plugin("harness_bench").hook(args.compare_rounds))
+    return hooks
+
+
+def call_hooks(hooks, point, *args):
+    for hook in hooks:
+        method = getattr(hook, point, None)
+        if method is not None:
+            method(*args)
 
 
 # --- onnxruntime ----------------------------------------------------------------------
@@ -227,31 +255,18 @@ def make_runner(args):
     return TfliteRunner(args) if args.runtime == "tflite" else OnnxRunner(args)
 
 
-def run(args):
+def run(args, hooks=()):
     data, n = load_data(args.data)
     runner = make_runner(args)
-    inject_fault()
+    call_hooks(hooks, "loaded", runner)
     batch = runner.batch_size(args.batch_size)
     feeds = [runner.prepare(data, a, b) for a, b in slices(n, batch)]
     for _ in range(args.warmup):
         runner.infer(feeds[0])
     store = Outputs(slices(n, batch), runner.output_names)
-    if args.compare_rounds:
-        runner.extra["compare"] = [compare_round(runner, feeds, store) for _ in range(args.compare_rounds)]
+    call_hooks(hooks, "before_timed_loop", runner, feeds, store)
     latencies = runner.timed_loop(feeds, store)
     return runner, batch, n, store.arrays(), latencies
-
-
-def compare_round(runner, feeds, store):
-    harness = runner.timed_loop(feeds, store)
-    bare, whole = bare_loop(runner, feeds)
-    return {"harness_median_ns": _median(harness), "bare_median_ns": _median(bare), "bare_loop_ns_per_call": whole}
-
-
-def _median(values):
-    ordered = sorted(values)
-    mid = len(ordered) // 2
-    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
 
 
 class Outputs:
@@ -272,28 +287,6 @@ class Outputs:
 
     def arrays(self):
         return dict(zip(self.names, self.buffers))
-
-
-def bare_loop(runner, feeds):
-    """The loop a user would write by hand: a plain `session.run` loop, timed per call and as a whole."""
-    if isinstance(runner, OnnxRunner):
-        session, names = runner.session, runner.output_names
-        lat = []
-        start = time.monotonic_ns()
-        for feed in feeds:
-            t0 = time.monotonic_ns()
-            session.run(names, feed)
-            lat.append(time.monotonic_ns() - t0)
-    else:
-        interp, lat = runner.interp, []
-        start = time.monotonic_ns()
-        for feed in feeds:
-            for index, value in feed:
-                interp.set_tensor(index, value)
-            t0 = time.monotonic_ns()
-            interp.invoke()
-            lat.append(time.monotonic_ns() - t0)
-    return lat, (time.monotonic_ns() - start) / len(feeds)
 
 
 def write(args, runner, batch, n, outputs, latencies):
@@ -320,7 +313,7 @@ def write(args, runner, batch, n, outputs, latencies):
 def main(argv=None):
     faulthandler.enable()
     args = parse_args(argv)
-    runner, batch, n, outputs, latencies = run(args)
+    runner, batch, n, outputs, latencies = run(args, load_hooks(args))
     write(args, runner, batch, n, outputs, latencies)
     print(f"harness: {n} samples in {len(latencies)} calls on {platform.machine()}, "
           f"median {sorted(latencies)[len(latencies) // 2] / 1e6:.3f} ms", flush=True)

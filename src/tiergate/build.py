@@ -2,8 +2,11 @@
 
 Two stages of caching:
 
-1. a runtime image per (runtime recipe, arch, pinned lock, base image, harness,
-   CA bundle, pip settings), built once from containers/<runtime>/Dockerfile;
+1. a runtime image per (recipe, build arguments, arch, pinned lock, base image,
+   harness folder, CA bundle, pip settings), built once from the one recipe
+   containers/runtime/Dockerfile with the device class's build arguments
+   (`[build]` in targets/*.toml: the lock containers/requirements/<name>.txt and
+   extra environment such as the NVIDIA variables);
 2. a thin artifact image `FROM` it (containers/artifact.Dockerfile) that copies
    the artifact last and carries the labels.
 
@@ -36,14 +39,16 @@ from tiergate.hashing import file_sha256
 from tiergate.errors import EnvironmentProblem, InputError
 from tiergate.images import LABEL, BuiltImage  # noqa: F401 - re-exported
 from tiergate.paths import containers_dir
-from tiergate.targets import DeviceClass, resolve
+from tiergate.targets import MAX_BUILD_ENV, DeviceClass, resolve
 
 DEFAULT_BASE_IMAGE = "python:3.11-slim-bookworm"  # for users with a registry
 HOST_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 HOST_PIP_CONF = Path("/etc/pip.conf")
 PIP_MODES = ("host", "image")
 MODEL_DIR = "/opt/tiergate/model"
-HARNESS = "harness/tiergate_harness.py"
+RECIPE = "runtime/Dockerfile"      # under containers/: the one runtime recipe
+HARNESS_DIR = "harness"             # under containers/: copied whole to /opt/tiergate/harness/
+_HARNESS_IGNORE = ("__pycache__", "*.pyc", ".*")
 _EXTENSIONS = {".onnx": "onnx", ".tflite": "tflite"}
 _PY_OF_BASE: dict[str, str] = {}
 
@@ -104,6 +109,7 @@ class RuntimePlan:
     base: str
     base_id: str
     lock: str
+    buildargs: dict[str, str]
     ca_bundle: bytes
     pip_conf: str
     pip_mode: str
@@ -117,23 +123,57 @@ def plan_runtime_image(dc: DeviceClass, *, client, base_image: str | None = None
     """The runtime image's inputs and content-hash tag (nothing is built)."""
     if pip_mode not in PIP_MODES:
         raise InputError(f"pip_mode {pip_mode!r}: must be one of {', '.join(PIP_MODES)}")
-    recipe = containers_dir() / dc.runtime
-    if not (recipe / "Dockerfile").is_file():
-        raise EnvironmentProblem(f"no container recipe for runtime {dc.runtime} ({recipe}/Dockerfile missing)")
+    recipe = containers_dir() / RECIPE
+    if not recipe.is_file():
+        raise EnvironmentProblem(f"the runtime recipe {recipe} is missing")
+    requirements = dc.build.requirements_path
+    if not requirements.is_file():
+        raise EnvironmentProblem(f"{dc.name}: the runtime lock {requirements} is missing")
     base = base_image or dc.base_image or DEFAULT_BASE_IMAGE
     base_id = ensure_base_image(client, base, dc)
-    lock = render_lock(recipe, dc)
+    lock = render_lock(requirements, dc)
+    buildargs = runtime_build_args(dc, base)
     cas = ca_bundle_bytes(ca_bundle)
     pip_conf = image_pip_conf()
-    harness_sha = file_sha256(containers_dir() / HARNESS)
+    harness_sha = harness_sha256()
     versions = lock_versions(lock, dc)
     digest = _digest([dc.runtime, dc.arch, base, base_id, pip_mode, lock, pip_conf,
-                      hashlib.sha256(cas).hexdigest(), harness_sha,
-                      *(f"{p.name}:{file_sha256(p)}" for p in sorted(recipe.iterdir()) if p.is_file())])
+                      json.dumps(buildargs, sort_keys=True), hashlib.sha256(cas).hexdigest(), harness_sha,
+                      file_sha256(recipe)])
     labels = {f"{LABEL}.runtime": dc.runtime, f"{LABEL}.arch": dc.arch, f"{LABEL}.base_image": base,
-              f"{LABEL}.versions": json.dumps(versions, sort_keys=True), f"{LABEL}.harness.sha256": harness_sha}
-    return RuntimePlan(dc, f"tiergate/runtime-{dc.runtime}-{dc.arch}:{digest[:20]}", base, base_id, lock, cas,
-                       pip_conf, pip_mode, ca_bundle is not None, versions, labels)
+              f"{LABEL}.versions": json.dumps(versions, sort_keys=True), f"{LABEL}.harness.sha256": harness_sha,
+              f"{LABEL}.requirements": dc.build.requirements,
+              f"{LABEL}.env": json.dumps(dc.build.env, sort_keys=True)}
+    return RuntimePlan(dc, f"tiergate/runtime-{dc.runtime}-{dc.arch}:{digest[:20]}", base, base_id, lock,
+                       buildargs, cas, pip_conf, pip_mode, ca_bundle is not None, versions, labels)
+
+
+def runtime_build_args(dc: DeviceClass, base: str) -> dict[str, str]:
+    """The recipe's build arguments for a device class: the base image and the [build] env slots."""
+    env = dc.build.env
+    if len(env) > MAX_BUILD_ENV:  # targets.py refuses this for catalogue files; a hand-made class may not
+        raise InputError(f"{dc.name}: build env has {len(env)} variables; the recipe takes at most {MAX_BUILD_ENV}")
+    args = {"BASE_IMAGE": base}
+    for n, (name, value) in enumerate(sorted(env.items()), start=1):
+        args[f"ENV_{n}_NAME"], args[f"ENV_{n}_VALUE"] = name, value
+    return args
+
+
+def harness_files() -> list[Path]:
+    """The files of containers/harness/ that go into the image (no byte-code, no dot files)."""
+    root = containers_dir() / HARNESS_DIR
+    skip = shutil.ignore_patterns(*_HARNESS_IGNORE)
+    files = []
+    for folder, dirs, names in os.walk(root):
+        dirs[:] = sorted(set(dirs) - skip(folder, dirs))
+        files += [Path(folder) / n for n in sorted(set(names) - skip(folder, names))]
+    return files
+
+
+def harness_sha256() -> str:
+    """One hash over the harness folder: every file's relative path and content."""
+    root = containers_dir() / HARNESS_DIR
+    return _digest([f"{p.relative_to(root).as_posix()}:{file_sha256(p)}" for p in harness_files()])
 
 
 def ensure_runtime_image(dc: DeviceClass, *, client, base_image: str | None = None,
@@ -147,19 +187,23 @@ def ensure_runtime_image(dc: DeviceClass, *, client, base_image: str | None = No
         ctx = Path(tmp)
         _runtime_context(plan, client, ctx)
         network = "host" if plan.pip_mode == "image" else "none"  # host: needs no docker0 bridge
-        image = _docker_build(client, ctx, plan.tag, {"BASE_IMAGE": plan.base}, plan.labels, network)
+        image = _docker_build(client, ctx, plan.tag, plan.buildargs, plan.labels, network)
     return RuntimeImage(plan.tag, image.id, plan.versions, plan.base, False, dict(image.labels))
 
 
 def _runtime_context(plan: RuntimePlan, client, ctx: Path) -> None:
     dc = plan.dc
-    shutil.copy(containers_dir() / dc.runtime / "Dockerfile", ctx / "Dockerfile")
+    shutil.copy(containers_dir() / RECIPE, ctx / "Dockerfile")
     (ctx / "requirements.txt").write_text(plan.lock)
     (ctx / "ca-bundle.crt").write_bytes(plan.ca_bundle)
     (ctx / "pip.conf").write_text(plan.pip_conf)
-    for name in ("site-packages", "out", "data", "harness"):
+    for name in ("site-packages", "out", "data"):
         (ctx / name).mkdir()
-    shutil.copy(containers_dir() / HARNESS, ctx / HARNESS)
+    root = containers_dir() / HARNESS_DIR
+    for path in harness_files():
+        target = ctx / HARNESS_DIR / path.relative_to(root)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(path, target)
     if plan.pip_mode == "host":
         python = base_python_version(client, plan.base, plan.base_id)
         wheels = download_wheels(plan.lock, dc, python, ctx / "ca-bundle.crt" if plan.extra_ca else None)
@@ -196,9 +240,9 @@ def base_python_version(client, base: str, base_id: str) -> str:
 # --- inputs of the build ---------------------------------------------------------------
 
 
-def render_lock(recipe: Path, dc: DeviceClass) -> str:
-    """The recipe's pinned lock with the device class's runtime version filled in."""
-    text = (recipe / "requirements.txt").read_text()
+def render_lock(requirements: Path, dc: DeviceClass) -> str:
+    """A pinned lock (containers/requirements/<name>.txt) with the device class's runtime version filled in."""
+    text = requirements.read_text()
     return text.replace("{runtime_version}", dc.runtime_version)
 
 

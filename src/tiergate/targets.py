@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tiergate.errors import InputError
-from tiergate.paths import targets_dir
+from tiergate.paths import containers_dir, targets_dir
 
 ARCHES = ("amd64", "arm64")
 RUNTIMES = ("onnxruntime", "tflite", "onnxruntime-gpu")
@@ -20,6 +20,38 @@ EXECUTIONS = ("native", "emulated", "remote")
 MACHINE_OF_ARCH = {"amd64": "x86_64", "arm64": "aarch64"}
 FORMAT_OF_RUNTIME = {"onnxruntime": "onnx", "onnxruntime-gpu": "onnx", "tflite": "tflite"}
 _NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# The runtime recipe (containers/runtime/Dockerfile) has this many ENV slots for [build] env,
+# and sets these variables itself (the harness's contract), so a device class may not.
+MAX_BUILD_ENV = 4
+RECIPE_ENV = ("PATH", "PYTHONPATH", "PYTHONDONTWRITEBYTECODE", "PYTHONUNBUFFERED", "HOME")
+# [build] defaults per runtime: what a device class without a [build] table gets.
+DEFAULT_BUILD_ENV = {
+    "onnxruntime-gpu": {"NVIDIA_VISIBLE_DEVICES": "all", "NVIDIA_DRIVER_CAPABILITIES": "compute,utility"},
+}
+
+
+@dataclass(frozen=True)
+class RuntimeBuild:
+    """The runtime recipe's build arguments for a device class (its `[build]` table).
+
+    requirements: the pinned lock containers/requirements/<requirements>.txt (default: the runtime's name);
+    env: extra environment baked into the runtime image (default: the runtime's, e.g. NVIDIA variables)."""
+
+    requirements: str
+    env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def requirements_path(self) -> Path:
+        return requirements_path(self.requirements)
+
+
+def requirements_path(name: str) -> Path:
+    return containers_dir() / "requirements" / f"{name}.txt"
+
+
+def default_build(runtime: str) -> RuntimeBuild:
+    return RuntimeBuild(requirements=runtime, env=dict(DEFAULT_BUILD_ENV.get(runtime, {})))
 
 
 @dataclass(frozen=True)
@@ -47,6 +79,11 @@ class DeviceClass:
     limits: ContainerLimits = field(default_factory=ContainerLimits)
     cost_tags: dict[str, str] = field(default_factory=dict)
     source: Path | None = None
+    build: RuntimeBuild | None = None  # None: the runtime's defaults (filled in on creation)
+
+    def __post_init__(self):
+        if self.build is None:
+            object.__setattr__(self, "build", default_build(self.runtime))
 
     @property
     def emulated(self) -> bool:
@@ -83,7 +120,9 @@ _FIELDS: dict[str, tuple[type | tuple[type, ...], bool]] = {
     "base_image": (str, False),
     "container": (dict, False),
     "cost_tags": (dict, False),
+    "build": (dict, False),
 }
+_BUILD_FIELDS = {"requirements": str, "env": dict}
 _LIMIT_FIELDS = {"memory": str, "pids_limit": int, "timeout_s": int}
 _CHOICES = {"arch": ARCHES, "runtime": RUNTIMES, "execution": EXECUTIONS}
 
@@ -140,6 +179,7 @@ def parse_device_class(path: Path, data: dict) -> DeviceClass:
     if data["runtime"] == "onnxruntime-gpu" and not data.get("gpu", False):
         raise _bad(path, "gpu", "must be true for the onnxruntime-gpu runtime")
     limits = _parse_limits(path, data.get("container", {}))
+    build = _parse_build(path, data["runtime"], data.get("build", {}))
     tags = data.get("cost_tags", {})
     for key, value in tags.items():
         if not isinstance(value, str):
@@ -161,6 +201,7 @@ def parse_device_class(path: Path, data: dict) -> DeviceClass:
         limits=limits,
         cost_tags=dict(tags),
         source=path,
+        build=build,
     )
 
 
@@ -170,6 +211,32 @@ def _parse_limits(path: Path, table: dict) -> ContainerLimits:
             raise _bad(path, f"container.{key}", f"is unknown (known: {', '.join(_LIMIT_FIELDS)})")
         _check_type(path, f"container.{key}", value, _LIMIT_FIELDS[key])
     return ContainerLimits(**table)
+
+
+def _parse_build(path: Path, runtime: str, table: dict) -> RuntimeBuild:
+    """The [build] table: omitted fields take the runtime's defaults; `env` replaces the default env."""
+    for key, value in table.items():
+        if key not in _BUILD_FIELDS:
+            raise _bad(path, f"build.{key}", f"is unknown (known: {', '.join(_BUILD_FIELDS)})")
+        _check_type(path, f"build.{key}", value, _BUILD_FIELDS[key])
+    default = default_build(runtime)
+    requirements = table.get("requirements", default.requirements)
+    if not _NAME.match(requirements):
+        raise _bad(path, "build.requirements", "must name a file containers/requirements/NAME.txt "
+                   "(lower-case letters, digits, '.', '_' and '-')")
+    if not requirements_path(requirements).is_file():
+        raise _bad(path, "build.requirements", f"names {requirements_path(requirements)}, which does not exist")
+    env = table.get("env", default.env)
+    if len(env) > MAX_BUILD_ENV:
+        raise _bad(path, "build.env", f"has {len(env)} variables; the runtime recipe takes at most {MAX_BUILD_ENV}")
+    for key, value in env.items():
+        if not _ENV_NAME.match(key):
+            raise _bad(path, f"build.env.{key}", "is not a valid environment variable name")
+        if key in RECIPE_ENV:
+            raise _bad(path, f"build.env.{key}", "is set by the runtime recipe itself")
+        if not isinstance(value, str):
+            raise _bad(path, f"build.env.{key}", f"must be a string, got {value!r}")
+    return RuntimeBuild(requirements=requirements, env=dict(env))
 
 
 def load_device_class_file(path: Path) -> DeviceClass:

@@ -98,3 +98,54 @@ def test_run_targets_keeps_good_results_next_to_failures(models, data, tmp_path)
 def test_local_backend_needs_an_artifact(data, tmp_path):
     with pytest.raises(InputError, match="needs the artifact"):
         LocalProcessBackend().run(Job(kit.device_class(ONNX_CLASS), data, tmp_path))
+
+
+def test_compare_rounds_hook_records_harness_and_bare_medians(models, data, tmp_path):
+    result = LocalProcessBackend().run(Job(kit.device_class(ONNX_CLASS), data, tmp_path, artifact_path=models["mlp"],
+                                           compare_rounds=2))
+    assert result.ok, result.reason
+    rounds = result.extra["compare"]
+    assert len(rounds) == 2
+    for r in rounds:
+        assert r["harness_median_ns"] > 0 and r["bare_median_ns"] > 0 and r["bare_loop_ns_per_call"] > 0
+    assert len(result.latencies_ns) == 10  # the measured loop itself is unchanged by the hook
+
+
+_LOADED_HOOKS = """
+import runpy, sys
+sys.argv = sys.argv[1:]
+try:
+    runpy.run_path(sys.argv[0], run_name="__main__")
+except SystemExit as exc:
+    assert not exc.code, exc.code
+print("hook modules:", sorted(m for m in sys.modules if m.startswith("harness_")))
+"""
+
+
+def _hook_modules(*extra, models, data, tmp_path) -> str:
+    import subprocess
+    import sys
+
+    from tiergate.paths import containers_dir
+
+    harness = containers_dir() / "harness" / "tiergate_harness.py"
+    args = ["--runtime", "onnxruntime", "--model", str(models["mlp"]), "--data", str(data), "--out", str(tmp_path)]
+    proc = subprocess.run([sys.executable, "-c", _LOADED_HOOKS, str(harness), *args, *extra],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc.stdout.splitlines()[-1]
+
+
+def test_hook_modules_are_imported_only_when_asked_for(models, data, tmp_path):
+    from tiergate.paths import containers_dir
+
+    assert _hook_modules(models=models, data=data, tmp_path=tmp_path) == "hook modules: []"
+    assert _hook_modules("--compare-rounds", "1", models=models, data=data, tmp_path=tmp_path) == \
+        "hook modules: ['harness_bench']"
+    assert not (containers_dir() / "harness" / "__pycache__").exists()  # no byte-code left in the source tree
+
+
+def test_unknown_fault_is_refused_by_name(models, data, tmp_path):
+    result = run_target(ONNX_CLASS, None, data, tmp_path, artifact_path=models["mlp"],
+                        env={"TIERGATE_HARNESS_FAULT": "explode"})
+    assert not result.ok and "TIERGATE_HARNESS_FAULT='explode' is unknown" in result.reason

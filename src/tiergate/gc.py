@@ -218,7 +218,7 @@ class _Planner:
             self.items.append(self._aged(item))
             if not item.remove:
                 inputs = doc.inputs or {}
-                for run in (inputs.get("runs") or {}).items():
+                for run in (inputs.get("runs") or {}).values():
                     self.keep_runs.setdefault(str(run).split(":", 1)[0], f"named by kept decision {doc.key[:12]}")
                 for image in (inputs.get("images") or {}).values():
                     if image:

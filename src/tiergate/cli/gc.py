@@ -125,8 +125,6 @@ def _print(plan, dry_run: bool) -> None:
     kept_text = ", ".join(f"{n} {k}{'s' if n != 1 else ''}" for k, n in sorted(kept.items())) or "nothing"
     typer.echo(f"{verb} {len(shown)} item(s), {human_size(sum(i.size for i in shown))}; kept {kept_text}"
                + (" (--json for every item and why)" if plan.kept else ""))
-    for note in plan.skipped:
-        typer.echo(f"skipped: {note}")
 
 
 def register(app: typer.Typer) -> None:

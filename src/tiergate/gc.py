@@ -274,10 +274,11 @@ class _Planner:
                     f"one of the last {self.keep_last} decisions of unregistered candidate {_short(candidate)}"
             elif candidate in self.needs.models:
                 item.reason = (f"candidate {_short(candidate)} of model {self.needs.models[candidate]} is not "
-                               f"promoted nor among its last {self.keep_last} artifacts")
+                               f"promoted{self._recent()}")
             else:
-                item.reason = (f"older than the last {self.keep_last} decisions of unregistered candidate "
-                               f"{_short(candidate)}")
+                item.reason = (f"unregistered candidate {_short(candidate)}: "
+                               + (f"older than its last {self.keep_last} decisions" if self.keep_last
+                                  else "--keep-last 0"))
             yield d, item
 
     # -- run folders -------------------------------------------------------------------
@@ -298,7 +299,7 @@ class _Planner:
             item.remove, item.reason = False, self.keep_runs[name]
         elif run.artifact in self.needs.models:
             item.reason = (f"artifact {_short(run.artifact)} of model {self.needs.models[run.artifact]} is not "
-                           f"promoted nor among its last {self.keep_last} artifacts")
+                           f"promoted{self._recent()}")
         else:
             item.reason = f"unregistered artifact {_short(run.artifact)}: no kept decision names this run"
         return item
@@ -361,8 +362,8 @@ class _Planner:
         elif not self.all_images and key not in self.known_images:
             item.remove, item.reason = False, "no run of this TIERGATE_HOME used it (--all-images to include)"
         elif sha in self.needs.models:
-            item.reason = (f"artifact {_short(sha)} of model {self.needs.models[sha]} is not promoted nor among "
-                           f"its last {self.keep_last} artifacts")
+            item.reason = (f"artifact {_short(sha)} of model {self.needs.models[sha]} is not "
+                           f"promoted{self._recent()}")
         else:
             item.reason = f"unregistered artifact {_short(sha)}: no kept run or decision uses this image"
         return item
@@ -382,6 +383,9 @@ class _Planner:
         elif image.created is not None and image.created > leftover_cutoff:
             item.remove, item.reason = False, f"created less than {_span(self.now - leftover_cutoff)} ago"
         return item
+
+    def _recent(self) -> str:
+        return f" nor among its last {self.keep_last} artifacts" if self.keep_last else " (--keep-last 0)"
 
     # -- age and safety ----------------------------------------------------------------
     def _aged(self, item: Item) -> Item:

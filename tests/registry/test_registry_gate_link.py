@@ -1,8 +1,7 @@
-"""A real gate decision (tiergate.gate.evaluate on real onnxruntime outputs) recorded, then reported.
-
-What is under test is the registry link (checks, runs, metrics, aliases), not the runtimes: both
-device classes' runs are host onnxruntime runs recorded under the catalogue's names, with a fixed
-image id. The model pairs are chosen so the verdict is known before the gate runs:
+"""A real gate decision recorded, then reported: the orchestrator gates tiny models for real on x86_64 and
+emulated arm64 (real containers, real QEMU), `pipeline.record` records it, and the tests check the registry link
+(checks, runs, metrics, aliases) against figures computed here from the saved outputs. The model pairs are chosen
+so the verdict is known before the gate runs:
 "promote": the candidate holds the reference's weights (identical outputs, every check passes);
 "reject": the candidate holds other random weights (about a third of the reference's top-1 answers,
 far below the 99% accuracy ratio of the default policy).
@@ -10,56 +9,53 @@ far below the 99% accuracy ratio of the default policy).
 
 from __future__ import annotations
 
-import time
+import os
 
 import numpy as np
-import onnxruntime as ort
 import pytest
+
 import modelkit as mk
 from registry_kit import add
-from tiergate import results
-from tiergate.gate import RunOutcome, evaluate
+from tiergate import pipeline
 from tiergate.metrics import compare_outputs
 from tiergate.policy import load_policy
-from tiergate.registry import NewRun, flat_metrics, record_gate_decision
+from tiergate.registry import flat_metrics
 from tiergate.registry.report_data import build_drift_report
-from tiergate.targets import catalogue
+from tiergate.targets import catalogue, resolve
 
 CLASSES = ("x86_64-cpu-onnxruntime", "arm64-cpu-onnxruntime")
-
-
-def _measured_run(model, x, device_class, emulated, folder):
-    """Run per sample with onnxruntime, timing each call; save the result folder."""
-    session = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
-    outputs, latencies = [], []
-    for row in x:
-        started = time.perf_counter_ns()
-        outputs.append(session.run(None, {"x": row[None]})[0])
-        latencies.append(time.perf_counter_ns() - started)
-    result = results.TargetResult(device_class=device_class, status="ok", emulated=emulated, n_samples=len(x),
-                                  latencies_ns=latencies, image_id=f"sha256:{device_class}", data_sha256="d" * 64)
-    out = {"y": np.concatenate(outputs)}
-    results.save(result, folder, out)
-    return RunOutcome(result, out)
-
-
 CANDIDATE_SEED = {"promote": 3, "reject": 4}     # the reference is seed 3
+pytestmark = [pytest.mark.docker, pytest.mark.emulated, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory):
+    """Models, data and one TIERGATE_HOME for the module: each input runs once, later gates reuse it."""
+    folder = tmp_path_factory.mktemp("gate-link")
+    fp32 = mk.write(mk.classifier(seed=3), folder / "fp32.onnx")
+    x = np.random.default_rng(0).normal(size=(60, 4)).astype(np.float32)
+    import onnxruntime as ort
+
+    labels = ort.InferenceSession(str(fp32)).run(None, {"x": x})[0].argmax(1).astype(np.int64)
+    np.savez(folder / "eval.npz", x=x, labels=labels)
+    previous = os.environ.get("TIERGATE_HOME")
+    os.environ["TIERGATE_HOME"] = str(folder / "home")
+    yield folder, fp32, labels
+    if previous is None:
+        os.environ.pop("TIERGATE_HOME", None)
+    else:
+        os.environ["TIERGATE_HOME"] = previous
 
 
 @pytest.fixture(params=["promote", "reject"])
-def gated(registry, tmp_path, request):
-    fp32 = mk.write(mk.classifier(seed=3), tmp_path / "fp32.onnx")
-    int8 = mk.write(mk.classifier(seed=CANDIDATE_SEED[request.param]), tmp_path / "candidate.onnx")
-    x = np.random.default_rng(0).normal(size=(60, 4)).astype(np.float32)
-    dcs = catalogue()
-    reference = {dc: _measured_run(fp32, x, dc, dcs[dc].emulated, tmp_path / "ref" / dc) for dc in CLASSES}
-    candidate = {dc: _measured_run(int8, x, dc, dcs[dc].emulated, tmp_path / "cand" / dc) for dc in CLASSES}
-    labels = reference["x86_64-cpu-onnxruntime"].outputs["y"].argmax(1)
-    decision = evaluate(candidate, reference, {dc: dcs[dc] for dc in CLASSES}, load_policy(), labels, quantized=True)
+def gated(registry, shared, request):
+    folder, fp32, labels = shared
+    int8 = mk.write(mk.classifier(seed=CANDIDATE_SEED[request.param]), folder / f"candidate-{request.param}.onnx")
     sha = add(registry, int8).sha256
-    runs = [NewRun.from_result(candidate[dc].result, folder=tmp_path / "cand" / dc) for dc in CLASSES]
-    recorded = record_gate_decision(registry, sha, decision, runs=runs, cost_tags={"billing": "edge-fleet"})
-    return registry, sha, decision, recorded, reference, candidate, labels, request.param
+    run = pipeline.gate(int8, fp32, folder / "eval.npz", resolve(list(CLASSES)), load_policy())
+    recorded = pipeline.record(registry, run, cost_tags={"billing": "edge-fleet"})
+    reference, candidate = run.outcomes["reference"], run.outcomes["candidate"]
+    return registry, sha, run.decision, recorded, reference, candidate, labels, request.param
 
 
 def test_decision_checks_and_verdict_are_recorded(gated):
@@ -95,7 +91,9 @@ def test_runs_carry_the_flat_metrics_computed_independently(gated):
         assert run.tier == catalogue()[dc].tier
         assert run.metrics["emulated"] is (dc == "arm64-cpu-onnxruntime")
         assert (run.metrics["cost_per_1k"] is None) is (dc == "arm64-cpu-onnxruntime")  # no cost when emulated
-        assert run.result_key and registry.find_cached_run(sha, dc, f"sha256:{dc}", "d" * 64).id == run.id
+        result = candidate[dc].result
+        assert run.machine == ("aarch64" if dc.startswith("arm64") else "x86_64")      # really run there
+        assert run.result_key and registry.find_cached_run(sha, dc, result.image_id, result.data_sha256).id == run.id
     assert flat_metrics({}) == {k: None for k in flat_metrics({})} | {"emulated": False}
 
 

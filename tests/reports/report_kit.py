@@ -1,26 +1,24 @@
-"""A registry filled the way the pipeline fills it: real tiny ONNX models run with onnxruntime, real metrics.
-
-The cortex-a (emulated arm64) outputs are the x86 outputs plus a small, seeded perturbation
-standing in for cross-architecture drift; the tests compute what the report must say from
-these arrays independently.
+"""A registry filled by the pipeline itself: real tiny ONNX models gated for real on x86_64 and emulated arm64
+(real containers, the real QEMU), each decision recorded by `pipeline.record`. Nothing here writes a metric:
+the tests compute what the report must say from the stored run folders (outputs.npz, result.json) independently.
 """
 
 from __future__ import annotations
 
+import os
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import numpy as np
-import onnxruntime as ort
 
 import modelkit as mk
-from tiergate import results
-from tiergate.metrics import compare_outputs
-from tiergate.registry import Check, NewRun, Registry
+from tiergate import pipeline
+from tiergate.policy import load_policy
+from tiergate.registry import Registry
 from tiergate.registry.store import file_sha256
+from tiergate.targets import resolve
 
 T0 = datetime(2026, 3, 1, tzinfo=timezone.utc)
-DATA_SHA = "d" * 64
 CLASSES = {"x86_64-cpu-onnxruntime": ("x86-server", False), "arm64-cpu-onnxruntime": ("cortex-a", True)}
 
 
@@ -28,47 +26,35 @@ def tiny_model(path: Path, weights: np.ndarray, bias: np.ndarray) -> Path:
     return mk.write(mk.linear(weights, bias, name="tiny"), path)
 
 
-def run_model(path: Path, x: np.ndarray) -> np.ndarray:
-    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    return session.run(None, {"x": x})[0]
-
-
 def populate(registry: Registry, tmp_path: Path) -> dict:
-    """FP32 reference, a rejected candidate and a promoted candidate, each run on two device classes."""
+    """FP32 reference, a rejected candidate and a promoted candidate, each gated on both device classes."""
     rng = np.random.default_rng(7)
     x = rng.normal(size=(32, 4)).astype(np.float32)
-    labels = rng.integers(0, 3, size=32)
     w, b = rng.normal(size=(4, 3)), rng.normal(size=3)
-    variants = {"fp32": (w, b), "v1": (w + rng.normal(scale=0.5, size=w.shape), b),
-                "v2": (w + rng.normal(scale=0.01, size=w.shape), b)}
-    shas, outputs = {}, {}
+    labels = (x @ w + b).argmax(1).astype(np.int64)        # the FP32 reference is right on every sample
+    data = tmp_path / "eval.npz"
+    np.savez(data, x=x, labels=labels)
+    variants = {"fp32": (w, b), "v1": (rng.normal(size=w.shape), b),        # other weights: rejected
+                "v2": (w + rng.normal(scale=1e-4, size=w.shape), b)}       # near-identical: promoted
+    paths, shas, runs = {}, {}, {}
     for i, (name, (wv, bv)) in enumerate(variants.items()):
-        path = tiny_model(tmp_path / "models" / f"{name}.onnx", wv, bv)
-        shas[name] = file_sha256(path)
-        registry.add_artifact(path, sha256=shas[name], model="digits", format="onnx",
+        paths[name] = tiny_model(tmp_path / "models" / f"{name}.onnx", wv, bv)
+        shas[name] = file_sha256(paths[name])
+        registry.add_artifact(paths[name], sha256=shas[name], model="digits", format="onnx",
                               precision="fp32" if name == "fp32" else "int8", fingerprint={"weights": name},
                               reference_sha=None if name == "fp32" else shas["fp32"],
                               parent_sha=None if name == "fp32" else shas["fp32"], at=T0 + timedelta(days=i))
-        native = run_model(path, x)
-        outputs[name] = {"x86_64-cpu-onnxruntime": native,
-                         "arm64-cpu-onnxruntime": native + rng.normal(scale=1e-6, size=native.shape).astype(np.float32)}
-    for i, name in enumerate(variants):
-        runs = []
-        for device_class, (tier, emulated) in CLASSES.items():
-            out = outputs[name][device_class]
-            drift = compare_outputs(outputs["fp32"][device_class], out)
-            metrics = {"accuracy": float(np.mean(out.argmax(1) == labels)), "cosine": drift.cosine,
-                       "sqnr_db": drift.sqnr_db, "max_abs_error": drift.max_abs_error,
-                       "latency_p50_ms": (40.0 if emulated else 0.5) + i, "latency_p99_ms": (60.0 if emulated else 0.9) + i,
-                       "cost_per_1k": None if emulated else 0.001 * (i + 1), "emulated": emulated}
-            result = results.TargetResult(device_class=device_class, status="ok", tier=tier, emulated=emulated,
-                                          artifact_sha256=shas[name], image_id=f"sha256:{device_class}",
-                                          data_sha256=DATA_SHA, latencies_ns=[500_000] * 5)
-            folder = results.save(result, tmp_path / "results" / name / device_class, {"y": out})
-            runs.append(NewRun.from_result(result, metrics, folder))
-        verdict = {"fp32": "promote", "v1": "reject", "v2": "promote"}[name]
-        registry.record_decision(shas[name], verdict, tiers=[t for t, _ in CLASSES.values()], runs=runs,
-                                 reasons=["cosine too low"] if verdict == "reject" else [],
-                                 checks=[Check("x86_64-cpu-onnxruntime", "x86-server", "cosine", 0.9, 0.997, ">=", verdict == "promote")],
-                                 cost_tags={"billing": "edge-fleet"}, at=T0 + timedelta(days=i, hours=1))
-    return {"shas": shas, "outputs": outputs, "labels": labels}
+    previous = os.environ.get("TIERGATE_HOME")
+    os.environ["TIERGATE_HOME"] = str(tmp_path / "home")
+    try:
+        for name in variants:
+            gate_run = pipeline.gate(paths[name], paths["fp32"], data, resolve(list(CLASSES)), load_policy(None))
+            pipeline.record(registry, gate_run, cost_tags={"billing": "edge-fleet"})
+            runs[name] = {dc: folder for (role, dc), folder in gate_run.run_dirs.items() if role == "candidate"}
+            runs[name]["verdict"] = gate_run.decision.verdict
+    finally:
+        if previous is None:
+            os.environ.pop("TIERGATE_HOME", None)
+        else:
+            os.environ["TIERGATE_HOME"] = previous
+    return {"shas": shas, "labels": labels, "runs": runs, "paths": paths}

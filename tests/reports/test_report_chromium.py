@@ -36,6 +36,9 @@ def page(tmp_path_factory) -> Path:
     return html_path
 
 
+@pytest.mark.docker
+@pytest.mark.emulated
+@pytest.mark.slow
 def test_plots_are_in_the_rendered_dom(page, tmp_path):
     done = _chromium(tmp_path, "--dump-dom", page.as_uri())
     assert done.returncode == 0, done.stderr[-2000:]
@@ -44,7 +47,9 @@ def test_plots_are_in_the_rendered_dom(page, tmp_path):
         match = re.search(f'<svg[^>]* id="{svg_id}".*?</svg>', dom, re.S)
         assert match, f"{svg_id} missing from the rendered DOM"
         assert match.group(0).count("<path") > 10  # axes, lines and markers were parsed as SVG
-    assert dom.count("<table") == 3 and "tiergate drift report: digits" in dom
+    # two tier tables, the cross-tier table, and one runtime-graph table per gated artifact (three)
+    assert dom.count("<table") == 6 and "tiergate drift report: digits" in dom
+    assert dom.count('id="table-runtime-') == 3 and "What each tier's runtime executes" in dom
 
 
 def test_the_page_paints_colour(page, tmp_path):

@@ -14,18 +14,32 @@ from tiergate.registry import METRIC_KEYS, Registry, flat_metrics
 from tiergate.registry.report_data import build_drift_report, report_metrics
 from tiergate.reports.drift import cross_tier_matrix
 from tiergate.reports.html import render_html, write_report
+from tiergate.targets import resolve
 
 
-@pytest.fixture
-def filled(tmp_path):
+@pytest.fixture(scope="module")
+def filled(tmp_path_factory):
+    """One registry for the module, filled by real gates on x86_64 and emulated arm64 (a minute or so)."""
+    tmp_path = tmp_path_factory.mktemp("filled")
     with Registry(f"sqlite:///{tmp_path / 'registry.db'}", tmp_path / "store") as registry:
         yield registry, populate(registry, tmp_path)
 
 
+def _stored(folder):
+    """What a run left: its outputs and its result.json (the only source of truth for the expectations)."""
+    with np.load(folder / "outputs.npz") as npz:
+        outputs = {k: npz[k] for k in npz.files}
+    return outputs, json.loads((folder / "result.json").read_text())
+
+
+@pytest.mark.docker
+@pytest.mark.emulated
+@pytest.mark.slow
 def test_rows_per_tier_follow_the_registry(filled):
     registry, made = filled
     report = build_drift_report(registry, "digits")
-    shas = made["shas"]
+    shas, runs = made["shas"], made["runs"]
+    assert [runs[n]["verdict"] for n in ("fp32", "v1", "v2")] == ["PROMOTE", "REJECT", "PROMOTE"]
     assert [a["sha256"] for a in report["artifacts"]] == [shas["fp32"], shas["v1"], shas["v2"]]
     assert sorted(report["tiers"]) == ["cortex-a", "x86-server"]
     assert report["promoted"] == {"cortex-a": shas["v2"], "x86-server": shas["v2"]}
@@ -33,33 +47,41 @@ def test_rows_per_tier_follow_the_registry(filled):
     assert [r["artifact_sha"] for r in rows] == [shas["fp32"], shas["v1"], shas["v2"]]
     assert [r["decision"] for r in rows] == ["promote", "reject", "promote"]
     assert [r["promoted"] for r in rows] == [False, False, True]
-    assert all(r["emulated"] for r in rows)
-    assert not any(r["emulated"] for r in report["tiers"]["x86-server"]["rows"])
-    v1 = registry.runs(artifact_sha=shas["v1"], device_class="x86_64-cpu-onnxruntime")[0]
+    assert all(r["emulated"] and r["machine"] == "aarch64" for r in rows)      # really run as arm64
+    assert all(r["machine"] == "x86_64" and not r["emulated"] for r in report["tiers"]["x86-server"]["rows"])
     x86_v1 = report["tiers"]["x86-server"]["rows"][1]
-    assert x86_v1["metrics"] == {k: float(v1.metrics[k]) for k in METRIC_KEYS}
-    assert x86_v1["metrics"]["cost_per_1k"] == pytest.approx(0.002)
-    labels, out = made["labels"], made["outputs"]["v1"]["x86_64-cpu-onnxruntime"]
-    assert x86_v1["metrics"]["accuracy"] == pytest.approx(np.mean(out.argmax(1) == labels))
-    assert x86_v1["reasons"] == ["cosine too low"] and x86_v1["cost_tags"] == {"billing": "edge-fleet"}
+    outputs, result = _stored(runs["v1"]["x86_64-cpu-onnxruntime"])
+    assert x86_v1["metrics"]["accuracy"] == pytest.approx(np.mean(outputs["y"].argmax(1) == made["labels"]))
+    mean_ms = np.mean(result["latencies_ns"]) / 1e6
+    price = resolve(["x86_64-cpu-onnxruntime"])[0].cost_per_hour
+    assert x86_v1["metrics"]["cost_per_1k"] == pytest.approx(price * mean_ms / 3600.0, rel=1e-9)
+    assert x86_v1["metrics"]["latency_p50_ms"] == pytest.approx(np.percentile(result["latencies_ns"], 50) / 1e6)
+    assert report["tiers"]["cortex-a"]["rows"][1]["metrics"]["cost_per_1k"] is None    # never from emulation
+    assert any("accuracy_ratio" in r for r in x86_v1["reasons"]) and x86_v1["cost_tags"] == {"billing": "edge-fleet"}
 
 
+@pytest.mark.docker
+@pytest.mark.emulated
+@pytest.mark.slow
 def test_cross_tier_matrix_is_computed_from_the_stored_outputs(filled):
     registry, made = filled
     cross = build_drift_report(registry, "digits")["cross_tier"]
     assert [(c["tier"], c["device_class"]) for c in cross["labels"]] == [
         ("cortex-a", "arm64-cpu-onnxruntime"), ("x86-server", "x86_64-cpu-onnxruntime")]
-    arm = made["outputs"]["v2"]["arm64-cpu-onnxruntime"].astype(np.float64)
-    x86 = made["outputs"]["v2"]["x86_64-cpu-onnxruntime"].astype(np.float64)
+    arm = _stored(made["runs"]["v2"]["arm64-cpu-onnxruntime"])[0]["y"].astype(np.float64)
+    x86 = _stored(made["runs"]["v2"]["x86_64-cpu-onnxruntime"])[0]["y"].astype(np.float64)
     expected = float(np.max(np.abs(arm - x86)))
-    assert 0 < expected < 1e-4
-    assert cross["max_abs_error"][0][1] == pytest.approx(expected, rel=1e-9)
-    assert cross["max_abs_error"][1][0] == pytest.approx(expected, rel=1e-9)
+    assert expected < 1e-4                                    # the same FP32 math on two architectures
+    assert cross["max_abs_error"][0][1] == pytest.approx(expected, rel=1e-9, abs=1e-12)
+    assert cross["max_abs_error"][1][0] == pytest.approx(expected, rel=1e-9, abs=1e-12)
     assert cross["max_abs_error"][0][0] == 0.0 and cross["cosine"][1][1] == pytest.approx(1.0)
     cos = np.sum(arm * x86, axis=1) / (np.linalg.norm(arm, axis=1) * np.linalg.norm(x86, axis=1))
     assert cross["cosine"][0][1] == pytest.approx(float(cos.mean()), rel=1e-12)
 
 
+@pytest.mark.docker
+@pytest.mark.emulated
+@pytest.mark.slow
 def test_since_keeps_later_artifacts_only(filled):
     registry, made = filled
     report = build_drift_report(registry, "digits", since=T0.replace(day=2))
@@ -68,6 +90,9 @@ def test_since_keeps_later_artifacts_only(filled):
     assert report["since"].startswith("2026-03-02")
 
 
+@pytest.mark.docker
+@pytest.mark.emulated
+@pytest.mark.slow
 def test_html_is_self_contained_with_one_plot_per_tier(filled, tmp_path):
     registry, _ = filled
     report = build_drift_report(registry, "digits")
@@ -82,6 +107,9 @@ def test_html_is_self_contained_with_one_plot_per_tier(filled, tmp_path):
     assert report["generated_at"] in page
 
 
+@pytest.mark.docker
+@pytest.mark.emulated
+@pytest.mark.slow
 def test_report_cli(filled, tmp_path, capsys):
     registry, _ = filled
     args = ["--registry", registry.url, "--store", registry.store.location]
@@ -113,6 +141,9 @@ def test_a_model_without_runs_still_reports(tmp_path):
     assert "No runs recorded" in page and "<svg" not in page
 
 
+@pytest.mark.docker
+@pytest.mark.emulated
+@pytest.mark.slow
 def test_unchanged_data_keeps_the_rendered_page_and_new_data_renders_again(filled, tmp_path):
     registry, _ = filled
     report = build_drift_report(registry, "digits")

@@ -5,8 +5,9 @@
 Same image, same model, same threads, same data, same process: each container
 alternates rounds of the harness's timed loop and of a bare `session.run` loop
 (timed per call with the same clock, and as a whole loop); the harness option
-is --compare-rounds. Prints the medians side by side and the median over all
-rounds of harness median / bare median. The target: at most 1.05.
+is --compare-rounds (the hook in containers/harness/harness_bench.py). Prints
+the medians side by side and the median over all rounds of harness median /
+bare median. The target: at most 1.05.
 
 Also home of the small models the other execution benchmarks use.
 """

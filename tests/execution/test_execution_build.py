@@ -9,8 +9,10 @@ import docker
 import pytest
 
 import execution_kit as kit
-from tiergate.build import LABEL, build_image, ca_bundle_bytes, ensure_runtime_image, plan_runtime_image
+from tiergate.build import (LABEL, build_image, ca_bundle_bytes, ensure_runtime_image, harness_files,
+                            plan_runtime_image)
 from tiergate.errors import EnvironmentProblem, InputError
+from tiergate.targets import RuntimeBuild
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(1200)]
 X86 = "x86_64-cpu-onnxruntime"
@@ -95,3 +97,50 @@ def test_pip_inside_the_build_with_an_extra_ca_bundle(extra_ca, client):
     out = client.containers.run(runtime.tag, ["-c", "import onnxruntime, numpy; print(onnxruntime.__version__, "
                                 "numpy.__version__)"], entrypoint=["python3"], network_mode="none", remove=True)
     assert out.decode().split() == ["1.31.1", "2.4.6"]
+
+
+def test_build_arguments_are_part_of_the_runtime_tag(client):
+    dc = kit.device_class(X86)
+    plain = plan_runtime_image(dc, client=client)
+    assert plain.buildargs == {"BASE_IMAGE": "tiergate/base:bookworm-amd64"}
+    with_env = plan_runtime_image(kit.device_class(X86, build=RuntimeBuild("onnxruntime", {"OMP_WAIT_POLICY": "PASSIVE"})),
+                                  client=client)
+    assert with_env.buildargs["ENV_1_NAME"] == "OMP_WAIT_POLICY" and with_env.buildargs["ENV_1_VALUE"] == "PASSIVE"
+    assert with_env.tag != plain.tag and with_env.labels[f"{LABEL}.env"] == '{"OMP_WAIT_POLICY": "PASSIVE"}'
+    other_lock = plan_runtime_image(kit.device_class(X86, build=RuntimeBuild("onnxruntime-gpu")), client=client)
+    assert other_lock.tag != plain.tag and "onnxruntime-gpu==1.31.1" in other_lock.lock
+    gpu = plan_runtime_image(kit.device_class("cuda-gpu-onnxruntime"), client=client)
+    assert gpu.buildargs["ENV_1_NAME"] == "NVIDIA_DRIVER_CAPABILITIES" and gpu.buildargs["ENV_2_VALUE"] == "all"
+
+
+def test_a_harness_file_change_is_a_new_runtime_tag(client, tmp_path, monkeypatch):
+    import shutil
+
+    from tiergate.paths import project_root
+
+    root = tmp_path / "checkout"
+    shutil.copytree(project_root() / "containers", root / "containers")
+    shutil.copytree(project_root() / "targets", root / "targets")
+    before = plan_runtime_image(kit.device_class(X86), client=client).tag
+    monkeypatch.setenv("TIERGATE_ROOT", str(root))
+    assert plan_runtime_image(kit.device_class(X86), client=client).tag == before
+    (root / "containers" / "harness" / "__pycache__").mkdir(exist_ok=True)
+    (root / "containers" / "harness" / "__pycache__" / "x.pyc").write_bytes(b"ignored")
+    assert plan_runtime_image(kit.device_class(X86), client=client).tag == before
+    (root / "containers" / "harness" / "harness_extra.py").write_text("# a second script\n")
+    assert "harness_extra.py" in {p.name for p in harness_files()}
+    assert plan_runtime_image(kit.device_class(X86), client=client).tag != before
+
+
+def test_runtime_image_holds_the_whole_harness_folder_and_the_env(client):
+    dc = kit.device_class(X86, build=RuntimeBuild("onnxruntime", {"TIERGATE_TEST_ENV": "a b,c"}))
+    runtime = ensure_runtime_image(dc, client=client)
+    try:
+        env = client.images.get(runtime.tag).attrs["Config"]["Env"]
+        assert "TIERGATE_TEST_ENV=a b,c" in env and "PYTHONPATH=/opt/tiergate/site-packages" in env
+        out = client.containers.run(runtime.tag, ["-c", "import os; print(sorted(os.listdir('/opt/tiergate/harness')))"],
+                                    entrypoint=["python3"], network_mode="none", remove=True)
+        assert out.decode().strip() == str(sorted(p.name for p in harness_files()))
+    finally:
+        if not runtime.reused:
+            client.images.remove(runtime.tag)

@@ -23,10 +23,11 @@ import numpy as np
 from tiergate import results as results_mod
 from tiergate import stats
 from tiergate.codec import decode, encode
+from tiergate.fmt import number
 from tiergate.errors import InputError
 from tiergate.metrics.accuracy import Estimate, accuracy, correct, is_classifier, predictions
 from tiergate.metrics.cost import cost_per_1k
-from tiergate.metrics.drift import OutputDrift, compare_outputs, non_finite_count
+from tiergate.metrics.drift import OutputDrift, compare_outputs, non_finite_count, shared_drift
 from tiergate.metrics.latency import LatencyStats, latency_stats
 from tiergate.policy import Policy, Thresholds
 from tiergate.results import TargetResult
@@ -260,13 +261,8 @@ def cross_tier_drift(outcomes: dict[str, RunOutcome]) -> DriftMatrix:
     for row in names:
         for col in names:
             if row != col:
-                pairs[(row, col)] = _shared_drift(outcomes[row].outputs, outcomes[col].outputs)
+                pairs[(row, col)] = shared_drift(outcomes[row].outputs, outcomes[col].outputs)
     return DriftMatrix(names, pairs)
-
-
-def _shared_drift(ref: dict[str, np.ndarray], out: dict[str, np.ndarray]) -> dict[str, OutputDrift]:
-    return {name: compare_outputs(ref[name], out[name])
-            for name in ref if name in out and ref[name].shape == out[name].shape}
 
 
 class _TargetEval:
@@ -530,6 +526,4 @@ def _pct(est: Estimate) -> str:
 
 
 def _fmt(value) -> str:
-    if isinstance(value, float):
-        return f"{value:.6g}"
-    return str(value)
+    return number(value, 6, missing="None")

@@ -116,9 +116,9 @@ def _print_runtime(console: Console, run) -> None:
 
 
 def _fmt(value) -> str:
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return "" if value is None else str(value)
+    from tiergate.fmt import number
+
+    return number(value, 4)
 
 
 def register(app: typer.Typer) -> None:

@@ -141,3 +141,10 @@ def _compare(ref: np.ndarray, out: np.ndarray) -> OutputDrift:
         top1_agreement=top1_agreement(ref, out),
         kl_divergence=kl_divergence(ref, out) if is_probability(ref) else None,
     )
+
+
+def shared_drift(ref: dict[str, np.ndarray], out: dict[str, np.ndarray]) -> dict[str, OutputDrift]:
+    """Drift of every output two runs share with the same shape: the one home of "compare two runs' outputs"
+    (the gate's cross-tier matrix and the drift report's both come from here)."""
+    return {name: compare_outputs(ref[name], out[name])
+            for name in ref if name in out and ref[name].shape == out[name].shape}

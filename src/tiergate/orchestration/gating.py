@@ -145,6 +145,6 @@ def artifact_key(label: str) -> str:
 
 
 def _cell(value) -> str | float | None:
-    if isinstance(value, float):
-        return float(f"{value:.6g}")
-    return value if value is None or isinstance(value, (int, str)) else str(value)
+    from tiergate.fmt import rounded
+
+    return rounded(value, 6)

@@ -11,7 +11,7 @@ from typing import Sequence
 
 import numpy as np
 
-from tiergate.metrics.drift import compare_outputs
+from tiergate.metrics.drift import shared_drift
 
 REPORT_SCHEMA = 1
 MATRIX_KEYS = ("max_abs_error", "cosine", "sqnr_db")
@@ -28,10 +28,9 @@ def pair_drift(a: dict[str, np.ndarray] | None, b: dict[str, np.ndarray] | None)
     """Worst agreement over the outputs both sides share with the same shape; None when none do."""
     if a is None or b is None:
         return None
-    names = [n for n in sorted(set(a) & set(b)) if a[n].shape == b[n].shape]
-    if not names:
+    drifts = list(shared_drift(a, b).values())
+    if not drifts:
         return None
-    drifts = [compare_outputs(a[n], b[n]) for n in names]
     return {"max_abs_error": finite(max(d.max_abs_error for d in drifts)),
             "cosine": finite(min(d.cosine for d in drifts)), "sqnr_db": finite(min(d.sqnr_db for d in drifts))}
 

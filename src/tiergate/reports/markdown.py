@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
-import numpy as np
 
+from tiergate.fmt import number
 from tiergate.gate import Check, Decision, DriftMatrix, TargetMetrics
 
 SUMMARY_FILE = "gate-summary.md"
@@ -131,11 +130,7 @@ def _cell(text) -> str:
 
 
 def _num(value) -> str:
-    if value is None:
-        return "—"
-    if isinstance(value, (float, np.floating)):
-        return "—" if math.isnan(value) else f"{value:.4g}"
-    return str(value)
+    return number(value, 4, missing="—")
 
 
 def _est(est) -> str:

@@ -1,7 +1,7 @@
 """Shared test plumbing: the parts a test needs, checked before it runs.
 
-Strict by default, inside CI or not: a test marked `docker`, `emulated` or `ssh` on a
-machine without that part FAILS with the cause (the Docker engine and arm64 emulation are
+Strict by default, inside CI or not: the first test marked `docker`, `emulated` or `ssh` on a
+machine without that part STOPS THE RUN (exit 2) with the cause (the Docker engine and arm64 emulation are
 not optional for this project). `TIERGATE_ALLOW_SKIP=1` relaxes that to skips, for a
 laptop. Only a missing GPU (`gpu`) always skips, with its reason, and so does a missing
 optional tflite extra (`tflite_extra`). A probe's success is remembered for the session,
@@ -21,6 +21,7 @@ import pytest
 ALLOW_SKIP = os.environ.get("TIERGATE_ALLOW_SKIP", "").lower() in ("1", "true", "yes")
 RELAX_HINT = "set TIERGATE_ALLOW_SKIP=1 to skip these tests instead"
 SSHD = "/usr/sbin/sshd"
+EXIT_MISSING_PART = 2   # the run stops at the first test that needs a missing part
 
 
 def _cache_success(probe: Callable[[], str | None]) -> Callable[[], str | None]:
@@ -106,8 +107,8 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
             problem = probe()
             if problem is None:
                 continue
-            if required and not ALLOW_SKIP:
-                pytest.fail(f"{marker} test cannot run: {problem} ({RELAX_HINT})", pytrace=False)
+            if required and not ALLOW_SKIP:   # stop the whole run here, with the cause: no green summary
+                pytest.exit(f"{marker} test cannot run: {problem} ({RELAX_HINT})", returncode=EXIT_MISSING_PART)
             pytest.skip(problem)
 
 

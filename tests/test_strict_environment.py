@@ -39,8 +39,8 @@ def _setup_outcome(policy, monkeypatch, item, *, allow_skip: bool, problems: dic
         monkeypatch.setitem(policy.NEEDS, marker, (((lambda p=problem: p),), required))
     try:
         policy.pytest_runtest_setup(item)
-    except pytest.fail.Exception as exc:
-        return "failed", str(exc)
+    except pytest.exit.Exception as exc:
+        return "stopped", str(exc)
     except pytest.skip.Exception as exc:
         return "skipped", str(exc)
     return "runs", ""
@@ -49,7 +49,7 @@ def _setup_outcome(policy, monkeypatch, item, *, allow_skip: bool, problems: dic
 @pytest.mark.parametrize("marker", ["docker", "emulated", "ssh"])
 def test_a_missing_required_part_fails_with_its_cause(policy, monkeypatch, marker):
     outcome = _setup_outcome(policy, monkeypatch, _Item(marker), allow_skip=False, problems={marker: "it is gone"})
-    assert outcome[0] == "failed" and "it is gone" in outcome[1] and "TIERGATE_ALLOW_SKIP=1" in outcome[1]
+    assert outcome[0] == "stopped" and "it is gone" in outcome[1] and "TIERGATE_ALLOW_SKIP=1" in outcome[1]
     relaxed = _setup_outcome(policy, monkeypatch, _Item(marker), allow_skip=True, problems={marker: "it is gone"})
     assert relaxed == ("skipped", "it is gone")
 
@@ -89,9 +89,9 @@ def _pytest(*args: str, **env: str) -> subprocess.CompletedProcess:
 def test_a_dead_engine_fails_the_run_and_the_opt_in_skips(tmp_path):
     dead = f"unix://{tmp_path}/no-engine.sock"
     strict = _pytest(DOCKER_TEST, DOCKER_HOST=dead)
-    assert strict.returncode == 1, strict.stdout[-2000:]
-    assert f"docker test cannot run: no Docker engine answers at {dead}" in strict.stdout
-    assert "1 error" in strict.stdout
+    assert strict.returncode == 2, strict.stdout[-2000:]
+    assert f"docker test cannot run: no Docker engine answers at {dead}" in strict.stdout + strict.stderr
+    assert " passed" not in strict.stdout
     relaxed = _pytest(DOCKER_TEST, "-rs", DOCKER_HOST=dead, TIERGATE_ALLOW_SKIP="1")
     assert relaxed.returncode == 0, relaxed.stdout[-2000:]
     assert "1 skipped" in relaxed.stdout and f"no Docker engine answers at {dead}" in relaxed.stdout

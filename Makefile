@@ -11,8 +11,13 @@ setup:
 demo: setup
 	.venv/bin/tiergate demo
 
+# coverage measures the test process and every child it starts (CLI, `tiergate serve`, workers):
+# see [tool.coverage.run] in pyproject.toml; then the per-module floor.
 test: setup
-	.venv/bin/pytest --cov=tiergate --cov-report=term:skip-covered $(PYTEST_ARGS)
+	rm -f .coverage .coverage.*
+	.venv/bin/coverage run -m pytest $(PYTEST_ARGS)
+	.venv/bin/coverage combine -q
+	.venv/bin/coverage report --skip-covered --sort=cover
 	.venv/bin/python scripts/coverage_floor.py 60
 
 bench: setup

@@ -103,7 +103,7 @@ def test_target_runs_on_an_ssh_engine(sshd, images, models, data, tmp_path, monk
 def _containers_with(client, marker: str) -> list[str]:
     """Ids of the containers (running or not) whose environment holds `marker`."""
     found = []
-    for container in client.containers.list(all=True, filters={"label": f"{LABEL}.device_class"}):
+    for container in client.containers.list(all=True, ignore_removed=True, filters={"label": f"{LABEL}.device_class"}):
         try:
             if marker in (container.attrs["Config"].get("Env") or []):
                 found.append(container.id)

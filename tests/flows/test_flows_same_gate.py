@@ -26,7 +26,8 @@ print("RESULT " + json.dumps(result))
 
 def test_cli_and_flow_decisions_are_byte_identical_and_the_second_is_a_cache_hit(demo, tmp_path):
     env = {**os.environ, "TIERGATE_HOME": str(tmp_path / "home"), "PREFECT_HOME": str(tmp_path / "prefect"),
-           "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_LOGGING_LEVEL": "WARNING"}
+           "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_LOGGING_LEVEL": "WARNING",
+           "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "180"}
     env.pop("PREFECT_API_URL", None)
     args = [str(demo.candidate("onnx-int8-entropy").path), str(demo.reference_onnx), str(demo.eval_data),
             "x86_64-cpu-onnxruntime"]

@@ -18,6 +18,7 @@ X86, ARM = "x86_64-cpu-onnxruntime", "arm64-cpu-onnxruntime"
 def case(tmp_path, tiergate_home, monkeypatch):
     monkeypatch.setenv("PREFECT_HOME", str(tmp_path / "prefect"))
     monkeypatch.setenv("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    monkeypatch.setenv("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")   # a busy 2-core machine
     monkeypatch.delenv("PREFECT_API_URL", raising=False)
     rng = np.random.default_rng(3)
     w = rng.normal(size=(8, 4))

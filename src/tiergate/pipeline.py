@@ -615,7 +615,7 @@ def save_decision(key: str, inputs: dict, decision: Decision) -> Path:
     return path
 
 
-def record(registry, gate_run: GateRun, *, cost_tags: dict[str, str] | None = None):
+def record(registry, gate_run: GateRun, *, cost_tags: dict[str, str] | None = None, reuse_same: bool = False):
     """Record the candidate's runs and the decision in one transaction (moves aliases on PROMOTE)."""
     from tiergate.registry import NewRun, record_gate_decision
 
@@ -626,7 +626,8 @@ def record(registry, gate_run: GateRun, *, cost_tags: dict[str, str] | None = No
         result = results.load(folder)
         runs.append(NewRun.from_result(result, folder=folder if result.ok else None))
     sha = gate_run.intakes["candidate"].sha256
-    return record_gate_decision(registry, sha, gate_run.decision, runs=runs, cost_tags=cost_tags)
+    return record_gate_decision(registry, sha, gate_run.decision, runs=runs, cost_tags=cost_tags,
+                                reuse_same=reuse_same)
 
 
 def reusable_decision(registry, gate_run: GateRun):
@@ -644,7 +645,9 @@ def record_or_reuse(registry, gate_run: GateRun, *, cost_tags: dict[str, str] | 
     previous = reusable_decision(registry, gate_run)
     if previous is not None:
         return previous, True
-    return record(registry, gate_run, cost_tags=cost_tags), False
+    # checked again inside the write: a concurrent gate of the same input may have just recorded it
+    recorded = record(registry, gate_run, cost_tags=cost_tags, reuse_same=True)
+    return recorded, recorded.reused
 
 
 def write_reports(gate_run: GateRun, report_dir: Path | None, junit: Path | None) -> dict[str, Path]:

@@ -17,7 +17,6 @@ from backends import BACKENDS, open_registry, postgres_server, s3_server  # noqa
 
 import modelkit  # noqa: E402
 
-X86, ARM = "x86_64-cpu-onnxruntime", "arm64-cpu-onnxruntime"
 
 
 def classifier(path: Path, weights: np.ndarray) -> Path:
@@ -39,17 +38,3 @@ def case(tmp_path, tiergate_home):
             "data": data, "x": x, "labels": labels, "home": tiergate_home, "tmp": tmp_path}
 
 
-def cli(*args: str, env: dict | None = None, timeout: int = 600):
-    """Run `tiergate` in a subprocess with this worktree's sources: (exit code, stdout, stderr)."""
-    import os
-    import subprocess
-
-    src = str(HERE.parent.parent / "src")
-    full = {**os.environ, "PYTHONPATH": src + os.pathsep + os.environ.get("PYTHONPATH", ""), **(env or {})}
-    done = subprocess.run([sys.executable, "-m", "tiergate.cli.main", *args], capture_output=True, text=True,
-                          env=full, timeout=timeout)
-    return done.returncode, done.stdout, done.stderr
-
-
-def error_lines(stderr: str) -> list[str]:
-    return [line for line in stderr.splitlines() if line.startswith("tiergate: error:")]

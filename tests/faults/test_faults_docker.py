@@ -19,7 +19,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from conftest import X86, cli, error_lines
+from faultkit import X86, cli, error_lines
 from tiergate.execution import janitor
 from tiergate.registry import Registry, count_rows
 

@@ -11,7 +11,7 @@ import os
 import numpy as np
 import pytest
 
-from conftest import ARM, X86, cli, error_lines
+from faultkit import ARM, X86, cli, error_lines
 from fakes import FakeBackend, FakeBuilder
 from tiergate import pipeline
 from tiergate.evaldata import label_classes

@@ -14,7 +14,7 @@ import textwrap
 
 import pytest
 
-from conftest import ARM, X86, cli, error_lines
+from faultkit import ARM, X86, cli, error_lines
 from backends import BACKENDS, open_registry
 from fakes import FakeBackend, FakeBuilder
 from tiergate import pipeline

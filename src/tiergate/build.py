@@ -49,7 +49,6 @@ MODEL_DIR = "/opt/tiergate/model"
 RECIPE = "runtime/Dockerfile"      # under containers/: the one runtime recipe
 HARNESS_DIR = "harness"             # under containers/: copied whole to /opt/tiergate/harness/
 _HARNESS_IGNORE = ("__pycache__", "*.pyc", ".*")
-_EXTENSIONS = {".onnx": "onnx", ".tflite": "tflite"}
 _PY_OF_BASE: dict[str, str] = {}
 
 
@@ -373,9 +372,9 @@ def artifact_files(dc: DeviceClass, path: Path) -> list[Path]:
     """The artifact file (first) and any ONNX external-data files it names; format checked."""
     if not path.is_file():
         raise InputError(f"{path}: artifact does not exist")
-    fmt = _EXTENSIONS.get(path.suffix.lower())
-    if fmt is None:
-        raise InputError(f"{path}: unknown artifact type (expected .onnx or .tflite)")
+    from tiergate.artifact.detect import detect_format, read_model_file
+
+    fmt = detect_format(path, read_model_file(path))   # from the content, never the file name
     if fmt != dc.artifact_format:
         raise InputError(f"{path}: a {fmt} artifact cannot run on {dc.name} "
                          f"(runtime {dc.runtime} needs {dc.artifact_format})")

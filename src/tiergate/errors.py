@@ -37,3 +37,35 @@ class EnvironmentProblem(TiergateError):
 
 class InfrastructureFault(EnvironmentProblem):
     """A transient fault outside the model (engine unreachable): worth a bounded retry."""
+
+
+class Interrupted(BaseException):
+    """SIGINT or SIGTERM reached the gate: stop launching, remove what was started, keep what finished.
+
+    A BaseException (like KeyboardInterrupt), so that no `except Exception` on the way
+    turns it into a failed run or a verdict. Exit code 128 + the signal (130, 143).
+    """
+
+    def __init__(self, signum: int, removed: str = ""):
+        import signal
+
+        super().__init__(signum)
+        self.signum = signum
+        self.removed = removed
+        self.exit_code = 128 + signum
+        try:
+            self.signame = signal.Signals(signum).name
+        except ValueError:
+            self.signame = f"signal {signum}"
+
+
+def disk_full(exc: OSError, where: object = "") -> "EnvironmentProblem":
+    """The one line for a full disk (ENOSPC) or an exceeded quota (EDQUOT)."""
+    place = f" writing {where}" if where else (f" writing {exc.filename}" if exc.filename else "")
+    return EnvironmentProblem(f"disk full{place}: {exc.strerror or exc}", hint="free some space and run it again")
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    import errno
+
+    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)

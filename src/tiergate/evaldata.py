@@ -176,3 +176,36 @@ def _sample_count(path: Path, infos: dict[str, ArrayInfo]) -> int:
     return n
 
 
+
+
+def check_sample_count(data: EvalData, needed: int, why: str) -> None:
+    """Refuse data with fewer samples than the statistics need (a gate must not PROMOTE on no evidence)."""
+    if data.n_samples < needed:
+        raise InputError(f"evaluation data {data.path}: {data.n_samples} sample(s), but the gate needs at least "
+                         f"{needed} ({why})")
+
+
+def label_classes(outputs: list[TensorSpec]) -> tuple[str, int] | None:
+    """(output name, class count) of the output labels are scored against, when the artifact's shapes say it.
+
+    The gate scores labels against the first output with two or more scores per sample;
+    None when an output before it (or it) has a dynamic shape: known only after a run.
+    """
+    for spec in outputs:
+        dims = spec.shape[1:]
+        if not all(isinstance(d, int) and d > 0 for d in dims):
+            return None
+        classes = 1
+        for d in dims:
+            classes *= d
+        if classes >= 2:
+            return spec.name, classes
+    return None
+
+
+def check_labels_within(data: EvalData, output: str, classes: int) -> None:
+    """Every label must name one of the output's classes."""
+    labels = data.labels
+    if labels is not None and labels.size and int(labels.max()) >= classes:
+        raise InputError(f"evaluation data {data.path}: label {int(labels.max())} is outside output '{output}', "
+                         f"which has {classes} classes (labels 0..{classes - 1})")

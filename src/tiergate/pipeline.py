@@ -31,6 +31,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_EXCEPTION
 from concurrent.futures import wait as wait_all
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -40,8 +41,11 @@ from typing import Any, Protocol
 
 from tiergate import results
 from tiergate.artifact import Artifact, load_artifact
-from tiergate.errors import EnvironmentProblem, InfrastructureFault, InputError, TiergateError
-from tiergate.evaldata import EvalData, load_eval_data, validate_against
+from tiergate.errors import (EnvironmentProblem, InfrastructureFault, InputError, Interrupted, TiergateError, disk_full,
+                             is_disk_full)
+from tiergate.evaldata import (EvalData, check_labels_within, check_sample_count, label_classes, load_eval_data,
+                               validate_against)
+from tiergate.execution import janitor
 from tiergate.fingerprint import Fingerprint, fingerprint
 from tiergate.gate import Decision, RunOutcome, evaluate
 from tiergate.hashing import file_sha256
@@ -161,16 +165,40 @@ class Steps(Protocol):
 
 
 class ThreadSteps:
-    """Steps on a thread pool (the CLI and the demo)."""
+    """Steps on a thread pool (the CLI and the demo).
+
+    On an interrupt (a signal handled in the main thread) nothing queued starts, and the
+    running items get `grace_s` to end (their containers are already gone) before it goes on.
+    """
+
+    grace_s = 10.0
 
     def map(self, step, fn, items, *, limit=None, name=str) -> list:
         if not items:
             return []
-        with ThreadPoolExecutor(max_workers=max(1, min(limit or len(items), len(items))),
-                                thread_name_prefix=f"tiergate-{step}") as pool:
-            futures = [pool.submit(fn, item) for item in items]
+        pool = ThreadPoolExecutor(max_workers=max(1, min(limit or len(items), len(items))),
+                                  thread_name_prefix=f"tiergate-{step}")
+        futures = [pool.submit(fn, item) for item in items]
+        try:
             wait_all(futures)
+        except BaseException:
+            pool.shutdown(wait=False, cancel_futures=True)
+            wait_all(futures, timeout=self.grace_s)
+            raise
+        pool.shutdown(wait=True)
+        stopped = [f for f in futures if not f.cancelled() and isinstance(f.exception(), Interrupted)]
+        if stopped:
+            raise stopped[0].exception()
         return [future.result() for future in futures]
+
+
+def default_janitor(device_classes: list[DeviceClass]) -> None:
+    """Remove containers and volumes left by killed gates on the engines these classes use."""
+    hosts = {dc.docker_host or "local" for dc in device_classes if dc.execution != "local"}
+    if hosts:
+        swept = janitor.sweep(hosts)
+        if swept.containers or swept.volumes:
+            print(f"tiergate: warning: removed what killed gates left: {swept.text()}", file=sys.stderr)
 
 
 @dataclass
@@ -180,6 +208,7 @@ class Seams:
     builder: Builder | None = None
     backend_for: Callable[[DeviceClass], Any] = default_backend_for
     steps: Steps = field(default_factory=ThreadSteps)
+    janitor: Callable[[list[DeviceClass]], Any] = default_janitor
 
 
 # --- intake -----------------------------------------------------------------------------
@@ -206,12 +235,39 @@ def check_formats(intakes: dict[str, Intake], device_classes: list[DeviceClass])
                     f"{dc.name} runs {dc.runtime} ({dc.artifact_format} artifacts)")
 
 
-def load_data(path: Path | str, intakes: dict[str, Intake]) -> EvalData:
-    """The evaluation data, checked against every artifact's inputs."""
+def load_data(path: Path | str, intakes: dict[str, Intake], policy: Policy | None = None,
+              device_classes: Iterable[DeviceClass] = ()) -> EvalData:
+    """The evaluation data, checked against every artifact's inputs (and the policy's sample needs)."""
     data = load_eval_data(path)
     for item in intakes.values():
         validate_against(data, item.artifact.inputs)
+    if policy is not None:
+        needed = max([policy.for_target(dc).min_samples for dc in device_classes] or [policy.defaults.min_samples])
+        check_sample_count(data, needed, "fewer samples cannot resolve the policy's "
+                                         "confidence bounds; a gate on them would promote on no evidence")
     return data
+
+
+def labels_checked(data: EvalData, intakes: dict[str, Intake]) -> bool:
+    """Check the labels against the reference's class count when its output shape says it (True when done)."""
+    if data.labels is None:
+        return True
+    found = label_classes(intakes["reference"].artifact.outputs)
+    if found is None:
+        return False
+    check_labels_within(data, *found)
+    return True
+
+
+def check_labels_after(data: EvalData, reference_folder: Path) -> None:
+    """The labels against the class count of the reference's saved outputs (a model with dynamic shapes)."""
+    from tiergate.metrics.accuracy import is_classifier
+
+    outcome = RunOutcome.load(reference_folder)
+    for name, output in (outcome.outputs or {}).items():
+        if is_classifier(output):
+            check_labels_within(data, name, output.size // len(output))
+            return
 
 
 # --- build ------------------------------------------------------------------------------
@@ -292,6 +348,7 @@ def run_one(spec: RunSpec, data: EvalData, backend, *, root: Path | None = None,
     key = run_key(spec.intake.sha256, dc.name, spec.image.image_id, data.sha256)
     folder = root / key
     caches = getattr(backend, "caches_locally", True)
+    janitor.check_stop()
     with key_lock(key):
         if caches and (verified(folder) or _fetch_recorded(registry, spec, data, folder)):
             _say(progress, f"cached: {spec.role} on {dc.name}")
@@ -299,24 +356,57 @@ def run_one(spec: RunSpec, data: EvalData, backend, *, root: Path | None = None,
         from tiergate.execution.base import Job
         from tiergate.execution.run import execute
 
+        janitor.check_stop()
         work = folder.with_name(f"{key}.part-{os.getpid()}-{threading.get_ident()}")
         shutil.rmtree(work, ignore_errors=True)
         job = Job(dc, data.path, work, image=spec.image, artifact_sha256=spec.intake.sha256,
                   data_sha256=data.sha256, role=spec.role)
         _say(progress, f"running {spec.role} on {dc.name}")
-        result = execute(job, backend)
-        if not result.ok:
-            problem = _engine_problem(backend)
-            if problem:
-                shutil.rmtree(work, ignore_errors=True)
-                raise InfrastructureFault(f"{spec.role} on {dc.name}: the run failed and the engine is gone: "
-                                          f"{problem}")
-        else:
-            result.outputs_sha256 = file_sha256(work / results.OUTPUTS_FILE)
-            results.save(result, work)
-        _replace_dir(work, folder)
+        guarded = _HostFaults(backend)
+        try:
+            result = execute(job, guarded)
+            janitor.check_stop()            # a run cut short by a stop is no result: nothing is kept
+            guarded.raise_fault()
+            if not result.ok:
+                problem = _engine_problem(backend)
+                if problem:
+                    raise InfrastructureFault(f"{spec.role} on {dc.name}: the run failed and the engine is gone: "
+                                              f"{problem}")
+            else:
+                result.outputs_sha256 = file_sha256(work / results.OUTPUTS_FILE)
+                results.save(result, work)
+            _replace_dir(work, folder)
+        except OSError as exc:
+            shutil.rmtree(work, ignore_errors=True)
+            if is_disk_full(exc):
+                raise disk_full(exc, folder.parent) from None
+            raise
+        except BaseException:
+            shutil.rmtree(work, ignore_errors=True)
+            raise
+    janitor.note_finished()
     reused = bool(result.extra.get("reused"))     # a backend whose far side reused a recorded run says so
     return RunDone(spec.role, dc.name, folder, cached=reused, started=not reused)
+
+
+class _HostFaults:
+    """A backend wrapper that keeps a full disk (ENOSPC) from becoming a failed run, hence a verdict."""
+
+    def __init__(self, backend):
+        self.backend, self.fault = backend, None
+        self.name = getattr(backend, "name", "backend")
+
+    def run(self, job):
+        try:
+            return self.backend.run(job)
+        except OSError as exc:
+            if is_disk_full(exc):
+                self.fault = disk_full(exc, job.out_dir.parent)
+            raise
+
+    def raise_fault(self) -> None:
+        if self.fault is not None:
+            raise self.fault
 
 
 def verified(folder: Path) -> bool:
@@ -346,8 +436,12 @@ def _fetch_recorded(registry, spec: RunSpec, data: EvalData, folder: Path) -> bo
     work = folder.with_name(f"{folder.name}.part-{os.getpid()}-{threading.get_ident()}")
     try:
         registry.fetch_result(run, work)
-    except TiergateError:
+    except (TiergateError, OSError) as exc:
         shutil.rmtree(work, ignore_errors=True)
+        if isinstance(exc, OSError) and is_disk_full(exc):
+            raise disk_full(exc, work.parent) from None
+        print(f"tiergate: warning: the recorded run {run.id} cannot be fetched ({_one_line(exc)}); "
+              "running it again", file=sys.stderr)
         return False
     _replace_dir(work, folder)
     return verified(folder)
@@ -358,11 +452,21 @@ def _engine_problem(backend) -> str | None:
     return probe() if probe is not None else None
 
 
+def _one_line(exc: BaseException) -> str:
+    return exc.one_line() if isinstance(exc, TiergateError) else " ".join(str(exc).split())[:300]
+
+
 def _atomic_result(folder: Path, result: results.TargetResult) -> None:
     work = folder.with_name(f"{folder.name}.part-{os.getpid()}-{threading.get_ident()}")
     shutil.rmtree(work, ignore_errors=True)
-    results.save(result, work)
-    _replace_dir(work, folder)
+    try:
+        results.save(result, work)
+        _replace_dir(work, folder)
+    except OSError as exc:
+        shutil.rmtree(work, ignore_errors=True)
+        if is_disk_full(exc):
+            raise disk_full(exc, folder.parent) from None
+        raise
 
 
 def _replace_dir(work: Path, folder: Path) -> None:
@@ -402,13 +506,15 @@ def gate(candidate: Path, reference: Path, data_path: Path, device_classes: list
     """Intake, build, run, compare and decide; user errors raise before anything runs."""
     seams = seams or Seams()
     builder = seams.builder or DockerBuilder(base_image, ca_bundle)
+    seams.janitor(device_classes)
     paths = {"candidate": candidate, "reference": reference, "incumbent": incumbent}
     roles = [(role, p) for role, p in paths.items() if p is not None]
     intakes = dict(zip([r for r, _ in roles],
                        seams.steps.map("intake", lambda rp: intake(rp[1], device_classes), roles,
                                        name=lambda rp: rp[0])))
     check_formats(intakes, device_classes)
-    data = load_data(data_path, intakes)
+    data = load_data(data_path, intakes, policy, device_classes)
+    labels_known = labels_checked(data, intakes)
     specs = [RunSpec(role, dc, item) for role, item in intakes.items() for dc in device_classes]
     per_class = [[s for s in specs if s.device_class.name == dc.name] for dc in device_classes]
 
@@ -418,8 +524,16 @@ def gate(candidate: Path, reference: Path, data_path: Path, device_classes: list
 
     described = seams.steps.map("build", build_and_describe, per_class, limit=1,
                                 name=lambda group: group[0].device_class.name)
-    done = run_specs(specs, data, seams, root=root, registry=registry, max_parallel=max_parallel,
-                     progress=progress)
+    if labels_known:
+        done = run_specs(specs, data, seams, root=root, registry=registry, max_parallel=max_parallel,
+                         progress=progress)
+    else:   # dynamic output shape: the class count is known from the reference's first run, before candidates
+        first = [s for s in specs if s.role == "reference"][:1]
+        done = run_specs(first, data, seams, root=root, registry=registry, max_parallel=max_parallel,
+                         progress=progress)
+        check_labels_after(data, done[0].folder)
+        done += run_specs([s for s in specs if s not in first], data, seams, root=root, registry=registry,
+                          max_parallel=max_parallel, progress=progress)
     folders = {(d.role, d.device_class): d.folder for d in done}
     run = decide_saved(folders, intakes, device_classes, policy, data,
                        cache_hits=sum(d.cached for d in done), started=sum(d.started for d in done))
@@ -548,12 +662,18 @@ def save_decision(key: str, inputs: dict, decision: Decision) -> Path:
     doc = {"schema": DECISION_SCHEMA, "key": key, "created_at": datetime.now(timezone.utc).isoformat(
         timespec="seconds"), "inputs": inputs, "decision": decision.to_json()}
     tmp = path.with_name(f"{path.name}.part-{os.getpid()}-{threading.get_ident()}")
-    tmp.write_text(json.dumps(doc, indent=1, sort_keys=True, allow_nan=False))
-    tmp.replace(path)
+    try:
+        tmp.write_text(json.dumps(doc, indent=1, sort_keys=True, allow_nan=False))
+        tmp.replace(path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        if is_disk_full(exc):
+            raise disk_full(exc, path.parent) from None
+        raise
     return path
 
 
-def record(registry, gate_run: GateRun, *, cost_tags: dict[str, str] | None = None):
+def record(registry, gate_run: GateRun, *, cost_tags: dict[str, str] | None = None, reuse_same: bool = False):
     """Record the candidate's runs and the decision in one transaction (moves aliases on PROMOTE)."""
     from tiergate.registry import NewRun, record_gate_decision
 
@@ -567,7 +687,7 @@ def record(registry, gate_run: GateRun, *, cost_tags: dict[str, str] | None = No
     detail = gate_run.decision.to_json()
     if gate_run.runtime:
         detail["runtime"] = gate_run.runtime_summary()
-    return record_gate_decision(registry, sha, detail, runs=runs, cost_tags=cost_tags)
+    return record_gate_decision(registry, sha, detail, runs=runs, cost_tags=cost_tags, reuse_same=reuse_same)
 
 
 def reusable_decision(registry, gate_run: GateRun):
@@ -586,7 +706,9 @@ def record_or_reuse(registry, gate_run: GateRun, *, cost_tags: dict[str, str] | 
     previous = reusable_decision(registry, gate_run)
     if previous is not None:
         return previous, True
-    return record(registry, gate_run, cost_tags=cost_tags), False
+    # checked again inside the write: a concurrent gate of the same input may have just recorded it
+    recorded = record(registry, gate_run, cost_tags=cost_tags, reuse_same=True)
+    return recorded, recorded.reused
 
 
 def write_reports(gate_run: GateRun, report_dir: Path | None, junit: Path | None) -> dict[str, Path]:

@@ -13,6 +13,7 @@ naming the file and the key.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, fields, replace
 from importlib import resources
 from pathlib import Path
@@ -50,8 +51,25 @@ class Thresholds:
     confidence: float = 0.95
     bootstrap_resamples: int = 9999
 
+    @property
+    def min_samples(self) -> int:
+        """The fewest evaluation samples these statistics can decide on.
+
+        A one-sided bound at `confidence` cannot be resolved from fewer than
+        1 / (1 - confidence) samples (20 at 0.95): below that, the sample's own
+        extreme is inside the interval, and a gate would PROMOTE on no evidence.
+        """
+        return max(2, math.ceil(1 / (1 - self.confidence) - 1e-9))
+
 
 _INT_KEYS = {"p99_min_samples", "bootstrap_resamples"}
+# Bounds of every key (inclusive); a value outside them is refused naming the file and the key.
+MAX_BOOTSTRAP_RESAMPLES = 1_000_000
+_BOUNDS: dict[str, tuple[float, float]] = {
+    "min_accuracy_ratio": (0.0, 1.0), "min_cosine": (-1.0, 1.0), "min_top1_agreement": (0.0, 1.0),
+    "noninferiority_margin": (0.0, 1.0), "p99_min_samples": (1, 10_000_000),
+    "bootstrap_resamples": (99, MAX_BOOTSTRAP_RESAMPLES),
+}
 _REQUIRED = {"p99_min_samples", "noninferiority_margin", "max_latency_regression",
              "confidence", "bootstrap_resamples"}   # cannot be switched off
 _KNOWN = tuple(f.name for f in fields(Thresholds))
@@ -143,10 +161,15 @@ def _value(name: str, where: str, key: str, value):
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise InputError(f"{bad} must be a number (or false to switch it off), got {value!r}")
+    if not math.isfinite(value):
+        raise InputError(f"{bad} must be a finite number, got {value!r}")
     if key in _INT_KEYS and (not isinstance(value, int) or value < 1):
         raise InputError(f"{bad} must be a whole number of at least 1, got {value!r}")
     if value < 0:
         raise InputError(f"{bad} must not be negative, got {value!r}")
     if key == "confidence" and not 0 < value < 1:
         raise InputError(f"{bad} must be between 0 and 1, got {value!r}")
+    low, high = _BOUNDS.get(key, (0, math.inf))
+    if not low <= value <= high:
+        raise InputError(f"{bad} must be between {low:g} and {high:g}, got {value!r}")
     return int(value) if key in _INT_KEYS else float(value)

@@ -19,10 +19,10 @@ def test_artifact_problems_are_input_errors(tmp_path, models, tflite_models):
     with pytest.raises(InputError, match="artifact does not exist"):
         build_image(dc, tmp_path / "none.onnx", artifact_sha256="x")
     (tmp_path / "junk.onnx").write_bytes(b"\x00not a model")
-    with pytest.raises(InputError, match="junk.onnx: not a readable ONNX model"):
+    with pytest.raises(InputError, match="junk.onnx: is not an ONNX or TFLite model"):
         build_image(dc, tmp_path / "junk.onnx", artifact_sha256="x")
     (tmp_path / "junk.tflite").write_bytes(b"\x00" * 64)
-    with pytest.raises(InputError, match="not a TFLite flatbuffer"):
+    with pytest.raises(InputError, match="is not a TFLite model"):
         build_image(kit.device_class("x86_64-cpu-tflite"), tmp_path / "junk.tflite", artifact_sha256="x")
 
 

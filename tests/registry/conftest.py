@@ -1,13 +1,15 @@
-"""Registry test plumbing: a private SQLite registry file and store folder per test."""
+"""Registry test plumbing: a private registry and store per test, on SQLite + a folder and on a real
+PostgreSQL server + a local S3 endpoint (tests/registry/backends.py): the same suite runs on both."""
 
 from __future__ import annotations
 
 import pytest
 
+from backends import BACKENDS, open_registry, postgres_server, s3_server  # noqa: F401 - fixtures
 from tiergate.registry import Registry
 
 
-@pytest.fixture
-def registry(tmp_path) -> Registry:
-    with Registry(f"sqlite:///{tmp_path / 'reg' / 'registry.db'}", tmp_path / "store") as reg:
+@pytest.fixture(params=BACKENDS)
+def registry(request, tmp_path) -> Registry:
+    with open_registry(request, request.param, tmp_path) as reg:
         yield reg

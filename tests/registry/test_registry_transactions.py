@@ -69,8 +69,9 @@ def test_a_crash_midway_leaves_nothing(promoted, tmp_path):
     with Registry(registry.url, registry.store.location) as fresh:
         assert count_rows(fresh) == before
         assert fresh.aliases("digits") == {"x86-server": a}
-        with fresh.engine.connect() as conn:
-            assert conn.exec_driver_sql("PRAGMA integrity_check").scalar() == "ok"
+        if fresh.engine.dialect.name == "sqlite":
+            with fresh.engine.connect() as conn:
+                assert conn.exec_driver_sql("PRAGMA integrity_check").scalar() == "ok"
         fresh.record_decision(b, "promote", tiers=["x86-server"])  # the lock was released
         assert fresh.aliases("digits") == {"x86-server": b}
 

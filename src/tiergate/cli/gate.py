@@ -6,12 +6,15 @@ Exit 0 PROMOTE, 1 REJECT, 2 unusable input or environment.
 from __future__ import annotations
 
 import json
+import tempfile
+import threading
 from pathlib import Path
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
+from tiergate.errors import EnvironmentProblem, InputError
 
 _OK = {True: "[green]pass[/]", False: "[bold red]FAIL[/]"}
 
@@ -42,6 +45,16 @@ def gate(
     device_classes = resolve(targets)
     loaded_policy = load_policy(policy)
     loaded_policy.check_override_names(list(catalogue().values()))
+    if report_dir is not None:
+        writable_folder(report_dir, "--report-dir")
+    if junit is not None:
+        if junit.is_dir():
+            raise InputError(f"--junit {junit}: is a folder; give a file name")
+        writable_folder(junit.parent, "--junit")
+    if threading.current_thread() is threading.main_thread():
+        from tiergate.execution import janitor
+
+        janitor.install_signal_handlers()
     err = Console(stderr=True)
     progress = None if as_json else (lambda text: err.print(f"[dim]… {text}[/]", highlight=False))
     registry = _registry(registry_url)
@@ -62,6 +75,16 @@ def gate(
     else:
         _print(run)
     raise typer.Exit(run.decision.exit_code)
+
+
+def writable_folder(folder: Path, option: str) -> None:
+    """Make sure a report can be written there before anything runs (else the verdict would be lost)."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".tiergate-probe-"):
+            pass
+    except OSError as exc:
+        raise EnvironmentProblem(f"{option} {folder}: cannot write there ({exc.strerror or exc})") from None
 
 
 def _registry(url: str | None):

@@ -13,15 +13,16 @@ import sys
 import click
 import typer
 
-try:   # typer >= 0.22 raises the exceptions of the click it vendors (typer._click), not click's own
-    from typer._click import exceptions as _vendored
-except ImportError:  # pragma: no cover - older typer uses click itself
-    _vendored = click.exceptions
-_EXIT = (click.exceptions.Exit, getattr(_vendored, "Exit", click.exceptions.Exit))
-_CLICK_ERRORS = (click.ClickException, _vendored.ClickException)
-_ABORT = (click.exceptions.Abort, getattr(_vendored, "Abort", click.exceptions.Abort))
+from tiergate.errors import EXIT_UNUSABLE, Interrupted, TiergateError, disk_full, is_disk_full
 
-from tiergate.errors import EXIT_UNUSABLE, TiergateError
+try:  # typer 0.25+ runs on its own copy of click: its errors are not click's
+    from typer._click import exceptions as _typer_click
+except ImportError:  # pragma: no cover - older typer uses click itself
+    _typer_click = click.exceptions
+_USAGE_ERRORS = (click.UsageError, _typer_click.UsageError)
+_CLICK_ERRORS = (click.ClickException, _typer_click.ClickException)
+_ABORTS = (click.exceptions.Abort, getattr(_typer_click, "Abort", click.exceptions.Abort))
+_EXITS = (click.exceptions.Exit, getattr(_typer_click, "Exit", click.exceptions.Exit))
 
 app = typer.Typer(
     name="tiergate",
@@ -56,14 +57,24 @@ def main(argv: list[str] | None = None) -> int:
         result = command.main(args=argv, prog_name="tiergate", standalone_mode=False)
     except TiergateError as exc:
         return _fail(exc.one_line(), exc.exit_code)
-    except _EXIT as exc:
+    except Interrupted as exc:
+        return _fail(interrupted_line(exc), exc.exit_code)
+    except _EXITS as exc:
         return exc.exit_code
-    except _CLICK_ERRORS as exc:       # usage errors: the message and the usage hint, exit 2
+    except _USAGE_ERRORS as exc:
+        usage = exc.ctx.get_usage() if exc.ctx is not None else "Usage: tiergate [OPTIONS] COMMAND [ARGS]..."
+        print(usage.splitlines()[0] if usage else "", file=sys.stderr)
         return _fail(exc.format_message(), EXIT_UNUSABLE)
-    except _ABORT:
+    except _CLICK_ERRORS as exc:
+        return _fail(exc.format_message(), EXIT_UNUSABLE)
+    except _ABORTS:
         return _fail("aborted", 130)
     except KeyboardInterrupt:
         return _fail("interrupted", 130)
+    except OSError as exc:
+        if not is_disk_full(exc):
+            raise
+        return _fail(disk_full(exc).one_line(), EXIT_UNUSABLE)
     except Exception as exc:  # an internal bug: still one line unless debugging
         if os.environ.get("TIERGATE_DEBUG"):
             raise
@@ -71,8 +82,24 @@ def main(argv: list[str] | None = None) -> int:
     return result if isinstance(result, int) else 0
 
 
+def interrupted_line(exc: Interrupted) -> str:
+    from tiergate.execution import janitor
+    from tiergate.paths import home
+
+    removed = exc.removed or "nothing was running"
+    return (f"interrupted by {exc.signame}: stopped; {removed}; kept {janitor.finished()} finished run(s) "
+            f"under {home() / 'runs'}")
+
+
 def run() -> None:
-    sys.exit(main())
+    code = main()
+    if code in (130, 143):
+        # Interrupted: what ran is removed and what finished is kept; a worker still inside a
+        # build or a lock must not hold the exit (the interpreter would join it).
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
 
 
 if __name__ == "__main__":

@@ -12,6 +12,8 @@ volume (/out), and the host copies result.json and outputs.npz back.
 
 from __future__ import annotations
 
+import os
+import signal
 import tarfile
 import tempfile
 import uuid
@@ -25,12 +27,16 @@ from tiergate.images import LABEL
 from tiergate.errors import InfrastructureFault, InputError
 from tiergate.execution.base import (LOG_TAIL_LINES, Job, clear_outputs, exit_reason, host_fields,
                                      last_line, read_harness_result, tail)
+from tiergate.execution import janitor
 from tiergate.execution.engine import DEFAULT_ATTEMPTS, DEFAULT_BACKOFF_S, connect, with_retries
 from tiergate.results import OUTPUTS_FILE, RESULT_FILE, TargetResult, failed
 
 USER = "65534:65534"  # nobody:nogroup
 DATA_NAME = "data.npz"
 TMPFS = "rw,nosuid,nodev,size=64m,mode=1777"
+# The most one output file (outputs.npz, result.json) may hold: enforced in the container
+# (RLIMIT_FSIZE: a larger write kills the harness with SIGXFSZ) and again when copying back.
+OUTPUT_LIMIT_BYTES = int(os.environ.get("TIERGATE_MAX_OUTPUT_BYTES") or 4 * 1024 ** 3)
 
 
 class DockerBackend:
@@ -66,13 +72,19 @@ class DockerBackend:
     # one attempt: any engine fault raised from here is retried by run()
     def _attempt(self, job: Job, host: dict) -> TargetResult:
         clear_outputs(job.out_dir)
+        janitor.check_stop()
         client = connect(self.docker_host, use_ssh_client=self.use_ssh_client)
+        janitor.note_engine(self.docker_host)
         try:
-            engine_machine = client.info().get("Architecture", "")
+            info = client.info()
+            engine_machine = info.get("Architecture", "")
             with _job_volumes(client) as (data_volume, out_volume):
                 _upload(client, job.image.tag, data_volume, job.data_npz)
-                container = client.containers.create(**self.spec(job, data_volume, out_volume))
+                janitor.check_stop()
+                container = client.containers.create(**self.spec(job, data_volume, out_volume,
+                                                                 engine_cpus=info.get("NCPU")))
                 try:
+                    janitor.check_stop()   # a stop between create and here: the finally removes it
                     reason, log_tail = _run(container, job)
                     if reason is None:
                         _download(container, job.out_dir)
@@ -84,9 +96,10 @@ class DockerBackend:
             return failed(job.device_class.name, reason, log_tail=log_tail, **host)
         return _check_machine(read_harness_result(job, host, log_tail), job, engine_machine)
 
-    def spec(self, job: Job, data_volume: str, out_volume: str) -> dict:
+    def spec(self, job: Job, data_volume: str, out_volume: str, *, engine_cpus: int | None = None) -> dict:
         """The container's create() arguments: the confinement lives here."""
         dc = job.device_class
+        cpus = min(dc.threads, engine_cpus) if engine_cpus else dc.threads
         spec = dict(
             image=job.image.tag,
             command=job.harness_args(job.image.model_path, f"/data/{DATA_NAME}", "/out"),
@@ -94,10 +107,12 @@ class DockerBackend:
             cap_drop=["ALL"], security_opt=["no-new-privileges"],
             # an init as PID 1: a harness (or QEMU) that dies of its own signal cannot as PID 1,
             # where the kernel ignores it; QEMU then hangs after "uncaught target signal 11"
-            init=True, ulimits=[docker.types.Ulimit(name="core", soft=0, hard=0)],
+            init=True, ulimits=[docker.types.Ulimit(name="core", soft=0, hard=0),
+                                docker.types.Ulimit(name="fsize", soft=OUTPUT_LIMIT_BYTES, hard=OUTPUT_LIMIT_BYTES)],
             mem_limit=dc.limits.memory, memswap_limit=dc.limits.memory, pids_limit=dc.limits.pids_limit,
+            nano_cpus=int(max(cpus, 1) * 1_000_000_000),
             volumes={data_volume: {"bind": "/data", "mode": "ro"}, out_volume: {"bind": "/out", "mode": "rw"}},
-            environment=dict(job.env), labels={f"{LABEL}.device_class": dc.name},
+            environment=dict(job.env), labels={f"{LABEL}.device_class": dc.name, **janitor.owner_labels()},
         )
         if self.gpu:
             spec["device_requests"] = [docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])]
@@ -123,6 +138,8 @@ def _run(container, job: Job) -> tuple[str | None, str]:
     if timed_out:
         return f"timed out after {dc.limits.timeout_s} s", log_tail
     oom = bool(container.attrs["State"].get("OOMKilled"))
+    if code == 128 + signal.SIGXFSZ and not oom:
+        return f"the harness wrote more than the output limit ({OUTPUT_LIMIT_BYTES} bytes per file)", log_tail
     if oom or code != 0:
         reason = exit_reason(code, oom=oom, memory=dc.limits.memory)
         if 0 < code < 128 and not oom:
@@ -146,7 +163,7 @@ def _check_machine(result: TargetResult, job: Job, engine_machine: str) -> Targe
 @contextmanager
 def _job_volumes(client):
     job_id = uuid.uuid4().hex[:12]
-    labels = {f"{LABEL}.job": job_id}
+    labels = {f"{LABEL}.job": job_id, **janitor.owner_labels()}
     volumes = [client.volumes.create(f"tiergate-{job_id}-{part}", labels=labels) for part in ("data", "out")]
     try:
         yield volumes[0].name, volumes[1].name
@@ -160,7 +177,7 @@ def _job_volumes(client):
 
 def _upload(client, image: str, volume: str, data: Path) -> None:
     """Copy the evaluation .npz into the data volume through a container that never starts."""
-    helper = client.containers.create(image, command=["true"], network_mode="none",
+    helper = client.containers.create(image, command=["true"], network_mode="none", labels=janitor.owner_labels(),
                                       volumes={volume: {"bind": "/data", "mode": "rw"}})
     try:
         with tempfile.TemporaryFile() as buf:
@@ -189,5 +206,8 @@ def _download(container, out_dir: Path) -> None:
             for member in tar.getmembers():
                 name = Path(member.name).name
                 if member.isfile() and name in (RESULT_FILE, OUTPUTS_FILE):
+                    if member.size > OUTPUT_LIMIT_BYTES:
+                        raise InputError(f"the harness's {name} holds {member.size} bytes, over the output "
+                                         f"limit ({OUTPUT_LIMIT_BYTES})")
                     with tar.extractfile(member) as src, open(out_dir / name, "wb") as dst:
                         dst.write(src.read())

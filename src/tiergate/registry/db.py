@@ -8,8 +8,10 @@ moves it causes commit together or not at all.
 
 from __future__ import annotations
 
+import json
 import math
 import os
+import uuid
 from contextlib import contextmanager
 from dataclasses import asdict, replace
 from datetime import datetime, timezone
@@ -18,7 +20,7 @@ from typing import Any, Iterable, Iterator
 
 from sqlalchemy import create_engine, event, func, insert, select, update
 from sqlalchemy.engine import Connection, Engine, make_url
-from sqlalchemy.exc import ArgumentError, IntegrityError, NoSuchModuleError, OperationalError
+from sqlalchemy.exc import ArgumentError, DatabaseError, IntegrityError, InterfaceError, NoSuchModuleError
 
 from tiergate.errors import EnvironmentProblem, InputError
 from tiergate.paths import home
@@ -51,17 +53,82 @@ def _engine(url: str) -> Engine:
         parsed = make_url(url)
     except ArgumentError:
         raise InputError(f"registry URL {url!r} is not a SQLAlchemy URL (e.g. sqlite:///path/registry.db)") from None
+    where = parsed.render_as_string(hide_password=True)
     if parsed.get_backend_name() != "sqlite":
         try:
-            return create_engine(parsed, pool_pre_ping=True)
+            engine = create_engine(parsed, pool_pre_ping=True)
         except (NoSuchModuleError, ImportError) as exc:
-            raise EnvironmentProblem(f"registry URL {parsed!r}: no driver for it ({exc})") from None
+            raise EnvironmentProblem(f"registry URL {where}: no driver for it ({exc})") from None
+        event.listen(engine, "handle_error", _error_handler(f"registry {where}"))
+        return engine
     if parsed.database and parsed.database != ":memory:":
-        Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+        where = f"registry {parsed.database}"
+        _check_sqlite_file(Path(parsed.database))
+    else:
+        where = "registry (in memory)"
     engine = create_engine(parsed, connect_args={"timeout": 30})
     event.listen(engine, "connect", _sqlite_connect)
     event.listen(engine, "begin", _sqlite_begin)
+    event.listen(engine, "handle_error", _error_handler(where))
     return engine
+
+
+def _error_handler(where: str):
+    """Database faults become one line naming the registry (never the SQL statement or its parameters).
+
+    IntegrityError stays as it is: callers handle it (a concurrent registration of the same artifact).
+    """
+    def handle(context) -> None:
+        exc = context.sqlalchemy_exception
+        if isinstance(exc, IntegrityError) or not isinstance(exc, (DatabaseError, InterfaceError)):
+            return
+        orig = context.original_exception
+        text = " ".join(str(orig).split("\n")[0].split()) or type(orig).__name__
+        raise EnvironmentProblem(f"{where}: {text}",
+                                 hint="check that it is a tiergate registry, readable and writable, and reachable")
+    return handle
+
+
+def _check_sqlite_file(path: Path) -> None:
+    """An existing registry file must hold a database; a new one is created whole (schema and all) and linked in.
+
+    A 0-byte file is a truncated registry, never silently recreated empty. New files appear
+    atomically (link of a finished temporary file), so a 0-byte file is never a registry being born.
+    """
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        size = None
+    except OSError as exc:
+        raise EnvironmentProblem(f"registry {path}: cannot be read ({exc.strerror})") from None
+    if size == 0:
+        raise EnvironmentProblem(f"registry {path}: is empty (0 bytes), not a registry",
+                                 hint="restore it from a backup, or remove it to start an empty registry")
+    if size is not None:
+        if path.is_dir():
+            raise EnvironmentProblem(f"registry {path}: is a folder, not a registry file")
+        return
+    temp = path.with_name(f".{path.name}.new-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        engine = create_engine(f"sqlite:///{temp}")
+        try:
+            with engine.begin() as conn:
+                s.metadata.create_all(conn)
+                conn.execute(insert(s.meta).values(key="schema", value=str(s.SCHEMA_VERSION)))
+        finally:
+            engine.dispose()
+        try:
+            os.link(temp, path)
+        except FileExistsError:
+            pass                              # another process made it meanwhile: use theirs
+    except OSError as exc:
+        raise EnvironmentProblem(f"registry {path}: cannot be created ({exc.strerror or exc})") from None
+    except DatabaseError as exc:
+        raise EnvironmentProblem(f"registry {path}: cannot be created ({exc.orig})") from None
+    finally:
+        for leftover in (temp, temp.with_name(temp.name + "-journal")):
+            leftover.unlink(missing_ok=True)
 
 
 def _sqlite_connect(dbapi_conn, _record) -> None:
@@ -100,14 +167,16 @@ class Registry:
         self.close()
 
     def _create(self) -> None:
-        try:
+        with self._read() as conn:      # an existing registry is only read (it may be read-only)
+            found = (conn.execute(select(s.meta.c.value).where(s.meta.c.key == "schema")).scalar()
+                     if self.engine.dialect.has_table(conn, s.meta.name) else None)
+        if found is None:
             with self._write() as conn:
                 s.metadata.create_all(conn)
                 found = conn.execute(select(s.meta.c.value).where(s.meta.c.key == "schema")).scalar()
                 if found is None:
                     conn.execute(insert(s.meta).values(key="schema", value=str(s.SCHEMA_VERSION)))
-        except OperationalError as exc:
-            raise EnvironmentProblem(f"registry {self.url}: cannot open it ({exc.orig})") from None
+                    found = s.SCHEMA_VERSION
         if found is not None and int(found) != s.SCHEMA_VERSION:
             raise EnvironmentProblem(f"registry {self.url} has schema {found}; this tiergate reads {s.SCHEMA_VERSION}")
 
@@ -131,9 +200,9 @@ class Registry:
         model_name(model)
         existing = self.find_artifact(sha256)
         if existing is not None:
-            if existing.model != model:
-                raise InputError(f"{path}: artifact {sha256[:12]} is already registered as model {existing.model!r}")
-            return existing
+            return self._again(existing, path, model=model, format=format, external_data=external_data,
+                               parent_sha=parent_sha, reference_sha=reference_sha, config_sha=config_sha,
+                               tags=tags)
         for label, sha in (("parent", parent_sha), ("reference", reference_sha)):
             if sha is not None and sha != sha256 and self.find_artifact(sha) is None:
                 raise InputError(f"{label} artifact {sha[:12]} is not in the registry")
@@ -150,10 +219,42 @@ class Registry:
                 conn.execute(insert(s.artifacts).values(**row))
         except IntegrityError:
             winner = self.find_artifact(sha256)  # registered by another process meanwhile
-            if winner is None or winner.model != model:
+            if winner is None:
                 raise
-            return winner
+            return self._again(winner, path, model=model, format=format, external_data=external_data,
+                               parent_sha=parent_sha, reference_sha=reference_sha, config_sha=config_sha,
+                               tags=tags)
         return ArtifactRecord(**row)
+
+    def _again(self, existing: ArtifactRecord, path: Path, *, model: str, format: str,
+               external_data: tuple[str, ...], parent_sha: str | None, reference_sha: str | None,
+               config_sha: str | None, tags: dict[str, str] | None) -> ArtifactRecord:
+        """The same artifact registered again: tags merge, missing links are filled in, a changed link is refused."""
+        short = existing.sha256[:12]
+        if existing.model != model:
+            raise InputError(f"{path}: artifact {short} is already registered as model {existing.model!r}")
+        for label, old, new in (("reference", existing.reference_sha, reference_sha),
+                                ("parent", existing.parent_sha, parent_sha),
+                                ("configuration", existing.config_sha, config_sha)):
+            if old and new and old != new:
+                raise InputError(f"{path}: artifact {short} is registered with {label} {old[:12]}; it cannot "
+                                 f"change to {new[:12]} (register the new pair under a new artifact)")
+        if not self.store.exists(existing.store_key):     # the row is there but its file went: put it back
+            self.store.put_artifact(path, existing.sha256, format, external_data)
+        with self._write() as conn:
+            row = conn.execute(select(s.artifacts).where(s.artifacts.c.sha256 == existing.sha256)
+                               .with_for_update()).mappings().one()
+            changes = {}
+            merged = {**(row["tags"] or {}), **(tags or {})}
+            if merged != (row["tags"] or {}):
+                changes["tags"] = merged
+            for column, new in (("reference_sha", reference_sha), ("parent_sha", parent_sha),
+                                ("config_sha", config_sha)):
+                if new and not row[column] and not (column == "reference_sha" and new == existing.sha256):
+                    changes[column] = new
+            if changes:
+                conn.execute(update(s.artifacts).where(s.artifacts.c.sha256 == existing.sha256).values(**changes))
+        return replace(_artifact(row), **changes)
 
     def find_artifact(self, sha256: str) -> ArtifactRecord | None:
         with self._read() as conn:
@@ -243,10 +344,15 @@ class Registry:
     def record_decision(self, artifact_sha: str, verdict: str, *, tiers: Iterable[str],
                         reasons: Iterable[str] = (), checks: Iterable[Check] = (),
                         cost_tags: dict[str, str] | None = None, detail: dict[str, Any] | None = None,
-                        runs: Iterable[NewRun | int] = (), at: datetime | None = None) -> DecisionRecord:
+                        runs: Iterable[NewRun | int] = (), at: datetime | None = None,
+                        reuse_same: bool = False) -> DecisionRecord:
         """Record a decision with its checks and runs; a promotion moves the model's alias for each tier.
 
         All of it is one transaction: an error (or a crash) anywhere leaves none of it recorded.
+        With `reuse_same`, a decision identical (verdict and detail) to the artifact's latest one
+        is not recorded again: that one comes back with `reused=True` (concurrent gates of one
+        artifact record one decision and move each alias once). The check and the insert are one
+        write transaction, serialised per artifact.
         """
         verdict = verdict.lower()
         if verdict not in VERDICTS:
@@ -257,10 +363,18 @@ class Registry:
         keys = [self.store.put_result(r.result_folder) if isinstance(r, NewRun) and r.result_folder else None
                 for r in runs]
         when = at or now()
+        detail = json.loads(json.dumps(dict(detail or {}), default=str))
         with self._write() as conn:
+            if reuse_same:
+                conn.execute(select(s.artifacts.c.sha256).where(s.artifacts.c.sha256 == artifact.sha256)
+                             .with_for_update())   # PostgreSQL: one writer per artifact (SQLite: BEGIN IMMEDIATE)
+                latest = conn.execute(select(s.decisions).where(s.decisions.c.artifact_sha == artifact.sha256)
+                                      .order_by(s.decisions.c.id.desc()).limit(1)).mappings().first()
+                if latest is not None and latest["verdict"] == verdict and latest["detail"] == detail:
+                    return replace(_decision(conn, latest), reused=True)
             decision_id = conn.execute(insert(s.decisions).values(
                 artifact_sha=artifact.sha256, model=artifact.model, verdict=verdict, tiers=tiers,
-                reasons=reasons, cost_tags=dict(cost_tags or {}), detail=dict(detail or {}),
+                reasons=reasons, cost_tags=dict(cost_tags or {}), detail=detail,
                 decided_at=when)).inserted_primary_key[0]
             run_ids = [_insert_run(conn, r, artifact.sha256, key, when).id if isinstance(r, NewRun) else int(r)
                        for r, key in zip(runs, keys)]
@@ -272,7 +386,7 @@ class Registry:
                     _move_alias(conn, artifact.model, tier, artifact.sha256, decision_id, when)
         return DecisionRecord(id=decision_id, artifact_sha=artifact.sha256, model=artifact.model, verdict=verdict,
                               tiers=tiers, reasons=reasons, cost_tags=dict(cost_tags or {}),
-                              detail=dict(detail or {}), decided_at=when, checks=recorded, run_ids=tuple(run_ids))
+                              detail=detail, decided_at=when, checks=recorded, run_ids=tuple(run_ids))
 
     def decisions(self, model: str | None = None, artifact_sha: str | None = None) -> list[DecisionRecord]:
         query = select(s.decisions)

@@ -64,7 +64,8 @@ def _filled(run: NewRun, target: dict) -> NewRun:
 
 def record_gate_decision(registry: Registry, artifact_sha: str, decision: Any, *,
                          runs: Iterable[NewRun | int] = (), cost_tags: dict[str, str] | None = None,
-                         tiers: Iterable[str] | None = None, at: datetime | None = None) -> DecisionRecord:
+                         tiers: Iterable[str] | None = None, at: datetime | None = None,
+                         reuse_same: bool = False) -> DecisionRecord:
     """Record a gate decision; each NewRun gets the flat metrics of its device class (its own keys win).
 
     A PROMOTE moves the model's alias on every tier the decision covered (or `tiers`).
@@ -75,4 +76,4 @@ def record_gate_decision(registry: Registry, artifact_sha: str, decision: Any, *
     return registry.record_decision(
         artifact_sha, data["verdict"], tiers=list(tiers) if tiers is not None else tiers_of(data),
         reasons=data.get("reasons", []), checks=checks_of(data), cost_tags=cost_tags, detail=data,
-        runs=filled, at=at)
+        runs=filled, at=at, reuse_same=reuse_same)

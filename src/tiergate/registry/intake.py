@@ -73,6 +73,9 @@ def register_artifact(registry: Registry, path: Path, *, model: str, reference: 
     ref, ref_fp = _load(Path(reference), "reference")
     if ref.is_quantized or not is_float(precision_of(ref)):
         raise InputError(f"{reference}: the reference is quantized ({precision_of(ref)}); give the FP32 model")
+    if ref.format != artifact.format:
+        raise InputError(f"{reference}: the reference is {ref.format} but the artifact is {artifact.format}; "
+                         "give the FP32 reference in the same format (the gate compares them on one runtime)")
     parent_sha = registry.artifact(parent).sha256 if parent else None
     config_sha = _config_sha(config)
     for loaded in (artifact, ref):

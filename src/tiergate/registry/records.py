@@ -94,6 +94,7 @@ class DecisionRecord:
     decided_at: datetime
     checks: tuple[Check, ...] = ()
     run_ids: tuple[int, ...] = ()
+    reused: bool = False          # an identical decision of the artifact was already the latest one
 
 
 @dataclass(frozen=True)

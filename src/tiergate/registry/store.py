@@ -19,7 +19,7 @@ import uuid
 from pathlib import Path, PurePosixPath
 
 from tiergate.hashing import file_sha256
-from tiergate.errors import InputError
+from tiergate.errors import EnvironmentProblem, InputError
 from tiergate.paths import home
 
 STORE_ENV = "TIERGATE_STORE"
@@ -40,6 +40,20 @@ class Store:
         self.fs, root = fsspec.core.url_to_fs(self.location)
         self.root = root.rstrip("/")
         self._local = "file" in _protocols(self.fs)
+        if self._local:
+            self._check_local_root()
+
+    def _check_local_root(self) -> None:
+        """A folder store must be a folder we can write (made when missing): else say so now, not after."""
+        root = Path(self.root)
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+            probe = root / f".part-probe-{uuid.uuid4().hex}"
+            probe.write_bytes(b"")
+            probe.unlink()
+        except OSError as exc:
+            raise EnvironmentProblem(f"store {self.location}: cannot write there ({exc.strerror or exc})",
+                                     hint="give --store a writable folder or an fsspec URL") from None
 
     def __repr__(self) -> str:
         return f"Store({self.location!r})"
@@ -59,10 +73,20 @@ class Store:
     def _put(self, local: Path, key: str) -> None:
         target = self._path(key)
         parent = target.rsplit("/", 1)[0]
-        self.fs.makedirs(parent, exist_ok=True)
         temp = f"{parent}/.part-{uuid.uuid4().hex}"
-        self.fs.put_file(str(local), temp)
-        self.fs.mv(temp, target)
+        try:
+            self.fs.makedirs(parent, exist_ok=True)
+            self.fs.put_file(str(local), temp)
+            self.fs.mv(temp, target)
+        except OSError as exc:
+            try:
+                if self.fs.exists(temp):
+                    self.fs.rm(temp)
+            except OSError:
+                pass
+            what = "disk full" if getattr(exc, "errno", None) in (28, 122) else "cannot write"
+            raise EnvironmentProblem(f"store {self.location}: {what} ({key}: {getattr(exc, 'strerror', None) or exc})"
+                                     ) from None
 
     def _put_entry(self, files: list[tuple[Path, str]]) -> None:
         """Files of one entry, the last one marking it complete; skipped when already whole."""

@@ -1,8 +1,11 @@
 """Docker backend: the harness in the device class's image, on a local, ssh:// or GPU engine.
 
 The container is confined: no network, a read-only root filesystem, a non-root
-user, a tmpfs /tmp, no capabilities, memory and pids limits from the device
-class's [container] table, and a wall-clock timeout (kill + failed result).
+user, a tmpfs /tmp, no capabilities, the device's memory (`memory_limit_mb`, or
+[container] memory) as Docker's memory limit (swap included), a pids limit, and a
+wall-clock timeout (kill + failed result). A run the kernel kills at the memory
+limit is an out-of-memory finding: a failed result naming the limit, with
+`oom_limit_bytes` set (the gate turns it into a memory check for that class).
 
 Data travel through two job volumes, not bind mounts, so the same code serves a
 remote engine whose filesystem is not ours: the evaluation .npz is copied into
@@ -29,6 +32,7 @@ from tiergate.execution.engine import DEFAULT_ATTEMPTS, DEFAULT_BACKOFF_S, conne
 from tiergate.results import OUTPUTS_FILE, RESULT_FILE, TargetResult, failed
 
 USER = "65534:65534"  # nobody:nogroup
+CONTAINER_ENV = "TIERGATE_IN_CONTAINER"   # tells the harness the cgroup is the run's own (harness_memory.py)
 DATA_NAME = "data.npz"
 TMPFS = "rw,nosuid,nodev,size=64m,mode=1777"
 
@@ -73,7 +77,7 @@ class DockerBackend:
                 _upload(client, job.image.tag, data_volume, job.data_npz)
                 container = client.containers.create(**self.spec(job, data_volume, out_volume))
                 try:
-                    reason, log_tail = _run(container, job)
+                    reason, log_tail, oom = _run(container, job)
                     if reason is None:
                         _download(container, job.out_dir)
                 finally:
@@ -81,7 +85,8 @@ class DockerBackend:
         finally:
             client.close()
         if reason is not None:
-            return failed(job.device_class.name, reason, log_tail=log_tail, **host)
+            return failed(job.device_class.name, reason, log_tail=log_tail,
+                          oom_limit_bytes=job.device_class.limits.memory_bytes if oom else None, **host)
         return _check_machine(read_harness_result(job, host, log_tail), job, engine_machine)
 
     def spec(self, job: Job, data_volume: str, out_volume: str) -> dict:
@@ -97,15 +102,15 @@ class DockerBackend:
             init=True, ulimits=[docker.types.Ulimit(name="core", soft=0, hard=0)],
             mem_limit=dc.limits.memory, memswap_limit=dc.limits.memory, pids_limit=dc.limits.pids_limit,
             volumes={data_volume: {"bind": "/data", "mode": "ro"}, out_volume: {"bind": "/out", "mode": "rw"}},
-            environment=dict(job.env), labels={f"{LABEL}.device_class": dc.name},
+            environment={**job.env, CONTAINER_ENV: "1"}, labels={f"{LABEL}.device_class": dc.name},
         )
         if self.gpu:
             spec["device_requests"] = [docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])]
         return spec
 
 
-def _run(container, job: Job) -> tuple[str | None, str]:
-    """Start, wait with the class's timeout: (why it failed or None, log tail)."""
+def _run(container, job: Job) -> tuple[str | None, str, bool]:
+    """Start, wait with the class's timeout: (why it failed or None, log tail, killed out of memory)."""
     dc = job.device_class
     container.start()
     timed_out = False
@@ -121,14 +126,14 @@ def _run(container, job: Job) -> tuple[str | None, str]:
     container.reload()
     log_tail = tail(container.logs(tail=LOG_TAIL_LINES).decode("utf-8", "replace"))
     if timed_out:
-        return f"timed out after {dc.limits.timeout_s} s", log_tail
+        return f"timed out after {dc.limits.timeout_s} s", log_tail, False
     oom = bool(container.attrs["State"].get("OOMKilled"))
     if oom or code != 0:
         reason = exit_reason(code, oom=oom, memory=dc.limits.memory)
         if 0 < code < 128 and not oom:
             reason += f": {last_line(log_tail)}"
-        return reason, log_tail
-    return None, log_tail
+        return reason, log_tail, oom
+    return None, log_tail, False
 
 
 def _check_machine(result: TargetResult, job: Job, engine_machine: str) -> TargetResult:
@@ -137,6 +142,8 @@ def _check_machine(result: TargetResult, job: Job, engine_machine: str) -> Targe
     if not result.ok:
         return result
     result.emulated = dc.emulated or bool(engine_machine and result.machine != engine_machine)
+    if result.device is not None:
+        result.device.emulated = result.emulated    # QEMU user mode: memory includes the emulator
     if result.machine != dc.machine:
         result.status = "failed"
         result.reason = f"ran as {result.machine}, but {dc.name} is {dc.machine}: check its base image"

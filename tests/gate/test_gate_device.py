@@ -15,7 +15,11 @@ from tiergate.metrics.device import FIGURES, ratios
 from tiergate.policy import load_policy
 from tiergate.results import MB, DeviceFigures, NodeTime, OpProfile, OpTime
 
-from conftest import softmax
+
+
+def softmax(logits: np.ndarray) -> np.ndarray:
+    shifted = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    return (shifted / shifted.sum(axis=-1, keepdims=True)).astype(np.float32)
 
 
 def figures(peak_mb=100.0, load_ms=20.0, first_ms=5.0, artifact_mb=2.0, profile=None) -> DeviceFigures:

@@ -33,6 +33,21 @@ def run_model(path: Path, x: np.ndarray) -> np.ndarray:
     return session.run(None, {"x": x})[0]
 
 
+def profiled_detail(i: int) -> dict:
+    """A recorded decision's detail with the candidate's op profile per device class (gate --profile):
+    Conv time grows with i, Relu stays."""
+    metrics = {}
+    for device_class, (tier, emulated) in CLASSES.items():
+        profile = {"available": True, "source": "onnxruntime profiling JSON", "reason": "", "calls": 10,
+                   "by_op_type": {"Conv": {"total_ms": 10.0 * (i + 1), "calls": 20, "nodes": 2},
+                                  "Relu": {"total_ms": 2.0, "calls": 20, "nodes": 2}},
+                   "nodes": []}
+        metrics[device_class] = {"tier": tier, "emulated": emulated,
+                                 "device": {"candidate": {"peak_memory_bytes": 60 * 1024 * 1024,
+                                                          "op_profile": profile}}}
+    return {"metrics": metrics}
+
+
 def populate(registry: Registry, tmp_path: Path) -> dict:
     """FP32 reference, a rejected candidate and a promoted candidate, each run on two device classes."""
     rng = np.random.default_rng(7)
@@ -60,7 +75,9 @@ def populate(registry: Registry, tmp_path: Path) -> dict:
             metrics = {"accuracy": float(np.mean(out.argmax(1) == labels)), "cosine": drift.cosine,
                        "sqnr_db": drift.sqnr_db, "max_abs_error": drift.max_abs_error,
                        "latency_p50_ms": (40.0 if emulated else 0.5) + i, "latency_p99_ms": (60.0 if emulated else 0.9) + i,
-                       "cost_per_1k": None if emulated else 0.001 * (i + 1), "emulated": emulated}
+                       "cost_per_1k": None if emulated else 0.001 * (i + 1), "emulated": emulated,
+                       "peak_memory_mb": (300.0 if emulated else 60.0) + 10 * i, "load_ms": 5.0 + i,
+                       "first_inference_ms": 1.0 + i, "artifact_mb": 0.5}
             result = results.TargetResult(device_class=device_class, status="ok", tier=tier, emulated=emulated,
                                           artifact_sha256=shas[name], image_id=f"sha256:{device_class}",
                                           data_sha256=DATA_SHA, latencies_ns=[500_000] * 5)
@@ -68,6 +85,7 @@ def populate(registry: Registry, tmp_path: Path) -> dict:
             runs.append(NewRun.from_result(result, metrics, folder))
         verdict = {"fp32": "promote", "v1": "reject", "v2": "promote"}[name]
         registry.record_decision(shas[name], verdict, tiers=[t for t, _ in CLASSES.values()], runs=runs,
+                                 detail=profiled_detail(i),
                                  reasons=["cosine too low"] if verdict == "reject" else [],
                                  checks=[Check("x86_64-cpu-onnxruntime", "x86-server", "cosine", 0.9, 0.997, ">=", verdict == "promote")],
                                  cost_tags={"billing": "edge-fleet"}, at=T0 + timedelta(days=i, hours=1))

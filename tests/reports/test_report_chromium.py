@@ -44,7 +44,8 @@ def test_plots_are_in_the_rendered_dom(page, tmp_path):
         match = re.search(f'<svg[^>]* id="{svg_id}".*?</svg>', dom, re.S)
         assert match, f"{svg_id} missing from the rendered DOM"
         assert match.group(0).count("<path") > 10  # axes, lines and markers were parsed as SVG
-    assert dom.count("<table") == 3 and "tiergate drift report: digits" in dom
+    # a table per tier, the cross-tier table, and a top-ops table per tier (the kit records op profiles)
+    assert dom.count("<table") == 5 and "tiergate drift report: digits" in dom
 
 
 def test_the_page_paints_colour(page, tmp_path):

@@ -131,7 +131,15 @@ def test_report_metrics_read_the_flat_shape_the_gate_records():
     recorded = {"accuracy": 0.75, "cosine": float("nan"), "sqnr_db": float("inf"), "max_abs_err": 3,
                 "latency_p50_ms": True, "latency_p99_ms": "fast", "emulated": True}
     assert report_metrics(recorded) == {"accuracy": 0.75, "cosine": None, "sqnr_db": None, "max_abs_error": 3.0,
-                                        "latency_p50_ms": None, "latency_p99_ms": None, "cost_per_1k": None}
+                                        "latency_p50_ms": None, "latency_p99_ms": None, "cost_per_1k": None,
+                                        "peak_memory_mb": None, "load_ms": None, "first_inference_ms": None,
+                                        "artifact_mb": None}
+    figures = {"device": {"candidate": {"peak_memory_bytes": 3 * 1024 * 1024, "load_ms": 4.5,
+                                        "first_inference_ms": 0.5, "artifact_bytes": 1024 * 1024}}}
+    flat = flat_metrics(figures)
+    assert (flat["peak_memory_mb"], flat["load_ms"], flat["first_inference_ms"], flat["artifact_mb"]) == \
+        (3.0, 4.5, 0.5, 1.0)
+    assert report_metrics(flat)["peak_memory_mb"] == 3.0
 
 
 def test_cross_tier_matrix_from_given_outputs_only():
@@ -148,3 +156,21 @@ def test_cross_tier_matrix_from_given_outputs_only():
     assert matrix["labels"][3]["tier"] == "t3"
     with pytest.raises(ValueError, match="3 labels for 2"):
         cross_tier_matrix(labels[:3], [a, b])
+
+
+def test_report_shows_top_ops_per_tier_and_what_changed_since_the_previous_artifact(filled, tmp_path):
+    registry, made = filled
+    report = build_drift_report(registry, "digits")
+    shas = made["shas"]
+    x86 = report["ops"]["x86-server"]
+    assert [e["device_class"] for e in x86] == ["x86_64-cpu-onnxruntime"]
+    entry = x86[0]
+    assert entry["artifact_sha"] == shas["v2"] and entry["previous_short"] == report["artifacts"][1]["short"]
+    assert entry["profile"]["top"] == [["Conv", 3.0], ["Relu", 0.2]]            # ms per call over 10 calls
+    assert entry["changes"][0] == {"op": "Conv", "ms": 3.0, "previous_ms": 2.0, "change_ms": 1.0}
+    assert report["ops"]["cortex-a"][0]["emulated"] is True
+    html = render_html(report)
+    assert 'id="table-ops-x86-server"' in html and "Conv +1" in html
+    assert "peak memory (MiB)" in html and "load time (ms)" in html        # plots beside latency
+    row = report["tiers"]["x86-server"]["rows"][2]
+    assert row["metrics"]["peak_memory_mb"] == 80.0 and row["metrics"]["load_ms"] == 7.0

@@ -174,3 +174,16 @@ def test_report_shows_top_ops_per_tier_and_what_changed_since_the_previous_artif
     assert "peak memory (MiB)" in html and "load time (ms)" in html        # plots beside latency
     row = report["tiers"]["x86-server"]["rows"][2]
     assert row["metrics"]["peak_memory_mb"] == 80.0 and row["metrics"]["load_ms"] == 7.0
+
+
+def test_report_command_prints_the_top_ops_per_tier_and_their_change(filled, tmp_path, capsys):
+    from tiergate.cli.main import main
+
+    code = main(["report", "--model", "digits", "--out", str(tmp_path / "out"),
+                 "--registry", f"sqlite:///{tmp_path / 'registry.db'}", "--store", str(tmp_path / "store")])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    lines = [line for line in out.splitlines() if line.startswith("top ops")]
+    assert len(lines) == 2 and any("x86-server / x86_64-cpu-onnxruntime @" in line for line in lines)
+    assert all("Conv 3, Relu 0.2" in line and "Conv +1" in line for line in lines)
+    assert any("cortex-a / arm64-cpu-onnxruntime (emulated)" in line for line in lines)

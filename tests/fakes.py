@@ -9,13 +9,14 @@ engine gone. Both count their calls, so tests can assert what was built and run.
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from tiergate import results
 from tiergate.images import LABEL, BuiltImage
-from tiergate.results import TargetResult, failed
+from tiergate.results import MB, DeviceFigures, TargetResult, failed
 
 
 @dataclass
@@ -48,6 +49,9 @@ class FakeBackend:
     drift: dict[str, float] = field(default_factory=dict)      # device class -> noise added to outputs
     engine_gone: str | None = None
     latency_ns: int = 1_000_000
+    peak_memory_mb: dict[tuple[str, str], float] = field(default_factory=dict)  # (role, class) -> reported peak
+    oom: dict[str, int] = field(default_factory=dict)          # device class -> memory limit (MB) it is killed at
+    profiled: list[tuple[str, str]] = field(default_factory=list)   # (role, class) run with job.profile
     runs: list[tuple[str, str]] = field(default_factory=list)
     name: str = "fake"
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -68,6 +72,12 @@ class FakeBackend:
                     image_id=job.image.image_id, artifact_sha256=job.artifact_sha256, data_sha256=job.data_sha256)
         if self.engine_gone or (job.role, dc.name) in self.crash:
             return failed(dc.name, "crashed (segfault)", log_tail="Segmentation fault", **host)
+        if dc.name in self.oom:
+            return failed(dc.name, f"out of memory: killed at the device class's memory limit ({self.oom[dc.name]}m)",
+                          oom_limit_bytes=self.oom[dc.name] * MB, **host)
+        if job.profile:
+            with self._lock:
+                self.profiled.append((job.role, dc.name))
         session = ort.InferenceSession(job.image.labels[f"{LABEL}.model.path"], providers=["CPUExecutionProvider"])
         with np.load(job.data_npz) as npz:
             feeds = {i.name: npz[i.name] for i in session.get_inputs()}
@@ -80,5 +90,11 @@ class FakeBackend:
         np.savez(job.out_dir / results.OUTPUTS_FILE, **outputs)
         n = len(next(iter(feeds.values())))
         latencies = [self.latency_ns + (i % 7) * 1000 for i in range(n)]
+        peak = self.peak_memory_mb.get((job.role, dc.name), 50.0)
+        figures = DeviceFigures(peak_memory_bytes=int(peak * MB), baseline_memory_bytes=int(40 * MB),
+                                load_memory_bytes=int((peak - 40) * MB), inference_memory_bytes=0,
+                                memory_source="fake", load_ms=2.0, first_inference_ms=0.5,
+                                artifact_bytes=Path(job.image.labels[f"{LABEL}.model.path"]).stat().st_size,
+                                emulated=dc.emulated)
         return TargetResult(device_class=dc.name, status="ok", machine=dc.machine, n_samples=n,
-                            latencies_ns=latencies, versions={"onnxruntime": ort.__version__}, **host)
+                            latencies_ns=latencies, versions={"onnxruntime": ort.__version__}, device=figures, **host)

@@ -49,6 +49,10 @@ def test_adding_a_class_is_adding_a_file(tmp_path):
     (GOOD + '[build]\nenv = { OMP_NUM_THREADS = 1 }\n', "build.env.OMP_NUM_THREADS"),
     (GOOD + '[build]\nenv = { PYTHONPATH = "/x" }\n', "build.env.PYTHONPATH"),
     (GOOD + '[build]\nenv = { A = "1", B = "2", C = "3", D = "4", E = "5" }\n', "build.env"),
+    (GOOD + 'memory_limit_mb = "512"\n', "memory_limit_mb"),
+    (GOOD + "memory_limit_mb = 4\n", "memory_limit_mb"),
+    (GOOD + 'memory_limit_mb = 512\n[container]\nmemory = "1g"\n', "memory_limit_mb"),
+    (GOOD + '[container]\nmemory = "lots"\n', "container.memory"),
 ])
 def test_bad_file_names_file_and_field(tmp_path, text, field):
     path = tmp_path / "bad.toml"
@@ -81,3 +85,15 @@ def test_unknown_class_lists_known_ones():
     with pytest.raises(InputError) as err:
         targets.resolve("x86_64-cpu-onnxruntime,no-such-class")
     assert "no-such-class" in err.value.message and "arm64-cpu-tflite" in err.value.message
+
+
+def test_memory_limit_is_the_device_memory_and_the_older_spelling_still_loads(tmp_path):
+    (tmp_path / "board-512.toml").write_text(GOOD + "memory_limit_mb = 512\n")
+    (tmp_path / "legacy.toml").write_text(GOOD + '[container]\nmemory = "1g"\n')
+    (tmp_path / "plain.toml").write_text(GOOD)
+    cat = targets.catalogue(tmp_path)
+    assert cat["board-512"].limits.memory == "512m" and cat["board-512"].limits.memory_mb == 512
+    assert cat["legacy"].limits.memory_bytes == 2**30 and cat["plain"].limits.memory == "2g"
+    shipped = targets.catalogue()
+    assert shipped["x86_64-cpu-onnxruntime"].limits.memory_mb == 2048
+    assert shipped["cuda-gpu-onnxruntime"].limits.memory_mb == 8192

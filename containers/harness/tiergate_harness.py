@@ -7,11 +7,18 @@ monotonic nanosecond clock and writes to the output folder:
 
   outputs.npz   one array per model output (first axis = sample)
   result.json   what it can know: machine, runtime versions, threads, batch size,
-                n_samples, warmup, latencies_ns (one per inference call), extra
+                n_samples, warmup, latencies_ns (one per inference call), extra,
+                device (the device figures: load_ms, first_inference_ms,
+                artifact_bytes, peak memory and its shares, op_profile)
 
 Usage:
   python tiergate_harness.py --runtime onnxruntime --model M.onnx --data D.npz --out DIR
-      [--threads 1] [--batch-size 1] [--warmup 3] [--compare-rounds 0]
+      [--threads 1] [--batch-size 1] [--warmup 3] [--compare-rounds 0] [--profile]
+
+Load time (session / interpreter creation, EP and delegate set-up included; the
+runtime library's import is not in it) and the cold first call are timed here,
+apart from the steady state: the first call is always made on its own and counts
+as the first warm-up call; the timed loop follows the remaining warm-up calls.
 
 Quantized TFLite inputs are quantized from float data with the input's scale and
 zero point; quantized outputs are dequantized to float32 (listed in
@@ -20,6 +27,11 @@ extra.dequantized_outputs), so every result compares with the FP32 reference.
 This file is the core loop only. Hooks plug into it, each from its own file in
 this folder, imported only when its option or variable is set:
 
+  harness_memory.py  every run: peak resident memory from the kernel (VmHWM, the
+                     container's cgroup peak), and the shares added by loading
+                     and by inference, in result.json's device table.
+  harness_profile.py --profile: per-op time (onnxruntime's profiling JSON) in
+                     device.op_profile, from a separate session after the timed loop.
   harness_bench.py   --compare-rounds N (bench/bench_harness.py): N rounds of
                      the timed loop alternated with a bare `session.run` /
                      `invoke` loop; medians in extra.compare.
@@ -27,12 +39,17 @@ this folder, imported only when its option or variable is set:
                      SIGSEGV, or a sleep forever, after the model is loaded.
 
 A hook is any object with some of these methods (HOOK_POINTS), called in order:
+  before_load(args)
+      the data is read, the model is not loaded yet;
   loaded(runner)
-      the model is loaded, nothing has run yet;
+      the model is loaded, nothing has run yet (runner.device holds load_ms);
   before_timed_loop(runner, feeds, store)
       after warm-up, before the timed loop; it may call runner.timed_loop(feeds,
-      store) itself and add to runner.extra (written to result.json's extra).
-No hook runs inside the timed loop, and a plain run imports no hook module.
+      store) itself and add to runner.extra (written to result.json's extra);
+  after_timed_loop(runner, feeds)
+      the timed loop is done; it may add to runner.device (result.json's device).
+No hook runs inside the timed loop or around a timed call; a plain run imports
+only harness_memory.
 """
 
 from __future__ import annotations
@@ -52,7 +69,8 @@ import numpy as np  # noqa: E402
 
 LABELS = "labels"
 FAULT_ENV = "TIERGATE_HARNESS_FAULT"
-HOOK_POINTS = ("loaded", "before_timed_loop")
+CONTAINER_ENV = "TIERGATE_IN_CONTAINER"   # set by the Docker backend: the run has its own container (and cgroup)
+HOOK_POINTS = ("before_load", "loaded", "before_timed_loop", "after_timed_loop")
 
 
 def parse_args(argv=None):
@@ -65,6 +83,7 @@ def parse_args(argv=None):
     p.add_argument("--batch-size", type=int, default=1)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--compare-rounds", type=int, default=0)
+    p.add_argument("--profile", action="store_true", help="per-op time in device.op_profile")
     return p.parse_args(argv)
 
 
@@ -101,11 +120,13 @@ def _plugin(name):
 
 def load_hooks(args):
     """The hooks this run asks for; none (and no import) for a plain run."""
-    hooks = []
+    hooks = [_plugin("harness_memory").hook()]     # first: its readings come before any other hook's work
     if os.environ.get(FAULT_ENV):
         hooks.append(_plugin("harness_faults").hook(os.environ[FAULT_ENV]))
     if args.compare_rounds:
         hooks.append(_plugin("harness_bench").hook(args.compare_rounds))
+    if args.profile:
+        hooks.append(_plugin("harness_profile").hook())
     return hooks
 
 
@@ -257,16 +278,34 @@ def make_runner(args):
 
 def run(args, hooks=()):
     data, n = load_data(args.data)
+    call_hooks(hooks, "before_load", args)
+    clock = time.monotonic_ns
+    t0 = clock()
     runner = make_runner(args)
+    load_ns = clock() - t0
+    runner.device = {"load_ms": load_ns / 1e6, "artifact_bytes": artifact_bytes(args.model)}
     call_hooks(hooks, "loaded", runner)
     batch = runner.batch_size(args.batch_size)
     feeds = [runner.prepare(data, a, b) for a, b in slices(n, batch)]
-    for _ in range(args.warmup):
+    t0 = clock()
+    runner.infer(feeds[0])                      # the cold first call, apart from the steady state
+    runner.device["first_inference_ms"] = (clock() - t0) / 1e6
+    for _ in range(args.warmup - 1):
         runner.infer(feeds[0])
     store = Outputs(slices(n, batch), runner.output_names)
     call_hooks(hooks, "before_timed_loop", runner, feeds, store)
     latencies = runner.timed_loop(feeds, store)
+    call_hooks(hooks, "after_timed_loop", runner, feeds)
     return runner, batch, n, store.arrays(), latencies
+
+
+def artifact_bytes(model):
+    """The artifact's size: in tiergate's container the model's folder holds it and its external data only."""
+    if os.environ.get(CONTAINER_ENV):
+        folder = os.path.dirname(os.path.abspath(model))
+        return sum(os.path.getsize(p) for p in (os.path.join(folder, f) for f in os.listdir(folder))
+                   if os.path.isfile(p))
+    return os.path.getsize(model)
 
 
 class Outputs:
@@ -303,6 +342,7 @@ def write(args, runner, batch, n, outputs, latencies):
         "warmup": args.warmup,
         "latencies_ns": [int(x) for x in latencies],
         "extra": {**runner.extra, "clock": "time.monotonic_ns"},
+        "device": getattr(runner, "device", {}),
     }
     tmp = os.path.join(args.out, "result.json.tmp")
     with open(tmp, "w") as fh:

@@ -27,10 +27,11 @@ from tiergate.fmt import number
 from tiergate.errors import InputError
 from tiergate.metrics.accuracy import Estimate, accuracy, correct, is_classifier, predictions
 from tiergate.metrics.cost import cost_per_1k
+from tiergate.metrics.device import FIGURES, ratios as device_ratios
 from tiergate.metrics.drift import OutputDrift, compare_outputs, non_finite_count, shared_drift
 from tiergate.metrics.latency import LatencyStats, latency_stats
 from tiergate.policy import Policy, Thresholds
-from tiergate.results import TargetResult
+from tiergate.results import MB, DeviceFigures, TargetResult
 from tiergate.targets import DeviceClass
 
 PROMOTE, REJECT = "PROMOTE", "REJECT"
@@ -115,6 +116,8 @@ class TargetMetrics:
     latency_ratio_vs_reference: float | None = None                   # candidate mean / reference mean
     cost_per_1k: dict[str, float] = field(default_factory=dict)       # candidate / reference (real hardware)
     ab: ABResult | None = None                                        # A/B against the incumbent
+    device: dict[str, DeviceFigures] = field(default_factory=dict)    # candidate / reference / incumbent figures
+    device_ratios: dict[str, float] = field(default_factory=dict)     # <figure>_ratio[_vs_incumbent]: candidate / other
 
     def to_json(self) -> dict:
         return encode(self)
@@ -295,6 +298,7 @@ class _TargetEval:
         ref_ok = self.check("reference_run", ref.result.status, "==", "ok", passed=ref.ok,
                             detail=_failure(ref, "FP32 reference"))
         self._latency(m, cand, ref, inc)
+        self._device_figures(m, cand, ref, inc)
         if not (cand_ok and ref_ok):
             return m
         self._outputs(m, cand.outputs, ref.outputs)
@@ -402,6 +406,46 @@ class _TargetEval:
             untrusted = _untrusted(lat, name, self.t)
             self.check(name, value, "<=", limit, passed=_compare(value, "<=", limit) and not untrusted,
                        detail=untrusted or ("no latency measurements" if lat is None else ""))
+
+    # -- device figures: memory, load, first call, size (metrics/device.py) ----------------
+    def _device_figures(self, m: TargetMetrics, cand, ref, inc) -> None:
+        """Figures per side, ratios, and their limits; time and memory are not gated on emulated classes."""
+        for outcome, who in ((cand, "candidate"), (ref, "FP32 reference")):
+            limit = outcome.result.oom_limit_bytes
+            if limit:
+                self.check("memory_limit", f"out of memory ({who})", "<", limit / MB, passed=False,
+                           detail=f"the {who}'s run was killed at {self.dc.name}'s memory limit of "
+                                  f"{limit / MB:.0f} MB (memory_limit_mb); it needs more on tier {self.dc.tier}")
+        for side, outcome in (("candidate", cand), ("reference", ref), ("incumbent", inc)):
+            if outcome is not None and outcome.result.ok and outcome.result.device is not None:
+                m.device[side] = dataclasses.replace(outcome.result.device, emulated=m.emulated)
+        figures = m.device.get("candidate")
+        m.device_ratios = {**device_ratios(figures, m.device.get("reference")),
+                           **device_ratios(figures, m.device.get("incumbent"), "_vs_incumbent")}
+        if not cand.ok:
+            return
+        if figures is None:
+            self.note("no device figures in the candidate's run (an older harness?): a device limit fails")
+        skipped = []
+        for fig in FIGURES:
+            limits = [(fig.name, fig.value(figures), getattr(self.t, fig.limit_key), fig.limit_key),
+                      (f"{fig.base}_ratio", m.device_ratios.get(f"{fig.base}_ratio"),
+                       getattr(self.t, fig.ratio_key), fig.ratio_key),
+                      (f"{fig.base}_ratio_vs_incumbent", m.device_ratios.get(f"{fig.base}_ratio_vs_incumbent"),
+                       getattr(self.t, fig.incumbent_ratio_key), fig.incumbent_ratio_key)]
+            for name, value, limit, key in limits:
+                if limit is None or (name.endswith("_vs_incumbent") and inc is None):
+                    continue
+                if m.emulated and fig.emulation_bound:
+                    skipped.append(key)
+                    continue
+                versus = "incumbent" if name.endswith("_vs_incumbent") else "FP32 reference"
+                what = fig.meaning if name == fig.name else f"candidate / {versus}, {fig.meaning}"
+                self.check(name, value, "<=", limit, detail=f"{key} on tier {self.dc.tier}: {what}"
+                           + ("" if value is not None else " (not measured)"))
+        if skipped:
+            self.note(f"device figures are emulated (QEMU user mode: memory includes the emulator): reported, "
+                      f"not gated ({', '.join(skipped)})")
 
     # -- A/B against the incumbent ---------------------------------------------------------
     def _ab(self, m: TargetMetrics, cand, ref, inc, labels) -> None:

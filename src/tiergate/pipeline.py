@@ -81,6 +81,7 @@ class RunSpec:
     intake: Intake
     image: BuiltImage | None = None
     build_error: str | None = None
+    profile: bool = False            # per-op time in the run's device figures (harness --profile)
 
 
 @dataclass
@@ -345,12 +346,13 @@ def run_one(spec: RunSpec, data: EvalData, backend, *, root: Path | None = None,
         _atomic_result(folder, results.failed(dc.name, spec.build_error or "no image", tier=dc.tier,
                                               artifact_sha256=spec.intake.sha256))
         return RunDone(spec.role, dc.name, folder, cached=False, started=False)
-    key = run_key(spec.intake.sha256, dc.name, spec.image.image_id, data.sha256)
+    key = run_key(spec.intake.sha256, dc.name + ("+profile" if spec.profile else ""), spec.image.image_id,
+                  data.sha256)
     folder = root / key
     caches = getattr(backend, "caches_locally", True)
     janitor.check_stop()
     with key_lock(key):
-        if caches and (verified(folder) or _fetch_recorded(registry, spec, data, folder)):
+        if caches and (verified(folder) or (not spec.profile and _fetch_recorded(registry, spec, data, folder))):
             _say(progress, f"cached: {spec.role} on {dc.name}")
             return RunDone(spec.role, dc.name, folder, cached=True, started=False)
         from tiergate.execution.base import Job
@@ -360,7 +362,7 @@ def run_one(spec: RunSpec, data: EvalData, backend, *, root: Path | None = None,
         work = folder.with_name(f"{key}.part-{os.getpid()}-{threading.get_ident()}")
         shutil.rmtree(work, ignore_errors=True)
         job = Job(dc, data.path, work, image=spec.image, artifact_sha256=spec.intake.sha256,
-                  data_sha256=data.sha256, role=spec.role)
+                  data_sha256=data.sha256, role=spec.role, profile=spec.profile)
         _say(progress, f"running {spec.role} on {dc.name}")
         guarded = _HostFaults(backend)
         try:
@@ -502,8 +504,11 @@ def load_outcomes(folders: dict[tuple[str, str], Path]) -> dict[str, dict[str, R
 def gate(candidate: Path, reference: Path, data_path: Path, device_classes: list[DeviceClass],
          policy: Policy, *, incumbent: Path | None = None, base_image: str | None = None,
          ca_bundle: Path | None = None, registry=None, root: Path | None = None,
-         max_parallel: int = 2, progress: Progress | None = None, seams: Seams | None = None) -> GateRun:
-    """Intake, build, run, compare and decide; user errors raise before anything runs."""
+         max_parallel: int = 2, progress: Progress | None = None, seams: Seams | None = None,
+         profile: bool = False) -> GateRun:
+    """Intake, build, run, compare and decide; user errors raise before anything runs.
+
+    `profile`: every run also records per-op time (a run of its own, cached apart)."""
     seams = seams or Seams()
     builder = seams.builder or DockerBuilder(base_image, ca_bundle)
     seams.janitor(device_classes)
@@ -515,7 +520,7 @@ def gate(candidate: Path, reference: Path, data_path: Path, device_classes: list
     check_formats(intakes, device_classes)
     data = load_data(data_path, intakes, policy, device_classes)
     labels_known = labels_checked(data, intakes)
-    specs = [RunSpec(role, dc, item) for role, item in intakes.items() for dc in device_classes]
+    specs = [RunSpec(role, dc, item, profile=profile) for role, item in intakes.items() for dc in device_classes]
     per_class = [[s for s in specs if s.device_class.name == dc.name] for dc in device_classes]
 
     def build_and_describe(group: list[RunSpec]):

@@ -46,6 +46,20 @@ class Thresholds:
     max_latency_cov: float | None = None
     p99_min_samples: int = 299
     max_cost_per_1k: float | None = None
+    # device figures (harness, every run): absolute limits, and ratios against the FP32 reference and the
+    # incumbent on the same device class; time and memory are not gated on emulated classes
+    max_peak_memory_mb: float | None = None
+    max_load_ms: float | None = None
+    max_first_inference_ms: float | None = None
+    max_artifact_mb: float | None = None
+    max_peak_memory_ratio: float | None = None
+    max_load_ratio: float | None = None
+    max_first_inference_ratio: float | None = None
+    max_artifact_ratio: float | None = None
+    max_peak_memory_ratio_vs_incumbent: float | None = None
+    max_load_ratio_vs_incumbent: float | None = None
+    max_first_inference_ratio_vs_incumbent: float | None = None
+    max_artifact_ratio_vs_incumbent: float | None = None
     noninferiority_margin: float = 0.01
     max_latency_regression: float = 0.10
     confidence: float = 0.95

@@ -56,9 +56,32 @@ def default_build(runtime: str) -> RuntimeBuild:
 
 @dataclass(frozen=True)
 class ContainerLimits:
+    """The container's limits. `memory` (Docker's size string) is the device's memory: a class file sets it
+    with `memory_limit_mb = N` (or, the older spelling, `[container] memory = "2g"`)."""
+
     memory: str = "2g"
     pids_limit: int = 256
     timeout_s: int = 900
+
+    @property
+    def memory_bytes(self) -> int:
+        return memory_bytes(self.memory)
+
+    @property
+    def memory_mb(self) -> float:
+        return self.memory_bytes / (1024 * 1024)
+
+
+_UNITS = {"": 1, "b": 1, "k": 1024, "m": 1024 ** 2, "g": 1024 ** 3}
+_SIZE = re.compile(r"^([0-9]+)([bkmg]?)$", re.IGNORECASE)
+
+
+def memory_bytes(size: str) -> int:
+    """Bytes of a Docker memory size ("96m", "2g", "512k", "1048576")."""
+    match = _SIZE.match(size.strip())
+    if not match:
+        raise ValueError(f"not a memory size: {size!r} (a number with b, k, m or g)")
+    return int(match.group(1)) * _UNITS[match.group(2).lower()]
 
 
 @dataclass(frozen=True)
@@ -116,6 +139,7 @@ _FIELDS: dict[str, tuple[type | tuple[type, ...], bool]] = {
     "execution": (str, True),
     "docker_host": (str, False),
     "cost_per_hour": ((int, float), True),
+    "memory_limit_mb": (int, False),
     "gpu": (bool, False),
     "base_image": (str, False),
     "container": (dict, False),
@@ -178,7 +202,7 @@ def parse_device_class(path: Path, data: dict) -> DeviceClass:
         raise _bad(path, "docker_host", "must name the remote engine when execution is 'remote'")
     if data["runtime"] == "onnxruntime-gpu" and not data.get("gpu", False):
         raise _bad(path, "gpu", "must be true for the onnxruntime-gpu runtime")
-    limits = _parse_limits(path, data.get("container", {}))
+    limits = _parse_limits(path, data.get("container", {}), data.get("memory_limit_mb"))
     build = _parse_build(path, data["runtime"], data.get("build", {}))
     tags = data.get("cost_tags", {})
     for key, value in tags.items():
@@ -205,11 +229,26 @@ def parse_device_class(path: Path, data: dict) -> DeviceClass:
     )
 
 
-def _parse_limits(path: Path, table: dict) -> ContainerLimits:
+def _parse_limits(path: Path, table: dict, memory_limit_mb: int | None) -> ContainerLimits:
     for key, value in table.items():
         if key not in _LIMIT_FIELDS:
             raise _bad(path, f"container.{key}", f"is unknown (known: {', '.join(_LIMIT_FIELDS)})")
         _check_type(path, f"container.{key}", value, _LIMIT_FIELDS[key])
+    table = dict(table)
+    if "memory" in table:
+        try:
+            size = memory_bytes(table["memory"])
+        except ValueError as exc:
+            raise _bad(path, "container.memory", str(exc)) from None
+        if size < 6 * 1024 * 1024:
+            raise _bad(path, "container.memory", "must be at least 6m (Docker's minimum)")
+    if memory_limit_mb is not None:
+        if "memory" in table:
+            raise _bad(path, "memory_limit_mb", "and [container] memory say the same thing: give one "
+                       "(memory_limit_mb)")
+        if memory_limit_mb < 6:
+            raise _bad(path, "memory_limit_mb", "must be at least 6 (Docker's minimum container memory)")
+        table["memory"] = f"{memory_limit_mb}m"
     return ContainerLimits(**table)
 
 

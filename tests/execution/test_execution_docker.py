@@ -104,7 +104,8 @@ def test_crash_oom_and_timeout_fail_alone(images, models, data, tmp_path):
     np.testing.assert_allclose(results.load_outputs(tmp_path / "good")["y"],
                                kit.host_onnx(models["mlp"], data)["y"], rtol=1e-5, atol=1e-5)
     assert crash.reason == "crashed (segfault)" and "Segmentation fault" in crash.log_tail
-    assert oom.reason == "out of memory (limit 96m)"
+    assert oom.reason == "out of memory: killed at the device class's memory limit (96m)"
+    assert oom.oom_limit_bytes == 96 * 1024 * 1024 and results.load(tmp_path / "oom").oom_limit_bytes == 96 * 2**20
     assert timeout.reason == "timed out after 3 s" and "hang" in timeout.log_tail
     for name, result in (("crash", crash), ("oom", oom), ("timeout", timeout)):
         saved = results.load(tmp_path / name)

@@ -76,3 +76,25 @@ def test_other_schema_is_refused():
     doc["schema"] = 1
     with pytest.raises(InputError, match="schema 1"):
         Decision.from_json(doc)
+
+
+def test_target_result_device_figures_round_trip_through_the_result_folder(tmp_path):
+    """result.json keeps the typed device figures (op profile included) and the OOM limit exactly."""
+    from tiergate import results
+    from tiergate.results import DeviceFigures, NodeTime, OpProfile, OpTime, TargetResult
+
+    profile = OpProfile(True, "onnxruntime profiling JSON", "", 20,
+                        {"Conv": OpTime(1.5, 40, 2), "Relu": OpTime(0.25, 40, 2)},
+                        [NodeTime("c1", "Conv", 1.0, "CPUExecutionProvider"), NodeTime("c2", "Conv", 0.5)])
+    figures = DeviceFigures(61_000_000, 49_000_000, 9_000_000, 400_000, None, "/proc/self/status VmHWM",
+                            3.25, 0.5, 2135, True, profile)
+    ok = TargetResult("arm", "ok", tier="cortex-a", emulated=True, latencies_ns=[10, 12], device=figures)
+    oom = TargetResult("x86", "failed", reason="out of memory", oom_limit_bytes=64 * 1024 * 1024)
+    for result in (ok, oom):
+        folder = results.save(result, tmp_path / result.device_class)
+        json.loads((folder / results.RESULT_FILE).read_text())      # plain JSON on disk
+        back = results.load(folder)
+        assert back == result and type(back.device) is type(result.device)
+    assert results.load(tmp_path / "arm").device.op_profile.by_op_type["Conv"] == OpTime(1.5, 40, 2)
+    old = {k: v for k, v in ok.to_json().items() if k not in ("device", "oom_limit_bytes")}
+    assert TargetResult.from_json(old).device is None                 # a result from an older harness still loads

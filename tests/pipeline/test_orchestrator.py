@@ -190,3 +190,31 @@ def test_registry_records_decision_and_runs_in_one_transaction(case, monkeypatch
             pipeline.record(registry, bad)
         assert (len(registry.decisions()), len(registry.runs())) == before
         assert registry.alias("clf", "x86-server").sha256 == run.intakes["candidate"].sha256
+
+
+def test_device_figures_flow_from_runs_to_the_decision_and_a_ratio_limit(case, tmp_path):
+    """The orchestrator carries each run's figures into the decision; a peak-memory ratio limit vs the
+    FP32 reference rejects on the native class only (emulated memory is reported, not gated)."""
+    backend = FakeBackend(peak_memory_mb={("candidate", X86): 90.0, ("candidate", ARM): 300.0})
+    policy_file = tmp_path / "policy.toml"
+    policy_file.write_text("[defaults]\nmax_peak_memory_ratio = 1.5\n")
+    seams = pipeline.Seams(builder=FakeBuilder(), backend_for=backend)
+    run = pipeline.gate(case["good"], case["reference"], case["data"], resolve([X86, ARM]), load_policy(policy_file),
+                        seams=seams, profile=True)
+    decision = run.decision
+    assert sorted(backend.profiled) == sorted((r, c) for r in ("candidate", "reference") for c in (X86, ARM))
+    assert decision.metrics[X86].device_ratios["peak_memory_ratio"] == pytest.approx(1.8)
+    failed = [c for c in decision.checks if not c.passed]
+    assert [(c.device_class, c.name) for c in failed] == [(X86, "peak_memory_ratio")]
+    assert "max_peak_memory_ratio on tier x86-server" in decision.reasons[0]
+    assert decision.metrics[ARM].device["candidate"].emulated
+    assert decision.metrics[X86].device["reference"].artifact_bytes == case["reference"].stat().st_size
+
+
+def test_an_oom_class_is_a_memory_finding_and_the_other_class_is_kept(case):
+    run, _, _ = _gate(case, backend=FakeBackend(oom={ARM: 64}))
+    decision = run.decision
+    oom = [c for c in decision.checks if c.name == "memory_limit"]
+    assert {(c.device_class, c.threshold) for c in oom} == {(ARM, 64.0)} and len(oom) == 2
+    assert all(c.passed for c in decision.checks if c.device_class == X86)
+    assert decision.metrics[X86].device["candidate"].peak_memory_bytes > 0

@@ -48,7 +48,8 @@ def populate(registry: Registry, tmp_path: Path) -> dict:
     os.environ["TIERGATE_HOME"] = str(tmp_path / "home")
     try:
         for name in variants:
-            gate_run = pipeline.gate(paths[name], paths["fp32"], data, resolve(list(CLASSES)), load_policy(None))
+            gate_run = pipeline.gate(paths[name], paths["fp32"], data, resolve(list(CLASSES)), load_policy(None),
+                                     profile=True)   # real op profiles: the report's top ops per tier
             pipeline.record(registry, gate_run, cost_tags={"billing": "edge-fleet"})
             runs[name] = {dc: folder for (role, dc), folder in gate_run.run_dirs.items() if role == "candidate"}
             runs[name]["verdict"] = gate_run.decision.verdict

@@ -47,8 +47,9 @@ def test_plots_are_in_the_rendered_dom(page, tmp_path):
         match = re.search(f'<svg[^>]* id="{svg_id}".*?</svg>', dom, re.S)
         assert match, f"{svg_id} missing from the rendered DOM"
         assert match.group(0).count("<path") > 10  # axes, lines and markers were parsed as SVG
-    # two tier tables, the cross-tier table, and one runtime-graph table per gated artifact (three)
-    assert dom.count("<table") == 6 and "tiergate drift report: digits" in dom
+    # two tier tables, the cross-tier table, one runtime-graph table per gated artifact (three),
+    # and a top-ops table per tier (the kit gates with --profile)
+    assert dom.count("<table") == 8 and "tiergate drift report: digits" in dom
     assert dom.count('id="table-runtime-') == 3 and "What each tier's runtime executes" in dom
 
 

@@ -162,7 +162,15 @@ def test_report_metrics_read_the_flat_shape_the_gate_records():
     recorded = {"accuracy": 0.75, "cosine": float("nan"), "sqnr_db": float("inf"), "max_abs_err": 3,
                 "latency_p50_ms": True, "latency_p99_ms": "fast", "emulated": True}
     assert report_metrics(recorded) == {"accuracy": 0.75, "cosine": None, "sqnr_db": None, "max_abs_error": 3.0,
-                                        "latency_p50_ms": None, "latency_p99_ms": None, "cost_per_1k": None}
+                                        "latency_p50_ms": None, "latency_p99_ms": None, "cost_per_1k": None,
+                                        "peak_memory_mb": None, "load_ms": None, "first_inference_ms": None,
+                                        "artifact_mb": None}
+    figures = {"device": {"candidate": {"peak_memory_bytes": 3 * 1024 * 1024, "load_ms": 4.5,
+                                        "first_inference_ms": 0.5, "artifact_bytes": 1024 * 1024}}}
+    flat = flat_metrics(figures)
+    assert (flat["peak_memory_mb"], flat["load_ms"], flat["first_inference_ms"], flat["artifact_mb"]) == \
+        (3.0, 4.5, 0.5, 1.0)
+    assert report_metrics(flat)["peak_memory_mb"] == 3.0
 
 
 def test_cross_tier_matrix_from_given_outputs_only():
@@ -179,3 +187,58 @@ def test_cross_tier_matrix_from_given_outputs_only():
     assert matrix["labels"][3]["tier"] == "t3"
     with pytest.raises(ValueError, match="3 labels for 2"):
         cross_tier_matrix(labels[:3], [a, b])
+
+
+def _recorded_profile(registry, sha, device_class):
+    """ms per call by op type, from the op profile the gate recorded for this artifact (gate --profile)."""
+    detail = registry.decisions(artifact_sha=sha)[-1].detail
+    profile = detail["metrics"][device_class]["device"]["candidate"]["op_profile"]
+    return {op: t["total_ms"] / max(int(profile["calls"]), 1) for op, t in profile["by_op_type"].items()}
+
+
+@pytest.mark.docker
+@pytest.mark.emulated
+@pytest.mark.slow
+def test_report_shows_top_ops_per_tier_and_what_changed_since_the_previous_artifact(filled, tmp_path):
+    registry, made = filled
+    report = build_drift_report(registry, "digits")
+    shas = made["shas"]
+    x86 = report["ops"]["x86-server"]
+    assert [e["device_class"] for e in x86] == ["x86_64-cpu-onnxruntime"]
+    entry = x86[0]
+    assert entry["artifact_sha"] == shas["v2"] and entry["previous_short"] == report["artifacts"][1]["short"]
+    now = _recorded_profile(registry, shas["v2"], "x86_64-cpu-onnxruntime")
+    before = _recorded_profile(registry, shas["v1"], "x86_64-cpu-onnxruntime")
+    assert now and {"MatMul", "Add"} & set(now)                                 # the tiny model's real ops
+    assert [op for op, _ in entry["profile"]["top"]] == sorted(now, key=lambda op: -now[op])[:5]
+    assert all(ms == pytest.approx(now[op]) for op, ms in entry["profile"]["top"])
+    biggest = max(set(now) | set(before), key=lambda op: abs(now.get(op, 0.0) - before.get(op, 0.0)))
+    assert entry["changes"][0]["op"] == biggest
+    assert entry["changes"][0]["change_ms"] == pytest.approx(now.get(biggest, 0.0) - before.get(biggest, 0.0))
+    assert report["ops"]["cortex-a"][0]["emulated"] is True
+    html = render_html(report)
+    assert 'id="table-ops-x86-server"' in html
+    assert "peak memory (MiB)" in html and "load time (ms)" in html        # plots beside latency
+    row = report["tiers"]["x86-server"]["rows"][2]
+    figures = registry.decisions(artifact_sha=shas["v2"])[-1].detail["metrics"]["x86_64-cpu-onnxruntime"]
+    device = figures["device"]["candidate"]
+    assert row["metrics"]["peak_memory_mb"] == pytest.approx(device["peak_memory_bytes"] / 2**20)
+    assert row["metrics"]["load_ms"] == pytest.approx(device["load_ms"])
+
+
+@pytest.mark.docker
+@pytest.mark.emulated
+@pytest.mark.slow
+def test_report_command_prints_the_top_ops_per_tier_and_their_change(filled, tmp_path, capsys):
+    from tiergate.cli.main import main
+
+    registry, made = filled
+    code = main(["report", "--model", "digits", "--out", str(tmp_path / "out"),
+                 "--registry", registry.url, "--store", registry.store.location])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    lines = [line for line in out.splitlines() if line.startswith("top ops")]
+    assert len(lines) == 2 and any("x86-server / x86_64-cpu-onnxruntime @" in line for line in lines)
+    assert any("cortex-a / arm64-cpu-onnxruntime (emulated)" in line for line in lines)
+    top = max(_recorded_profile(registry, made["shas"]["v2"], "x86_64-cpu-onnxruntime").items(), key=lambda kv: kv[1])
+    assert any(top[0] in line for line in lines)

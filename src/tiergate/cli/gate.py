@@ -34,6 +34,7 @@ def gate(
     base_image: str | None = typer.Option(None, "--base-image", help="Base image for runtime images."),
     ca_bundle: Path | None = typer.Option(None, "--ca-bundle", help="Extra CA bundle for builds behind a proxy."),
     max_parallel: int = typer.Option(2, "--max-parallel", min=1, help="Target runs at a time."),
+    profile: bool = typer.Option(False, "--profile", help="Also record per-op time (op type and node) per run."),
 ) -> None:
     """Gate a candidate: PROMOTE (exit 0) or REJECT (exit 1) with every check listed."""
     from tiergate import pipeline
@@ -60,7 +61,7 @@ def gate(
     registry = _registry(registry_url)
     run = pipeline.gate(candidate, reference, data, device_classes, loaded_policy, incumbent=incumbent,
                         base_image=base_image, ca_bundle=ca_bundle, registry=registry,
-                        max_parallel=max_parallel, progress=progress)
+                        max_parallel=max_parallel, progress=progress, profile=profile)
     if registry is not None:
         pipeline.record_or_reuse(registry, run)
     pipeline.write_reports(run, report_dir, junit)
@@ -105,6 +106,7 @@ def _print(run) -> None:
         table.add_row(c.device_class, c.tier, c.label, _fmt(c.value), threshold, _OK[c.passed])
     console = Console(width=max(Console().width, 120))
     console.print(table)
+    _print_device(console, decision)
     _print_runtime(console, run)
     for reason in decision.reasons:
         console.print(f"[red]reason:[/] {reason}", highlight=False)
@@ -113,6 +115,23 @@ def _print(run) -> None:
     console.print(f"runs: {run.containers_started} started, {run.cache_hits} reused from cache", highlight=False)
     style = "bold green" if decision.passed else "bold red"
     console.print(f"[{style}]{decision.verdict}[/]")
+
+
+def _print_device(console: Console, decision) -> None:
+    """The device figures of every run, candidate and reference, and the top ops where profiled."""
+    from tiergate.reports.device import device_rows
+
+    rows = device_rows(decision)
+    if not rows:
+        return
+    table = Table(title="device figures (emulated: QEMU, memory includes the emulator; not gated)")
+    for column in ("device class", "run", "peak MB", "load +MB", "infer +MB", "load ms", "first call ms",
+                   "size MB", "top ops (ms/call)"):
+        table.add_column(column, overflow="fold")
+    for r in rows:
+        table.add_row(r["device_class"] + (" (emulated)" if r["emulated"] else ""), r["side"], *r["cells"],
+                      r["top_ops"])
+    console.print(table)
 
 
 def _print_runtime(console: Console, run) -> None:

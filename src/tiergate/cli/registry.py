@@ -71,6 +71,15 @@ def report_command(
     with _open(registry_url, store) as registry:
         report = build_drift_report(registry, model, since=when)
     html_path, json_path = write_report(report, out)
+    for tier, entries in (report.get("ops") or {}).items():
+        for e in entries:
+            profile = e["profile"]
+            top = ", ".join(f"{op} {ms:.3g}" for op, ms in profile["top"]) if profile["available"] \
+                else f"unavailable: {profile['reason']}"
+            changed = ", ".join(f"{c['op']} {c['change_ms']:+.3g}" for c in e["changes"])
+            typer.echo(f"top ops (ms/call) {tier} / {e['device_class']}{' (emulated)' if e['emulated'] else ''} "
+                       f"@ {e['short']}: {top}"
+                       + (f"; since {e['previous_short']}: {changed}" if e["previous_short"] and changed else ""))
     typer.echo(f"wrote {html_path}")
     typer.echo(f"wrote {json_path}")
 

@@ -23,7 +23,7 @@ LOG_TAIL_LINES = 40
 DEFAULT_WARMUP = 3
 # fields of TargetResult the harness itself knows (the host adds the rest)
 HARNESS_FIELDS = ("runtime", "versions", "machine", "threads", "batch_size", "n_samples",
-                  "latencies_ns", "warmup", "extra")
+                  "latencies_ns", "warmup", "extra", "device")
 
 
 @dataclass(frozen=True)
@@ -41,13 +41,15 @@ class Job:
     env: dict[str, str] = field(default_factory=dict)  # extra environment (TIERGATE_HARNESS_FAULT in tests)
     compare_rounds: int = 0                             # harness vs bare loop rounds (bench/bench_harness.py)
     role: str = ""                                      # candidate / reference / incumbent (for remote runs, logs)
+    profile: bool = False                               # per-op time in device.op_profile (harness --profile)
 
     def harness_args(self, model: str, data: str, out: str) -> list[str]:
         dc = self.device_class
         args = ["--runtime", dc.runtime, "--model", model, "--data", data, "--out", out,
                 "--threads", str(dc.threads), "--batch-size", str(dc.batch_size),
                 "--warmup", str(self.warmup)]
-        return args + (["--compare-rounds", str(self.compare_rounds)] if self.compare_rounds else [])
+        args += ["--compare-rounds", str(self.compare_rounds)] if self.compare_rounds else []
+        return args + (["--profile"] if self.profile else [])
 
 
 class Backend(Protocol):
@@ -86,13 +88,21 @@ def read_harness_result(job: Job, host: dict, log_tail: str) -> TargetResult:
         return failed(job.device_class.name, f"the harness wrote an unreadable result: {exc}",
                       log_tail=log_tail, **host)
     merged = {**host, **{k: data[k] for k in HARNESS_FIELDS if k in data}}
-    return TargetResult(device_class=job.device_class.name, status="ok", log_tail=log_tail, **merged)
+    try:
+        result = TargetResult.from_json({"device_class": job.device_class.name, "status": "ok",
+                                         "log_tail": log_tail, **merged})
+    except (TypeError, ValueError, AttributeError) as exc:
+        return failed(job.device_class.name, f"the harness wrote an unreadable result: {exc}",
+                      log_tail=log_tail, **host)
+    if result.device is not None:
+        result.device.emulated = bool(result.emulated)
+    return result
 
 
 def exit_reason(code: int, *, oom: bool = False, memory: str = "") -> str:
     """One line for a harness that did not exit 0 (code as Docker reports it: 128+signal)."""
     if oom:
-        return f"out of memory (limit {memory})"
+        return f"out of memory: killed at the device class's memory limit ({memory})"
     signum = code - 128 if code > 128 else -code if code < 0 else 0
     if signum == signal.SIGSEGV:
         return "crashed (segfault)"

@@ -127,7 +127,7 @@ def _attempt(client, dc, image: str, artifact, work: Path) -> None:
                              "--threads", str(dc.threads)])
         container = client.containers.create(**spec)
         try:
-            reason, log_tail = _run(container, job)
+            reason, log_tail, _oom = _run(container, job)
             _download(container, work)
         finally:
             container.remove(force=True)

@@ -1,8 +1,11 @@
 """Docker backend: the harness in the device class's image, on a local, ssh:// or GPU engine.
 
 The container is confined: no network, a read-only root filesystem, a non-root
-user, a tmpfs /tmp, no capabilities, memory and pids limits from the device
-class's [container] table, and a wall-clock timeout (kill + failed result).
+user, a tmpfs /tmp, no capabilities, the device's memory (`memory_limit_mb`, or
+[container] memory) as Docker's memory limit (swap included), a pids limit, and a
+wall-clock timeout (kill + failed result). A run the kernel kills at the memory
+limit is an out-of-memory finding: a failed result naming the limit, with
+`oom_limit_bytes` set (the gate turns it into a memory check for that class).
 
 Data travel through two job volumes, not bind mounts, so the same code serves a
 remote engine whose filesystem is not ours: the evaluation .npz is copied into
@@ -32,6 +35,7 @@ from tiergate.execution.engine import DEFAULT_ATTEMPTS, DEFAULT_BACKOFF_S, conne
 from tiergate.results import OUTPUTS_FILE, RESULT_FILE, TargetResult, failed
 
 USER = "65534:65534"  # nobody:nogroup
+CONTAINER_ENV = "TIERGATE_IN_CONTAINER"   # tells the harness the cgroup is the run's own (harness_memory.py)
 DATA_NAME = "data.npz"
 TMPFS = "rw,nosuid,nodev,size=64m,mode=1777"
 # The most one output file (outputs.npz, result.json) may hold: enforced in the container
@@ -85,7 +89,7 @@ class DockerBackend:
                                                                  engine_cpus=info.get("NCPU")))
                 try:
                     janitor.check_stop()   # a stop between create and here: the finally removes it
-                    reason, log_tail = _run(container, job)
+                    reason, log_tail, oom = _run(container, job)
                     if reason is None:
                         _download(container, job.out_dir)
                 finally:
@@ -93,7 +97,8 @@ class DockerBackend:
         finally:
             client.close()
         if reason is not None:
-            return failed(job.device_class.name, reason, log_tail=log_tail, **host)
+            return failed(job.device_class.name, reason, log_tail=log_tail,
+                          oom_limit_bytes=job.device_class.limits.memory_bytes if oom else None, **host)
         return _check_machine(read_harness_result(job, host, log_tail), job, engine_machine)
 
     def spec(self, job: Job, data_volume: str, out_volume: str, *, engine_cpus: int | None = None) -> dict:
@@ -112,15 +117,16 @@ class DockerBackend:
             mem_limit=dc.limits.memory, memswap_limit=dc.limits.memory, pids_limit=dc.limits.pids_limit,
             nano_cpus=int(max(cpus, 1) * 1_000_000_000),
             volumes={data_volume: {"bind": "/data", "mode": "ro"}, out_volume: {"bind": "/out", "mode": "rw"}},
-            environment=dict(job.env), labels={f"{LABEL}.device_class": dc.name, **janitor.owner_labels()},
+            environment={**job.env, CONTAINER_ENV: "1"},
+            labels={f"{LABEL}.device_class": dc.name, **janitor.owner_labels()},
         )
         if self.gpu:
             spec["device_requests"] = [docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])]
         return spec
 
 
-def _run(container, job: Job) -> tuple[str | None, str]:
-    """Start, wait with the class's timeout: (why it failed or None, log tail)."""
+def _run(container, job: Job) -> tuple[str | None, str, bool]:
+    """Start, wait with the class's timeout: (why it failed or None, log tail, killed out of memory)."""
     dc = job.device_class
     container.start()
     timed_out = False
@@ -136,16 +142,16 @@ def _run(container, job: Job) -> tuple[str | None, str]:
     container.reload()
     log_tail = tail(container.logs(tail=LOG_TAIL_LINES).decode("utf-8", "replace"))
     if timed_out:
-        return f"timed out after {dc.limits.timeout_s} s", log_tail
+        return f"timed out after {dc.limits.timeout_s} s", log_tail, False
     oom = bool(container.attrs["State"].get("OOMKilled"))
     if code == 128 + signal.SIGXFSZ and not oom:
-        return f"the harness wrote more than the output limit ({OUTPUT_LIMIT_BYTES} bytes per file)", log_tail
+        return f"the harness wrote more than the output limit ({OUTPUT_LIMIT_BYTES} bytes per file)", log_tail, False
     if oom or code != 0:
         reason = exit_reason(code, oom=oom, memory=dc.limits.memory)
         if 0 < code < 128 and not oom:
             reason += f": {last_line(log_tail)}"
-        return reason, log_tail
-    return None, log_tail
+        return reason, log_tail, oom
+    return None, log_tail, False
 
 
 def _check_machine(result: TargetResult, job: Job, engine_machine: str) -> TargetResult:
@@ -154,6 +160,8 @@ def _check_machine(result: TargetResult, job: Job, engine_machine: str) -> Targe
     if not result.ok:
         return result
     result.emulated = dc.emulated or bool(engine_machine and result.machine != engine_machine)
+    if result.device is not None:
+        result.device.emulated = result.emulated    # QEMU user mode: memory includes the emulator
     if result.machine != dc.machine:
         result.status = "failed"
         result.reason = f"ran as {result.machine}, but {dc.name} is {dc.machine}: check its base image"

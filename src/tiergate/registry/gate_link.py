@@ -14,7 +14,8 @@ from typing import Any, Iterable
 from tiergate.registry.db import Registry
 from tiergate.registry.records import Check, DecisionRecord, NewRun
 
-METRIC_KEYS = ("accuracy", "cosine", "sqnr_db", "max_abs_error", "latency_p50_ms", "latency_p99_ms", "cost_per_1k")
+METRIC_KEYS = ("accuracy", "cosine", "sqnr_db", "max_abs_error", "latency_p50_ms", "latency_p99_ms", "cost_per_1k",
+               "peak_memory_mb", "load_ms", "first_inference_ms", "artifact_mb")
 """The flat run-metrics keys (docs/registry.md); a run's metrics carry these plus "emulated"."""
 
 
@@ -42,8 +43,22 @@ def flat_metrics(target: dict) -> dict[str, Any]:
         "latency_p50_ms": latency.get("p50_ms"),
         "latency_p99_ms": latency.get("p99_ms"),
         "cost_per_1k": (target.get("cost_per_1k") or {}).get("candidate"),
+        **_device(target),
         "emulated": bool(target.get("emulated", False)),
     }
+
+
+def _device(target: dict) -> dict[str, float | None]:
+    """The candidate's device figures in the units a policy uses (tiergate.metrics.device)."""
+    figures = (target.get("device") or {}).get("candidate") or {}
+    mb = 1024 * 1024
+
+    def scaled(key: str, scale: float = 1.0):
+        value = figures.get(key)
+        return value / scale if isinstance(value, (int, float)) else None
+
+    return {"peak_memory_mb": scaled("peak_memory_bytes", mb), "load_ms": scaled("load_ms"),
+            "first_inference_ms": scaled("first_inference_ms"), "artifact_mb": scaled("artifact_bytes", mb)}
 
 
 def checks_of(decision: Any) -> list[Check]:

@@ -128,7 +128,35 @@ def build_drift_report(registry: Registry, model: str, since: datetime | None = 
         "tiers": tier_rows(registry, artifacts, promoted),
         "cross_tier": promoted_cross_tier(registry, promoted),
         "runtime": runtime_graphs(registry, artifacts),
+        "ops": op_profiles(registry, artifacts),
     }
+
+
+def op_profiles(registry: Registry, artifacts: list[ArtifactRecord]) -> dict[str, list[dict]]:
+    """tier -> per device class: the top ops of the latest artifact whose gate profiled it (gate --profile),
+    and what changed since the artifact profiled before it (from the recorded decisions' device figures)."""
+    from tiergate.reports.device import profile_changes, profile_summary
+
+    seen: dict[tuple[str, str], list[dict]] = {}
+    for artifact in artifacts:
+        recorded = registry.decisions(artifact_sha=artifact.sha256)
+        if not recorded:
+            continue
+        for name, target in (recorded[-1].detail.get("metrics") or {}).items():
+            figures = ((target.get("device") or {}).get("candidate") or {})
+            summary = profile_summary(figures.get("op_profile"))
+            if summary is not None:
+                seen.setdefault((target.get("tier", ""), name), []).append(
+                    {"short": artifact.short, "artifact_sha": artifact.sha256, "profile": summary,
+                     "emulated": bool(target.get("emulated"))})
+    out: dict[str, list[dict]] = {}
+    for (tier, name), history in sorted(seen.items()):
+        latest, previous = history[-1], (history[-2] if len(history) > 1 else None)
+        out.setdefault(tier, []).append({
+            "device_class": name, **latest,
+            "previous_short": previous["short"] if previous else None,
+            "changes": profile_changes(latest["profile"], previous["profile"] if previous else None)})
+    return out
 
 
 def runtime_graphs(registry: Registry, artifacts: list[ArtifactRecord]) -> list[dict]:

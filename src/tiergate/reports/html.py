@@ -25,11 +25,16 @@ _PANELS = (  # (metric key, panel title)
     ("max_abs_error", "max |error| vs FP32"),
     ("accuracy", "accuracy"),
     ("latency_p50_ms", "latency p50 (ms)"),
+    ("peak_memory_mb", "peak memory (MiB)"),
+    ("load_ms", "load time (ms)"),
     ("cost_per_1k", "cost per 1k inferences"),
 )
+_EMULATION_BOUND = ("latency", "peak_memory", "load", "first_inference")   # keys labelled emulated in plots
 _COLUMNS = (("accuracy", "accuracy", "{:.4f}"), ("cosine", "cosine", "{:.6f}"), ("sqnr_db", "SQNR dB", "{:.1f}"),
             ("max_abs_error", "max |err|", "{:.3g}"), ("latency_p50_ms", "p50 ms", "{:.3f}"),
-            ("latency_p99_ms", "p99 ms", "{:.3f}"), ("cost_per_1k", "cost/1k", "{:.3g}"))
+            ("latency_p99_ms", "p99 ms", "{:.3f}"), ("peak_memory_mb", "peak MiB", "{:.1f}"),
+            ("load_ms", "load ms", "{:.3g}"), ("first_inference_ms", "1st call ms", "{:.3g}"),
+            ("artifact_mb", "size MiB", "{:.3g}"), ("cost_per_1k", "cost/1k", "{:.3g}"))
 _CSS = """
 body{font-family:system-ui,sans-serif;margin:2em;color:#222}
 table{border-collapse:collapse;margin:0.5em 0 1.5em}
@@ -60,8 +65,8 @@ def tier_figure(report: dict, tier: str) -> str:
 
     order = {a["sha256"]: i for i, a in enumerate(report["artifacts"])}
     rows = report["tiers"][tier]["rows"]
-    figure = Figure(figsize=(11, 7.5), layout="constrained")
-    axes = figure.subplots(2, 3).ravel()
+    figure = Figure(figsize=(14, 7.5), layout="constrained")
+    axes = figure.subplots(2, 4).ravel()
     for ax, (key, title) in zip(axes, _PANELS):
         for device_class in report["tiers"][tier]["device_classes"]:
             points = [(order[r["artifact_sha"]], r["metrics"][key], r) for r in rows
@@ -69,7 +74,7 @@ def tier_figure(report: dict, tier: str) -> str:
             if not points:
                 continue
             emulated = any(p[2]["emulated"] for p in points)
-            label = f"{device_class} (emulated)" if key.startswith("latency") and emulated else device_class
+            label = f"{device_class} (emulated)" if key.startswith(_EMULATION_BOUND) and emulated else device_class
             ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=label)
             for x, y, r in points:
                 if r["promoted"]:
@@ -145,7 +150,8 @@ def render_html(report: dict) -> str:
              f'<p class="note">Generated <time id="generated-at">{escape(report["generated_at"])}</time>; '
              f'{len(report["artifacts"])} artifacts'
              f'{" registered since " + escape(report["since"]) if report["since"] else ""}. '
-             "Emulated latency (QEMU) is not a measurement of real hardware: compare it only with itself.</p>"]
+             "Emulated latency, memory and load time (QEMU) are not measurements of real hardware "
+             "(memory includes the emulator): compare them only with themselves.</p>"]
     parts.append("<h2>Promoted now</h2><ul>" + "".join(
         f"<li>{escape(tier)}: <code>{sha[:12]}</code></li>" for tier, sha in report["promoted"].items())
         + ("" if report["promoted"] else "<li>nothing promoted yet</li>") + "</ul>")
@@ -161,6 +167,12 @@ def render_html(report: dict) -> str:
         parts.append(f"<figure>{matrix_figure(cross)}</figure>{matrix_table(cross)}")
     else:
         parts.append('<p class="note">No promoted artifact has a stored run yet.</p>')
+    ops = report.get("ops") or {}
+    if ops:
+        parts.append("<h2>Top ops per tier</h2>"
+                     '<p class="note">Mean ms per call of the candidate\'s op types (gate --profile), latest '
+                     "profiled artifact per device class, and the change since the artifact profiled before it.</p>")
+        parts += [ops_table(tier, entries) for tier, entries in ops.items()]
     graphs = report.get("runtime") or []
     if graphs:
         parts.append("<h2>What each tier's runtime executes</h2>"
@@ -169,6 +181,24 @@ def render_html(report: dict) -> str:
         parts += [runtime_table(entry) for entry in graphs[-3:]]
     parts.append("</body></html>")
     return "\n".join(parts)
+
+
+def ops_table(tier: str, entries: list[dict]) -> str:
+    """Per device class of a tier: the top ops of the latest profiled artifact and what changed since the previous."""
+    rows = []
+    for e in entries:
+        device = escape(e["device_class"]) + (' <span class="emulated">(emulated)</span>' if e["emulated"] else "")
+        if not e["profile"]["available"]:
+            top = escape(f"unavailable: {e['profile']['reason']}")
+        else:
+            top = ", ".join(f"{escape(op)} {ms:.3g}" for op, ms in e["profile"]["top"])
+        changes = ", ".join(f"{escape(c['op'])} {c['change_ms']:+.3g}" for c in e["changes"]) or "—"
+        since = f"<code>{e['previous_short']}</code>" if e.get("previous_short") else "—"
+        rows.append(f'<tr><td class="l">{device}</td><td class="l"><code>{e["short"]}</code></td>'
+                    f'<td class="l">{top}</td><td class="l">{since}</td><td class="l">{changes}</td></tr>')
+    return (f'<table id="{element_id("table-ops", tier)}"><caption>{escape(tier)}</caption><tr>'
+            '<th class="l">device class</th><th class="l">artifact</th><th class="l">top ops (ms/call)</th>'
+            '<th class="l">previous</th><th class="l">change (ms/call)</th></tr>' + "".join(rows) + "</table>")
 
 
 def runtime_table(entry: dict) -> str:

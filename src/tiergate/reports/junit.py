@@ -19,6 +19,7 @@ def junit_tree(decision: Decision) -> ET.ElementTree:
         properties = ET.SubElement(suite, "properties")
         ET.SubElement(properties, "property", name="tier", value=checks[0].tier)
         ET.SubElement(properties, "property", name="verdict", value=decision.verdict)
+        _device_properties(properties, decision, device_class)
         for check in checks:
             _testcase(suite, check)
     ET.indent(root)
@@ -40,6 +41,22 @@ def _testcase(suite: ET.Element, check: Check) -> None:
         failure.text = check.detail or check.sentence()
     out = ET.SubElement(case, "system-out")
     out.text = f"value={check.value} threshold={check.op} {check.threshold}"
+
+
+def _device_properties(properties: ET.Element, decision: Decision, device_class: str) -> None:
+    """The device figures of each run as suite properties: candidate.peak_memory_mb, reference.load_ms, ..."""
+    from tiergate.metrics.device import FIGURES
+
+    m = decision.metrics.get(device_class)
+    if m is None:
+        return
+    for side, figures in m.device.items():
+        for fig in FIGURES:
+            value = fig.value(figures)
+            if value is not None:
+                ET.SubElement(properties, "property", name=f"{side}.{fig.name}", value=f"{value:.6g}")
+        if figures.emulated:
+            ET.SubElement(properties, "property", name=f"{side}.device_figures", value="emulated")
 
 
 def _by_device_class(checks: list[Check]) -> dict[str, list[Check]]:

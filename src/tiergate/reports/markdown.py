@@ -16,7 +16,8 @@ def render_markdown(decision: Decision) -> str:
     """Verdict, reasons, one check table per tier, latency/cost, accuracy, A/B, cross-tier drift, notes."""
     parts = [_header(decision), _reasons(decision)]
     parts += [_tier_table(tier, checks) for tier, checks in _by_tier(decision.checks).items()]
-    parts += [_latency_table(decision.metrics), _accuracy_table(decision.metrics), _ab_table(decision.metrics),
+    parts += [_latency_table(decision.metrics), _device_table(decision), _accuracy_table(decision.metrics),
+              _ab_table(decision.metrics),
               _drift_section(decision.drift.get("candidate")), _notes(decision.notes)]
     return "\n\n".join(part for part in parts if part) + "\n"
 
@@ -69,6 +70,21 @@ def _latency_table(metrics: dict[str, TargetMetrics]) -> str:
     head = ["device class", "execution", "calls", "p50 ms", "p90 ms", "p99 ms", "mean ms", "CoV",
             "× FP32 mean", "cost / 1k"]
     return "### Latency and cost (candidate)\n\n" + _table(head, rows)
+
+
+def _device_table(decision: Decision) -> str:
+    """Peak memory (and the shares of loading and inference), load, first call, size, top ops; every run."""
+    from tiergate.reports.device import HEAD, device_rows, ratio_text
+
+    rows = [[f"`{r['device_class']}`", r["side"], "emulated (QEMU), not gated" if r["emulated"] else "native",
+             *r["cells"], r["top_ops"]] for r in device_rows(decision)]
+    if not rows:
+        return ""
+    ratios = [f"- `{name}`: {ratio_text(m)}" for name, m in decision.metrics.items() if m.device_ratios]
+    return ("### Device figures\n\nMB are MiB; memory is the peak resident memory of the process that runs the "
+            "model (kernel VmHWM; under QEMU it includes the emulator).\n\n"
+            + _table(["device class", "run", "execution", *HEAD, "top ops (ms/call)"], rows)
+            + ("\n\nCandidate ratios:\n\n" + "\n".join(ratios) if ratios else ""))
 
 
 def _accuracy_table(metrics: dict[str, TargetMetrics]) -> str:

@@ -18,6 +18,22 @@ from tiergate.images import LABEL, BuiltImage
 from tiergate.results import TargetResult, failed
 
 
+def harness():
+    """containers/harness/tiergate_harness.py as a module (numpy + onnxruntime only)."""
+    import importlib.util
+    import sys
+
+    from tiergate.paths import containers_dir
+
+    name = "tiergate_harness_in_fakes"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, containers_dir() / "harness" / "tiergate_harness.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        sys.modules[name] = module
+    return sys.modules[name]
+
+
 @dataclass
 class FakeBuilder:
     fail: set[str] = field(default_factory=set)          # device classes whose artifact cannot be built
@@ -68,17 +84,16 @@ class FakeBackend:
                     image_id=job.image.image_id, artifact_sha256=job.artifact_sha256, data_sha256=job.data_sha256)
         if self.engine_gone or (job.role, dc.name) in self.crash:
             return failed(dc.name, "crashed (segfault)", log_tail="Segmentation fault", **host)
-        session = ort.InferenceSession(job.image.labels[f"{LABEL}.model.path"], providers=["CPUExecutionProvider"])
-        with np.load(job.data_npz) as npz:
-            feeds = {i.name: npz[i.name] for i in session.get_inputs()}
-        outputs = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
+        args = harness().parse_args(["--runtime", "onnxruntime", "--model", job.image.labels[f"{LABEL}.model.path"],
+                                     "--data", str(job.data_npz), "--out", str(job.out_dir),
+                                     "--batch-size", str(dc.batch_size), "--warmup", "0"])
+        _, _, n, outputs, _ = harness().run(args)      # the harness's own feeding, in-process
         noise = self.drift.get(dc.name)
         if noise:
             rng = np.random.default_rng(0)
             outputs = {k: (v + rng.normal(0, noise, v.shape)).astype(v.dtype) for k, v in outputs.items()}
         job.out_dir.mkdir(parents=True, exist_ok=True)
         np.savez(job.out_dir / results.OUTPUTS_FILE, **outputs)
-        n = len(next(iter(feeds.values())))
         latencies = [self.latency_ns + (i % 7) * 1000 for i in range(n)]
         return TargetResult(device_class=dc.name, status="ok", machine=dc.machine, n_samples=n,
                             latencies_ns=latencies, versions={"onnxruntime": ort.__version__}, **host)

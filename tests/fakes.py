@@ -62,6 +62,7 @@ class FakeBackend:
 
     crash: set[tuple[str, str]] = field(default_factory=set)   # (role, device class) that segfault
     drift: dict[str, float] = field(default_factory=dict)      # device class -> noise added to outputs
+    outputs_for: dict[str, dict] = field(default_factory=dict)  # role -> outputs that replace the computed ones
     engine_gone: str | None = None
     latency_ns: int = 1_000_000
     runs: list[tuple[str, str]] = field(default_factory=list)
@@ -88,6 +89,7 @@ class FakeBackend:
                                      "--data", str(job.data_npz), "--out", str(job.out_dir),
                                      "--batch-size", str(dc.batch_size), "--warmup", "0"])
         _, _, n, outputs, _ = harness().run(args)      # the harness's own feeding, in-process
+        outputs = {**outputs, **self.outputs_for.get(job.role, {})}
         noise = self.drift.get(dc.name)
         if noise:
             rng = np.random.default_rng(0)

@@ -343,7 +343,9 @@ def write_archive(arrays: dict[str, np.ndarray], meta: dict | None = None, folde
             info = zipfile.ZipInfo(f"{name}.npy", date_time=_ZIP_TIME)
             info.external_attr = 0o644 << 16
             with archive.open(info, "w", force_zip64=True) as stream:
-                np.lib.format.write_array(stream, np.ascontiguousarray(members[name]), allow_pickle=False)
+                array = np.asarray(members[name])          # (np.ascontiguousarray would make 0-d arrays 1-d)
+                np.lib.format.write_array(stream, array if array.flags.c_contiguous else array.copy(order="C"),
+                                          allow_pickle=False)
     path = folder / f"{file_sha256(tmp)[:32]}.npz"
     tmp.replace(path)
     return path

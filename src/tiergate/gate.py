@@ -32,7 +32,7 @@ import numpy as np
 from tiergate import results as results_mod
 from tiergate import stats
 from tiergate.codec import decode, encode
-from tiergate.errors import InputError
+from tiergate.errors import EXIT_FAIL, EXIT_INCONCLUSIVE, EXIT_OK, InputError
 from tiergate.metrics.accuracy import Estimate, accuracy, correct, is_classifier, predictions
 from tiergate.metrics.cost import cost_per_1k
 from tiergate.metrics.drift import OutputDrift, compare_outputs, non_finite_count
@@ -43,7 +43,7 @@ from tiergate.results import TargetResult
 from tiergate.targets import DeviceClass
 
 PROMOTE, REJECT, INCONCLUSIVE = "PROMOTE", "REJECT", "INCONCLUSIVE"
-VERDICT_EXIT = {PROMOTE: 0, REJECT: 1, INCONCLUSIVE: 3}
+VERDICT_EXIT = {PROMOTE: EXIT_OK, REJECT: EXIT_FAIL, INCONCLUSIVE: EXIT_INCONCLUSIVE}
 ALL_CLASSES = "*"          # the device class of a check that is not about one (the signature)
 SCHEMA = 2   # decision JSON shape (docs/json-shapes.md); 2: exact round trip, non-finite floats as strings
 

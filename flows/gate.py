@@ -25,7 +25,8 @@ class GateRejected(TiergateError):
 @flow(name="tiergate-gate", task_runner=ThreadPoolTaskRunner(max_workers=6), log_prints=True)
 def gate(candidate: str, reference: str, data: str, targets: str, incumbent: str | None = None,
          policy: str | None = None, registry_url: str | None = None, report_dir: str | None = None,
-         junit: str | None = None, base_image: str | None = None, fail_on_reject: bool = False) -> dict:
+         junit: str | None = None, base_image: str | None = None, fail_on_reject: bool = False,
+         sample_axes: dict[str, int] | None = None, metrics: list[str] | None = None) -> dict:
     """PROMOTE or REJECT a candidate file; the decision is recorded when a registry is given."""
     device_classes = resolve(targets)
     loaded_policy = load_policy(policy)
@@ -35,13 +36,13 @@ def gate(candidate: str, reference: str, data: str, targets: str, incumbent: str
         paths["incumbent"] = Path(incumbent)
     registry = Registry(registry_url) if registry_url else None
     try:
-        gate_run = gate_in_flow(paths, Path(data), device_classes, loaded_policy, registry=registry,
-                                base_image=base_image)
+        gate_run = gate_in_flow(paths, data, device_classes, loaded_policy, registry=registry,
+                                base_image=base_image, sample_axes=sample_axes, metrics=metrics)
         done = conclude(gate_run, registry=registry, report_dir=Path(report_dir) if report_dir else None,
                         junit=Path(junit) if junit else None, label=f"gate-{Path(candidate).stem}")
     finally:
         if registry is not None:
             registry.close()
     if fail_on_reject and done.verdict != "PROMOTE":
-        raise GateRejected(f"{candidate}: REJECT: " + "; ".join(gate_run.decision.reasons))
+        raise GateRejected(f"{candidate}: {done.verdict}: " + "; ".join(gate_run.decision.reasons))
     return done.to_json()

@@ -25,7 +25,8 @@ from tiergate.registry import Registry
 def revalidate(artifact: str, data: str, targets: str | None = None, policy: str | None = None,
                registry_url: str | None = None, store: str | None = None,
                remote: dict[str, str] | None = None, report_dir: str | None = None,
-               base_image: str | None = None) -> dict:
+               base_image: str | None = None, sample_axes: dict[str, int] | None = None,
+               metrics: list[str] | None = None) -> dict:
     """Gate a registered artifact (sha256, prefix or `tiergate.artifact.<sha256>`) against its FP32 reference."""
     log = get_run_logger()
     loaded_policy = load_policy(policy)
@@ -36,8 +37,8 @@ def revalidate(artifact: str, data: str, targets: str | None = None, policy: str
                  ", ".join(dc.name for dc in job.device_classes))
         diff = diff_task.submit(*job.previous, job.paths["candidate"]) if job.previous else None
         remote_spec = Remote(dict(remote or {}), str(Path(data).resolve()), registry.url, registry.store.location)
-        gate_run = gate_in_flow(job.paths, Path(data), job.device_classes, loaded_policy, registry=registry,
-                                base_image=base_image, remote=remote_spec)
+        gate_run = gate_in_flow(job.paths, data, job.device_classes, loaded_policy, registry=registry,
+                                base_image=base_image, remote=remote_spec, sample_axes=sample_axes, metrics=metrics)
         reports = Path(report_dir) / short if report_dir else home() / "flows" / "reports" / short
         done = conclude(gate_run, registry=registry, report_dir=reports, junit=reports / "junit.xml",
                         label=f"{job.record.model}-{short}", cost_tags={"flow": "revalidate"})

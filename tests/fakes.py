@@ -19,6 +19,22 @@ from tiergate.images import LABEL, BuiltImage
 from tiergate.results import MB, DeviceFigures, TargetResult, failed
 
 
+def harness():
+    """containers/harness/tiergate_harness.py as a module (numpy + onnxruntime only)."""
+    import importlib.util
+    import sys
+
+    from tiergate.paths import containers_dir
+
+    name = "tiergate_harness_in_fakes"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, containers_dir() / "harness" / "tiergate_harness.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        sys.modules[name] = module
+    return sys.modules[name]
+
+
 @dataclass
 class FakeBuilder:
     fail: set[str] = field(default_factory=set)          # device classes whose artifact cannot be built
@@ -47,6 +63,7 @@ class FakeBackend:
 
     crash: set[tuple[str, str]] = field(default_factory=set)   # (role, device class) that segfault
     drift: dict[str, float] = field(default_factory=dict)      # device class -> noise added to outputs
+    outputs_for: dict[str, dict] = field(default_factory=dict)  # role -> outputs that replace the computed ones
     engine_gone: str | None = None
     latency_ns: int = 1_000_000
     peak_memory_mb: dict[tuple[str, str], float] = field(default_factory=dict)  # (role, class) -> reported peak
@@ -78,17 +95,17 @@ class FakeBackend:
         if job.profile:
             with self._lock:
                 self.profiled.append((job.role, dc.name))
-        session = ort.InferenceSession(job.image.labels[f"{LABEL}.model.path"], providers=["CPUExecutionProvider"])
-        with np.load(job.data_npz) as npz:
-            feeds = {i.name: npz[i.name] for i in session.get_inputs()}
-        outputs = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
+        args = harness().parse_args(["--runtime", "onnxruntime", "--model", job.image.labels[f"{LABEL}.model.path"],
+                                     "--data", str(job.data_npz), "--out", str(job.out_dir),
+                                     "--batch-size", str(dc.batch_size), "--warmup", "0"])
+        _, _, n, outputs, _ = harness().run(args)      # the harness's own feeding, in-process
+        outputs = {**outputs, **self.outputs_for.get(job.role, {})}
         noise = self.drift.get(dc.name)
         if noise:
             rng = np.random.default_rng(0)
             outputs = {k: (v + rng.normal(0, noise, v.shape)).astype(v.dtype) for k, v in outputs.items()}
         job.out_dir.mkdir(parents=True, exist_ok=True)
         np.savez(job.out_dir / results.OUTPUTS_FILE, **outputs)
-        n = len(next(iter(feeds.values())))
         latencies = [self.latency_ns + (i % 7) * 1000 for i in range(n)]
         peak = self.peak_memory_mb.get((job.role, dc.name), 50.0)
         figures = DeviceFigures(peak_memory_bytes=int(peak * MB), baseline_memory_bytes=int(40 * MB),

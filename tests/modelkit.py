@@ -587,3 +587,37 @@ def tflite_custom_op() -> bytes:
     op.opcodeIndex = _opcode(model, schema.BuiltinOperator.CUSTOM, "TiergateMysteryOp")
     op.builtinOptionsType, op.builtinOptions = 0, None
     return _pack(model)
+
+
+def stateful(*, with_sr: bool = True, seed: int = 0, samples: int = 8, units: int = 4) -> onnx.ModelProto:
+    """A recurrent model fed as silero VAD is: `input` [N, samples], `state` [2, N, units] (batch on axis 1),
+    `sr` a 0-d int64 constant; outputs `output` [N, 1] = sigmoid(input @ W + sum_0(state) @ V + sr * c) and
+    `stateN` [2, N, units] = state / 2 + input @ U (batch on axis 1). `with_sr=False`: `sr` is a graph constant
+    (the signature changes, as in a variant with no `sr` input)."""
+    rng = _rng(seed)
+    sr_node = [] if with_sr else [helper.make_node("Constant", [], ["sr"], value=helper.make_tensor(
+        "sr_value", TensorProto.INT64, [], [16000]))]
+    nodes = sr_node + [
+        helper.make_node("MatMul", ["input", "W"], ["a"]),
+        helper.make_node("ReduceSum", ["state", "axis0"], ["s0"], keepdims=0),
+        helper.make_node("MatMul", ["s0", "V"], ["b"]),
+        helper.make_node("Cast", ["sr"], ["srf"], to=TensorProto.FLOAT),
+        helper.make_node("Mul", ["srf", "c"], ["src"]),
+        helper.make_node("Add", ["a", "b"], ["ab"]), helper.make_node("Add", ["ab", "src"], ["logit"]),
+        helper.make_node("Sigmoid", ["logit"], ["output"]),
+        helper.make_node("Mul", ["state", "half"], ["kept"]), helper.make_node("MatMul", ["input", "U"], ["new"]),
+        helper.make_node("Add", ["kept", "new"], ["stateN"]),
+    ]
+    inputs = [_value("input", TensorProto.FLOAT, ["batch", samples]),
+              _value("state", TensorProto.FLOAT, [2, "batch", units])]
+    if with_sr:
+        inputs.append(_value("sr", TensorProto.INT64, []))
+    graph = helper.make_graph(
+        nodes, "stateful", inputs,
+        [_value("output", TensorProto.FLOAT, ["batch", 1]), _value("stateN", TensorProto.FLOAT, [2, "batch", units])],
+        [_init("W", rng.standard_normal((samples, 1)).astype(np.float32)),
+         _init("V", rng.standard_normal((units, 1)).astype(np.float32)),
+         _init("U", rng.standard_normal((samples, units)).astype(np.float32)),
+         _init("axis0", np.array([0], np.int64)), _init("c", np.array(1e-5, np.float32)),
+         _init("half", np.array(0.5, np.float32))])
+    return _finish(graph)

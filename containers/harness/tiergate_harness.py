@@ -5,7 +5,9 @@ ai-edge-litert); it must never import tiergate. It loads the artifact, warms
 up, runs the evaluation inputs in batches, times each inference call with a
 monotonic nanosecond clock and writes to the output folder:
 
-  outputs.npz   one array per model output (first axis = sample)
+  outputs.npz   one array per model output (first axis = sample: an output whose
+                batch axis is elsewhere, e.g. a recurrent state [2, batch, 128],
+                is moved so that it comes first)
   result.json   what it can know: machine, runtime versions, threads, batch size,
                 n_samples, warmup, latencies_ns (one per inference call), extra,
                 device (the device figures: load_ms, first_inference_ms,
@@ -19,6 +21,13 @@ Load time (session / interpreter creation, EP and delegate set-up included; the
 runtime library's import is not in it) and the cold first call are timed here,
 apart from the steady state: the first call is always made on its own and counts
 as the first warm-up call; the timed loop follows the remaining warm-up calls.
+
+Sample axes: an archive may carry `__tiergate_axes__` (JSON written by tiergate's
+evaldata: {"inputs": {name: axis or null}, "outputs": {name: axis}}); an input's
+samples are sliced along its axis, a null axis (a 0-d array) is a constant fed
+whole to every call. An output's sample axis is the one given, else the axis of
+an input whose per-call shape it has, else the first axis of the call's batch size.
+Feeds are prepared (contiguous) before the timed loop.
 
 Quantized TFLite inputs are quantized from float data with the input's scale and
 zero point; quantized outputs are dequantized to float32 (listed in
@@ -68,6 +77,7 @@ sys.dont_write_bytecode = True  # hooks imported from a source checkout leave no
 import numpy as np  # noqa: E402
 
 LABELS = "labels"
+AXES_MEMBER = "__tiergate_axes__"
 FAULT_ENV = "TIERGATE_HARNESS_FAULT"
 CONTAINER_ENV = "TIERGATE_IN_CONTAINER"   # set by the Docker backend: the run has its own container (and cgroup)
 HOOK_POINTS = ("before_load", "loaded", "before_timed_loop", "after_timed_loop")
@@ -88,14 +98,24 @@ def parse_args(argv=None):
 
 
 def load_data(path):
+    """(arrays by input name, sample count, {"inputs": axes, "outputs": axes})."""
     with np.load(path, allow_pickle=False) as npz:
-        data = {name: npz[name] for name in npz.files if name != LABELS}
+        data = {name: npz[name] for name in npz.files if name not in (LABELS, AXES_MEMBER)}
+        meta = json.loads(str(npz[AXES_MEMBER][()])) if AXES_MEMBER in npz.files else {}
     if not data:
         raise SystemExit(f"harness: {path}: no input arrays")
-    sizes = {len(a) for a in data.values()}
+    axes = {name: meta.get("inputs", {}).get(name, 0 if a.ndim else None) for name, a in data.items()}
+    sizes = {a.shape[axes[name]] for name, a in data.items() if axes[name] is not None}
     if len(sizes) != 1:
         raise SystemExit(f"harness: {path}: inputs differ in sample count {sorted(sizes)}")
-    return data, sizes.pop()
+    return data, sizes.pop(), {"inputs": axes, "outputs": meta.get("outputs", {})}
+
+
+def take(array, axis, start, stop):
+    """Samples [start, stop) along `axis`, contiguous; a constant (axis None) whole."""
+    if axis is None:
+        return array
+    return np.ascontiguousarray(array[(slice(None),) * axis + (slice(start, stop),)])
 
 
 def batch_for(dim0, wanted):
@@ -161,15 +181,17 @@ class OnnxRunner:
         self.versions = {"onnxruntime": ort.__version__}
         self.extra = {"providers": self.session.get_providers()}
 
-    def batch_size(self, wanted):
-        return min(batch_for(i.shape[0] if i.shape else None, wanted) for i in self.inputs)
+    def batch_size(self, wanted, axes):
+        sizes = [batch_for(i.shape[axes.get(i.name, 0)], wanted) for i in self.inputs
+                 if i.shape and axes.get(i.name, 0) is not None]
+        return min(sizes) if sizes else 1
 
-    def prepare(self, data, start, stop):
+    def prepare(self, data, start, stop, axes):
         feed = {}
         for i in self.inputs:
             if i.name not in data:
                 raise SystemExit(f"harness: the data has no array named {i.name!r} (model input)")
-            feed[i.name] = data[i.name][start:stop]
+            feed[i.name] = take(data[i.name], axes.get(i.name, 0), start, stop)
         return feed
 
     def infer(self, feed):
@@ -203,30 +225,41 @@ class TfliteRunner:
         self.versions = {"ai-edge-litert": getattr(ai_edge_litert, "__version__", "")}
         self.extra = {"dequantized_outputs": [o["name"] for o in self.outputs if _quantized(o)]}
         self.current = None
+        self.axes = {}
 
-    def batch_size(self, wanted):
-        return min(batch_for(-1 if i["shape_signature"][0] == -1 else int(i["shape"][0]), wanted)
-                   if len(i["shape"]) else 1 for i in self.inputs)
+    def batch_size(self, wanted, axes):
+        self.axes = axes
+        sizes = []
+        for i in self.inputs:
+            axis = axes.get(i["name"], 0)
+            if len(i["shape"]) and axis is not None:
+                sig = i["shape_signature"][axis]
+                sizes.append(batch_for(-1 if sig == -1 else int(i["shape"][axis]), wanted))
+        return min(sizes) if sizes else 1
 
     def _resize(self, n):
         if self.current == n:
             return
         for i in self.inputs:
-            if i["shape_signature"][0] == -1:
-                self.interp.resize_tensor_input(i["index"], [n, *i["shape"][1:]])
+            axis = self.axes.get(i["name"], 0)
+            if axis is not None and len(i["shape"]) and i["shape_signature"][axis] == -1:
+                shape = list(i["shape"])
+                shape[axis] = n
+                self.interp.resize_tensor_input(i["index"], shape)
         self.interp.allocate_tensors()
         self.current = n
 
-    def prepare(self, data, start, stop):
+    def prepare(self, data, start, stop, axes):
         feed = []
         for i in self.inputs:
             if i["name"] not in data:
                 raise SystemExit(f"harness: the data has no array named {i['name']!r} (model input)")
-            feed.append((i["index"], _to_input(data[i["name"]][start:stop], i)))
-        return feed
+            feed.append((i["index"], _to_input(take(data[i["name"]], axes.get(i["name"], 0), start, stop), i)))
+        return feed, stop - start
 
     def infer(self, feed):
-        self._resize(len(feed[0][1]))
+        feed, n = feed
+        self._resize(n)
         for index, value in feed:
             self.interp.set_tensor(index, value)
         self.interp.invoke()
@@ -235,8 +268,8 @@ class TfliteRunner:
     def timed_loop(self, feeds, store):
         interp, clock = self.interp, time.monotonic_ns
         lat = []
-        for i, feed in enumerate(feeds):
-            self._resize(len(feed[0][1]))
+        for i, (feed, n) in enumerate(feeds):
+            self._resize(n)
             for index, value in feed:
                 interp.set_tensor(index, value)
             t0 = clock()
@@ -277,7 +310,7 @@ def make_runner(args):
 
 
 def run(args, hooks=()):
-    data, n = load_data(args.data)
+    data, n, axes = load_data(args.data)
     call_hooks(hooks, "before_load", args)
     clock = time.monotonic_ns
     t0 = clock()
@@ -285,17 +318,19 @@ def run(args, hooks=()):
     load_ns = clock() - t0
     runner.device = {"load_ms": load_ns / 1e6, "artifact_bytes": artifact_bytes(args.model)}
     call_hooks(hooks, "loaded", runner)
-    batch = runner.batch_size(args.batch_size)
-    feeds = [runner.prepare(data, a, b) for a, b in slices(n, batch)]
+    batch = runner.batch_size(args.batch_size, axes["inputs"])
+    spans = slices(n, batch)
+    feeds = [runner.prepare(data, a, b, axes["inputs"]) for a, b in spans]
     t0 = clock()
     runner.infer(feeds[0])                      # the cold first call, apart from the steady state
     runner.device["first_inference_ms"] = (clock() - t0) / 1e6
     for _ in range(args.warmup - 1):
         runner.infer(feeds[0])
-    store = Outputs(slices(n, batch), runner.output_names)
+    store = Outputs(spans, runner.output_names, sample_axes(data, axes, spans[0]))
     call_hooks(hooks, "before_timed_loop", runner, feeds, store)
     latencies = runner.timed_loop(feeds, store)
     call_hooks(hooks, "after_timed_loop", runner, feeds)
+    runner.extra["output_sample_axes"] = dict(zip(store.names, store.axes or []))
     return runner, batch, n, store.arrays(), latencies
 
 
@@ -308,21 +343,44 @@ def artifact_bytes(model):
     return os.path.getsize(model)
 
 
-class Outputs:
-    """Each call's outputs copied into arrays allocated once, outside the timed region."""
+def sample_axes(data, axes, span):
+    """Per output: its sample axis from the first call's output (see the module's docstring)."""
+    size = span[1] - span[0]
+    calls = [(take(a, axes["inputs"][name], *span).shape, axes["inputs"][name]) for name, a in data.items()
+             if axes["inputs"][name] is not None]
+    given = axes.get("outputs", {})
 
-    def __init__(self, spans, names):
-        self.spans, self.names, self.buffers = spans, names, None
+    def axis_of(name, out):
+        if name in given:
+            return given[name]
+        for shape, axis in calls:
+            if out.shape == shape:
+                return axis
+        for axis, dim in enumerate(out.shape):
+            if dim == size:
+                return axis
+        raise SystemExit(f"harness: output {name!r} {out.shape} has no axis of the call's {size} samples")
+    return axis_of
+
+
+class Outputs:
+    """Each call's outputs copied into arrays allocated once, outside the timed region (sample axis first)."""
+
+    def __init__(self, spans, names, axis_of=None):
+        self.spans, self.names, self.buffers, self.axes = spans, names, None, None
+        self.axis_of = axis_of or (lambda name, o: 0)
 
     def __call__(self, i, outs):
         start, stop = self.spans[i]
         if self.buffers is None:
-            for name, o in zip(self.names, outs):
-                if o.ndim == 0 or o.shape[0] != stop - start:
-                    raise SystemExit(f"harness: output {name!r} {o.shape} has no sample axis first")
-            self.buffers = [np.empty((self.spans[-1][1], *o.shape[1:]), o.dtype) for o in outs]
-        for buffer, o in zip(self.buffers, outs):
-            buffer[start:stop] = o
+            self.axes = [self.axis_of(name, o) if o.ndim else None for name, o in zip(self.names, outs)]
+            for name, o, axis in zip(self.names, outs, self.axes):
+                if axis is None or o.shape[axis] != stop - start:
+                    raise SystemExit(f"harness: output {name!r} {o.shape} has no sample axis")
+            self.buffers = [np.empty((self.spans[-1][1], *np.delete(o.shape, axis)), o.dtype)
+                            for o, axis in zip(outs, self.axes)]
+        for buffer, o, axis in zip(self.buffers, outs, self.axes):
+            buffer[start:stop] = np.moveaxis(o, axis, 0) if axis else o
 
     def arrays(self):
         return dict(zip(self.names, self.buffers))

@@ -1,6 +1,7 @@
 """Errors a user can cause, each with the exit code the CLI documents.
 
-Exit codes: 0 pass, 1 gate rejected or lint errors, 2 unusable input or environment.
+Exit codes: 0 pass, 1 gate rejected or lint errors, 2 unusable input or environment,
+3 gate inconclusive (a task metric's confidence interval straddles its threshold).
 Raise these from anywhere in the package; the CLI turns them into one line on
 stderr and the exit code, never a traceback.
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 EXIT_OK = 0
 EXIT_FAIL = 1
 EXIT_UNUSABLE = 2
+EXIT_INCONCLUSIVE = 3
 
 
 class TiergateError(Exception):

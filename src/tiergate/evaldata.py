@@ -1,12 +1,32 @@
-"""The evaluation data: one `.npz`, one array per model input, optionally `labels`.
+"""The evaluation data: one `.npz` archive, one array per model input, optionally `labels`.
 
-The first axis of every array is the sample axis. Shapes and dtypes are read
-from the `.npy` headers inside the archive, so validation touches no array
-data; arrays are read on first use, once, and batches are views, not copies.
+Each input array has a *sample axis*: found from the model's symbolic dimensions
+(`state` [2, batch, 128] -> axis 1; the first non-fixed dimension), or given
+explicitly (`--sample-axis state=1`). A 0-d array is a constant fed to every call
+(silero VAD's `sr`). `labels` always have the sample axis first: one class index
+per sample (classification), a mask per sample (segmentation), numbers (regression).
+
+A data *loader* (`FILE.py:FUNCTION`, as Polygraphy's data-loader scripts) runs
+once, here on the host: FUNCTION() yields samples, each a dict {input name: the
+array of one call} or a pair (that dict, label). They are materialised into a
+content-hashed archive under TIERGATE_HOME/data (written byte-for-byte
+deterministically: the same samples give the same file and hash, so run caching
+and "the same data on every tier" hold), and containers only ever see arrays.
+
+An archive whose sample axes are not all leading, or that holds constants, carries
+them in a member named `__tiergate_axes__` (a JSON string; the harness reads it),
+so a normalised archive needs no other side channel. Shapes and dtypes are read
+from the `.npy` headers, so validation touches no array data; arrays are read
+on first use, once.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import json
+import os
+import sys
+import threading
 import zipfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -14,12 +34,14 @@ from pathlib import Path
 
 import numpy as np
 
-from tiergate.hashing import file_sha256
 from tiergate.artifact.model import TensorSpec
 from tiergate.errors import InputError
+from tiergate.hashing import file_sha256
 
 LABELS = "labels"
+AXES_MEMBER = "__tiergate_axes__"
 _HEADER_READERS = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+_ZIP_TIME = (1980, 1, 1, 0, 0, 0)
 
 
 @dataclass(frozen=True)
@@ -57,36 +79,136 @@ class EvalData:
     info: dict[str, ArrayInfo]               # input arrays only, by name (no labels)
     labels: np.ndarray | None = None
     arrays: Mapping[str, np.ndarray] = field(default_factory=dict)
+    axes: dict[str, int | None] = field(default_factory=dict)     # input -> sample axis; None: a constant
+    output_axes: dict[str, int] = field(default_factory=dict)     # explicit sample axes of outputs
+    source: str = ""                                              # the loader spec, when a loader made it
+
+    def axis(self, name: str) -> int | None:
+        return self.axes.get(name, 0 if self.info[name].shape else None)
 
     def iter_batches(self, batch_size: int) -> Iterator[dict[str, np.ndarray]]:
-        """Consecutive batches (the last may be short), as views into the arrays."""
+        """Consecutive batches (the last may be short), views along each input's sample axis; constants whole."""
         if batch_size < 1:
             raise ValueError("batch_size must be at least 1")
         for start in range(0, self.n_samples, batch_size):
-            yield {name: self.arrays[name][start:start + batch_size] for name in self.info}
+            yield {name: take(self.arrays[name], self.axis(name), start, start + batch_size) for name in self.info}
+
+    def stacked_labels(self) -> np.ndarray | None:
+        return self.labels
 
 
-def load_eval_data(path: str | Path) -> EvalData:
-    """Open an evaluation `.npz`; every problem is an InputError naming the file."""
+def take(array: np.ndarray, axis: int | None, start: int, stop: int) -> np.ndarray:
+    """Samples [start, stop) along `axis` (a view); a constant (axis None) whole."""
+    if axis is None:
+        return array
+    return array[(slice(None),) * axis + (slice(start, stop),)]
+
+
+# --- sample axes -------------------------------------------------------------------------------
+
+
+def parse_sample_axes(items) -> dict[str, int]:
+    """`NAME=AXIS` items (repeatable `--sample-axis`) -> {name: axis}."""
+    axes = {}
+    for item in items or ():
+        name, sep, value = str(item).rpartition("=")
+        if not sep or not name or not value.lstrip("-").isdigit():
+            raise InputError(f"--sample-axis {item!r}: expected NAME=AXIS, e.g. state=1")
+        axes[name] = int(value)
+    return axes
+
+
+def _dynamic(dim) -> bool:
+    return not (isinstance(dim, int) and dim > 0)
+
+
+def model_sample_axis(spec: TensorSpec, shape: tuple[int, ...] | None = None) -> int | None:
+    """The sample axis of a model input: its first symbolic dimension; None for a 0-d input (a constant).
+
+    A fully fixed shape: the first axis where the data differs from it, else axis 0.
+    """
+    if not spec.shape:
+        return None
+    dynamic = [axis for axis, dim in enumerate(spec.shape) if _dynamic(dim)]
+    if dynamic:
+        return dynamic[0]
+    if shape is not None and len(shape) == len(spec.shape):
+        differ = [axis for axis, (have, want) in enumerate(zip(shape, spec.shape)) if have != want]
+        if differ:
+            return differ[0]
+    return 0
+
+
+# --- loading an archive ----------------------------------------------------------------------
+
+
+def load_eval_data(path: str | Path, inputs: list[TensorSpec] | None = None,
+                   sample_axes: dict[str, int] | None = None) -> EvalData:
+    """Open an evaluation `.npz`; every problem is an InputError naming the file.
+
+    Sample axes: explicit (`sample_axes`), else the archive's own (`__tiergate_axes__`), else the
+    model's (`inputs`), else the leading axis; a 0-d array is a constant.
+    """
     path = Path(path)
     infos = _read_headers(path)
     label_info = infos.pop(LABELS, None)
+    meta = _read_meta(path, infos.pop(AXES_MEMBER, None))
     if not infos:
         raise InputError(f"evaluation data {path}: holds no input arrays (only labels or nothing)")
-    n_samples = _sample_count(path, infos)
+    explicit = dict(sample_axes or {})
+    specs = {spec.name: spec for spec in inputs or ()}
+    axes: dict[str, int | None] = {}
+    for name, info in infos.items():
+        if name in explicit:
+            axis = explicit[name]
+        elif name in meta.get("inputs", {}):
+            axis = meta["inputs"][name]
+        elif not info.shape:
+            axis = None
+        elif name in specs and len(specs[name].shape) == len(info.shape):
+            axis = model_sample_axis(specs[name], info.shape)
+        else:
+            axis = 0
+        if axis is not None and not 0 <= axis < max(len(info.shape), 1):
+            raise InputError(f"evaluation data {path}: sample axis {axis} of '{name}' is outside its shape "
+                             f"{info.shape}")
+        if axis is not None and not info.shape:
+            raise InputError(f"evaluation data {path}: '{name}' is 0-d (a constant); it has no sample axis {axis}")
+        axes[name] = axis
+    outputs = {k: v for k, v in explicit.items() if k not in infos}
+    outputs = {**meta.get("outputs", {}), **outputs}
+    n_samples = _sample_count(path, infos, axes)
     labels = None
     if label_info is not None:
         with np.load(path, allow_pickle=False) as npz:
             labels = npz[LABELS]
-    data = EvalData(path=path, sha256=file_sha256(path), n_samples=n_samples, info=infos,
-                    labels=labels, arrays=_LazyArrays(path, list(infos)))
+    data = EvalData(path=path, sha256=file_sha256(path), n_samples=n_samples, info=infos, labels=labels,
+                    arrays=_LazyArrays(path, list(infos)), axes=axes, output_axes=outputs,
+                    source=meta.get("source", ""))
     _check_labels(data)
     return data
 
 
-def validate_against(data: EvalData, inputs: list[TensorSpec]) -> None:
+def needs_axes_member(data: EvalData) -> bool:
+    """Whether the harness must be told the sample axes (anything but leading axes everywhere)."""
+    return any(axis != 0 for axis in data.axes.values()) or bool(data.output_axes)
+
+
+def normalised(data: EvalData) -> EvalData:
+    """The same data in an archive that carries its sample axes (content-hashed), when they are not all
+    leading; otherwise `data` itself (an unchanged file keeps its hash and its cached runs)."""
+    if not needs_axes_member(data) or data.source or _has_meta(data.path):
+        return data
+    arrays = {name: data.arrays[name] for name in data.info}
+    if data.labels is not None:
+        arrays[LABELS] = data.labels
+    path = write_archive(arrays, {"inputs": data.axes, "outputs": data.output_axes})
+    return load_eval_data(path)
+
+
+def validate_against(data: EvalData, inputs: list[TensorSpec], sample_axes: dict[str, int] | None = None) -> None:
     """The data must feed exactly the model's inputs: names, dtypes, shapes but the sample axis."""
-    where = f"evaluation data {data.path}"
+    where = f"evaluation data {data.source or data.path}"
     wanted = {spec.name: spec for spec in inputs}
     for name in wanted:
         if name not in data.info:
@@ -95,41 +217,42 @@ def validate_against(data: EvalData, inputs: list[TensorSpec]) -> None:
         if name not in wanted:
             raise InputError(f"{where}: array '{name}' is not a model input (inputs: {', '.join(wanted)})")
     for name, spec in wanted.items():
-        _check_input(where, data.info[name], spec)
+        _check_input(where, data.info[name], spec, data.axis(name))
     _check_labels(data)
 
 
-def _check_input(where: str, info: ArrayInfo, spec: TensorSpec) -> None:
+def _check_input(where: str, info: ArrayInfo, spec: TensorSpec, axis: int | None) -> None:
     if info.dtype != spec.dtype:
         raise InputError(f"{where}: input '{spec.name}' has dtype {info.dtype}, the model wants {spec.dtype}")
-    expected = _shape_text(spec.shape)
+    expected = _shape_text(spec.shape, axis)
     if len(info.shape) != len(spec.shape):
+        where_axis = "a constant: 0-d" if axis is None else f"sample axis {axis}"
         raise InputError(f"{where}: input '{spec.name}' has shape {info.shape}, the model wants "
-                         f"{expected} (first axis = sample)")
-    for axis, (have, want) in enumerate(zip(info.shape[1:], spec.shape[1:]), start=1):
-        if isinstance(want, int) and want > 0 and have != want:
+                         f"{expected} ({where_axis})")
+    for i, (have, want) in enumerate(zip(info.shape, spec.shape)):
+        if i != axis and isinstance(want, int) and want > 0 and have != want:
             raise InputError(f"{where}: input '{spec.name}' has shape {info.shape}, the model wants "
-                             f"{expected} (axis {axis} is {have}, must be {want})")
+                             f"{expected} (axis {i} is {have}, must be {want})")
 
 
 def _check_labels(data: EvalData) -> None:
     labels = data.labels
     if labels is None:
         return
-    where = f"evaluation data {data.path}: labels"
-    if labels.ndim != 1:
-        raise InputError(f"{where} must be one integer per sample (shape ({data.n_samples},)), got shape "
-                         f"{labels.shape}")
-    if not np.issubdtype(labels.dtype, np.integer):
-        raise InputError(f"{where} must be integers, got dtype {labels.dtype}")
+    where = f"evaluation data {data.source or data.path}: labels"
+    if labels.ndim == 0:
+        raise InputError(f"{where} must hold one label per sample (first axis = sample), got a 0-d array")
+    if not (np.issubdtype(labels.dtype, np.integer) or np.issubdtype(labels.dtype, np.floating)
+            or labels.dtype == np.bool_):
+        raise InputError(f"{where} must be numbers, got dtype {labels.dtype}")
     if len(labels) != data.n_samples:
         raise InputError(f"{where}: {len(labels)} labels but the inputs hold {data.n_samples} samples")
-    if len(labels) and labels.min() < 0:
+    if np.issubdtype(labels.dtype, np.integer) and labels.size and labels.min() < 0:
         raise InputError(f"{where} must not be negative (found {labels.min()})")
 
 
-def _shape_text(shape) -> str:
-    return "(" + ", ".join("N" if i == 0 else ("?" if not isinstance(d, int) or d <= 0 else str(d))
+def _shape_text(shape, axis: int | None = 0) -> str:
+    return "(" + ", ".join("N" if i == axis else ("?" if _dynamic(d) else str(d))
                            for i, d in enumerate(shape)) + ")"
 
 
@@ -143,6 +266,28 @@ def _read_headers(path: Path) -> dict[str, ArrayInfo]:
         raise InputError(f"evaluation data {path}: is a folder, not an .npz file") from None
     except zipfile.BadZipFile:
         raise InputError(f"evaluation data {path}: not an .npz archive (numpy.savez)") from None
+
+
+def _read_meta(path: Path, info: ArrayInfo | None) -> dict:
+    if info is None:
+        return {}
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            meta = json.loads(str(npz[AXES_MEMBER][()]))
+        if not isinstance(meta, dict):
+            raise ValueError("not a JSON object")
+        return meta
+    except ValueError as exc:
+        raise InputError(f"evaluation data {path}: '{AXES_MEMBER}' is not tiergate's sample-axes JSON ({exc})") \
+            from None
+
+
+def _has_meta(path: Path) -> bool:
+    try:
+        with zipfile.ZipFile(path) as archive:
+            return f"{AXES_MEMBER}.npy" in archive.namelist()
+    except (OSError, zipfile.BadZipFile):
+        return False
 
 
 def _member_info(path: Path, archive: zipfile.ZipFile, member: str) -> tuple[str, ArrayInfo]:
@@ -161,15 +306,15 @@ def _member_info(path: Path, archive: zipfile.ZipFile, member: str) -> tuple[str
     return name, ArrayInfo(shape=tuple(shape), dtype=dtype.name)
 
 
-def _sample_count(path: Path, infos: dict[str, ArrayInfo]) -> int:
-    counts = {}
-    for name, info in infos.items():
-        if not info.shape:
-            raise InputError(f"evaluation data {path}: '{name}' is a scalar; the first axis must be the sample axis")
-        counts[name] = info.shape[0]
+def _sample_count(path: Path, infos: dict[str, ArrayInfo], axes: dict[str, int | None]) -> int:
+    counts = {name: info.shape[axes[name]] for name, info in infos.items() if axes[name] is not None}
+    if not counts:
+        raise InputError(f"evaluation data {path}: holds only constants (0-d arrays); at least one input "
+                         "needs a sample axis")
     if len(set(counts.values())) > 1:
-        listed = ", ".join(f"'{n}' {c}" for n, c in counts.items())
-        raise InputError(f"evaluation data {path}: arrays disagree on the number of samples ({listed})")
+        listed = ", ".join(f"'{n}' {c}" + (f" (axis {axes[n]})" if axes[n] else "") for n, c in counts.items())
+        raise InputError(f"evaluation data {path}: arrays disagree on the number of samples ({listed}); "
+                         "a non-leading sample axis can be named with --sample-axis NAME=AXIS")
     n = next(iter(counts.values()))
     if n == 0:
         raise InputError(f"evaluation data {path}: holds no samples")
@@ -206,6 +351,180 @@ def label_classes(outputs: list[TensorSpec]) -> tuple[str, int] | None:
 def check_labels_within(data: EvalData, output: str, classes: int) -> None:
     """Every label must name one of the output's classes."""
     labels = data.labels
-    if labels is not None and labels.size and int(labels.max()) >= classes:
+    if labels is None or labels.ndim != 1 or not np.issubdtype(labels.dtype, np.integer):
+        return       # not class indices (masks, scores, regression targets): no class count to check against
+    if labels.size and int(labels.max()) >= classes:
         raise InputError(f"evaluation data {data.path}: label {int(labels.max())} is outside output '{output}', "
                          f"which has {classes} classes (labels 0..{classes - 1})")
+
+
+# --- writing: deterministic archives ---------------------------------------------------------------
+
+
+def data_dir() -> Path:
+    from tiergate.paths import home
+
+    return home() / "data"
+
+
+def write_archive(arrays: dict[str, np.ndarray], meta: dict | None = None, folder: Path | None = None) -> Path:
+    """An .npz (np.load reads it) whose bytes depend on the arrays only, named by its sha256."""
+    folder = folder or data_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = folder / f".part-{os.getpid()}-{threading.get_ident()}.npz"
+    members = dict(arrays)
+    if meta:
+        members[AXES_MEMBER] = np.array(json.dumps(meta, sort_keys=True))
+    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_STORED) as archive:
+        for name in sorted(members):
+            info = zipfile.ZipInfo(f"{name}.npy", date_time=_ZIP_TIME)
+            info.external_attr = 0o644 << 16
+            with archive.open(info, "w", force_zip64=True) as stream:
+                array = np.asarray(members[name])          # (np.ascontiguousarray would make 0-d arrays 1-d)
+                np.lib.format.write_array(stream, array if array.flags.c_contiguous else array.copy(order="C"),
+                                          allow_pickle=False)
+    path = folder / f"{file_sha256(tmp)[:32]}.npz"
+    tmp.replace(path)
+    return path
+
+
+# --- data loaders: FILE.py:FUNCTION -----------------------------------------------------------------
+
+
+def is_loader(spec: str | Path) -> bool:
+    """Whether a --data value names a loader (FILE.py:FUNCTION) rather than an .npz file."""
+    text = str(spec)
+    file, sep, function = text.rpartition(":")
+    return bool(sep) and file.endswith(".py") and function.isidentifier()
+
+
+def load_function(spec: str, what: str = "data loader"):
+    """FUNCTION from FILE.py (imported once per call, as a fresh module); an InputError naming the spec."""
+    file, sep, function = str(spec).rpartition(":")
+    if not sep or not file.endswith(".py") or not function.isidentifier():
+        raise InputError(f"{what} {spec!r}: expected FILE.py:FUNCTION")
+    path = Path(file)
+    if not path.is_file():
+        raise InputError(f"{what} {spec}: {file} does not exist")
+    module_name = f"tiergate_user_{abs(hash(str(path.resolve())))}"
+    try:
+        module_spec = importlib.util.spec_from_file_location(module_name, path)
+        module = importlib.util.module_from_spec(module_spec)
+        sys.modules[module_name] = module
+        module_spec.loader.exec_module(module)
+    except BaseException as exc:       # noqa: BLE001 - the user's file: any failure is one line
+        sys.modules.pop(module_name, None)
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        raise InputError(f"{what} {spec}: importing {file} failed: {type(exc).__name__}: {exc}") from None
+    fn = getattr(module, function, None)
+    if not callable(fn):
+        raise InputError(f"{what} {spec}: {file} defines no function {function}()")
+    return fn
+
+
+def run_loader(spec: str, inputs: list[TensorSpec], sample_axes: dict[str, int] | None = None) -> EvalData:
+    """Run a loader once, here; its samples, checked against the model's inputs, as a content-hashed archive."""
+    fn = load_function(spec)
+    where = f"data loader {spec}"
+    try:
+        samples = iter(fn())
+    except InputError:
+        raise
+    except Exception as exc:  # noqa: BLE001
+        raise InputError(f"{where}: raised {type(exc).__name__}: {exc}") from None
+    explicit = dict(sample_axes or {})
+    specs = {s.name: s for s in inputs}
+    axes = {name: explicit.get(name, model_sample_axis(s)) for name, s in specs.items()}
+    columns: dict[str, list[np.ndarray]] = {name: [] for name in specs}
+    labels: list[np.ndarray] = []
+    index = -1
+    while True:
+        index += 1
+        try:
+            sample = next(samples)
+        except StopIteration:
+            break
+        except Exception as exc:  # noqa: BLE001
+            raise InputError(f"{where}: sample {index}: raised {type(exc).__name__}: {exc}") from None
+        feed, label = _split_sample(where, index, sample)
+        if (label is None) != (not labels) and index > 0:
+            raise InputError(f"{where}: sample {index}: " + ("has a label but earlier samples have none"
+                             if label is not None else "has no label but earlier samples have one"))
+        for name in feed:
+            if name not in specs:
+                raise InputError(f"{where}: sample {index}: '{name}' is not a model input "
+                                 f"(inputs: {', '.join(specs)})")
+        for name, s in specs.items():
+            if name not in feed:
+                raise InputError(f"{where}: sample {index}: model input '{name}' is missing "
+                                 f"(sample has: {', '.join(feed) or 'nothing'})")
+            columns[name].append(_one_call(where, index, s, axes[name], feed[name], columns[name]))
+        if label is not None:
+            labels.append(_label(where, index, label, labels))
+    if index == 0:
+        raise InputError(f"{where}: yielded no samples")
+    arrays = {name: (column[0] if axes[name] is None else np.concatenate(column, axis=axes[name]))
+              for name, column in columns.items()}
+    if labels:
+        arrays[LABELS] = np.stack(labels)
+    meta = {"inputs": axes, "outputs": {k: v for k, v in explicit.items() if k not in specs},
+            "source": str(spec)}
+    # the source names the loader in messages; it is part of the hash only through the samples' bytes
+    path = write_archive(arrays, {**meta, "source": Path(str(spec).rpartition(":")[0]).name + ":"
+                                  + str(spec).rpartition(":")[2]})
+    return load_eval_data(path)
+
+
+def _split_sample(where: str, index: int, sample):
+    label = None
+    if isinstance(sample, (tuple, list)) and len(sample) == 2 and isinstance(sample[0], Mapping):
+        sample, label = sample
+    if not isinstance(sample, Mapping):
+        raise InputError(f"{where}: sample {index}: expected a dict {{input name: array}} or a pair "
+                         f"(dict, label), got {type(sample).__name__}")
+    return dict(sample), label
+
+
+def _one_call(where: str, index: int, spec: TensorSpec, axis: int | None, value, column: list) -> np.ndarray:
+    name = f"sample {index}: input '{spec.name}'"
+    try:
+        array = np.asarray(value)
+    except Exception as exc:  # noqa: BLE001
+        raise InputError(f"{where}: {name}: not an array ({type(exc).__name__}: {exc})") from None
+    if array.dtype.hasobject or array.dtype.name != spec.dtype:
+        raise InputError(f"{where}: {name} has dtype {array.dtype}, the model wants {spec.dtype}")
+    wanted = _shape_text(spec.shape, axis).replace("N", "1")
+    if axis is None:
+        if array.shape != tuple(spec.shape):
+            raise InputError(f"{where}: {name} has shape {array.shape}, the model wants {wanted}")
+        if column and not np.array_equal(column[0], array):
+            raise InputError(f"{where}: {name} differs from sample 0's, but the model input has no sample axis "
+                             "(a 0-d input is one constant for every call)")
+        return array
+    if array.ndim == len(spec.shape) - 1:
+        array = np.expand_dims(array, axis)
+    if array.ndim != len(spec.shape) or array.shape[axis] != 1:
+        raise InputError(f"{where}: {name} has shape {array.shape}, one call's is {wanted} "
+                         f"(sample axis {axis} of size 1, or left out)")
+    for i, (have, want) in enumerate(zip(array.shape, spec.shape)):
+        if i != axis and isinstance(want, int) and want > 0 and have != want:
+            raise InputError(f"{where}: {name} has shape {array.shape}, one call's is {wanted} "
+                             f"(axis {i} is {have}, must be {want})")
+    if column and column[0].shape != array.shape:
+        raise InputError(f"{where}: {name} has shape {array.shape} but sample 0's is {column[0].shape}: "
+                         "samples must agree off the sample axis")
+    return array
+
+
+def _label(where: str, index: int, label, labels: list) -> np.ndarray:
+    try:
+        array = np.asarray(label)
+    except Exception as exc:  # noqa: BLE001
+        raise InputError(f"{where}: sample {index}: label is not an array ({exc})") from None
+    if array.dtype.hasobject or not (np.issubdtype(array.dtype, np.number) or array.dtype == np.bool_):
+        raise InputError(f"{where}: sample {index}: label has dtype {array.dtype}; labels must be numbers")
+    if labels and (labels[0].shape != array.shape or labels[0].dtype != array.dtype):
+        raise InputError(f"{where}: sample {index}: label {array.dtype}{list(array.shape)} differs from sample 0's "
+                         f"{labels[0].dtype}{list(labels[0].shape)}")
+    return array

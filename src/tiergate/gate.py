@@ -1,4 +1,4 @@
-"""The gate: from saved results on every device class to PROMOTE or REJECT, every check listed.
+"""The gate: from saved results on every device class to PROMOTE, REJECT or INCONCLUSIVE, every check listed.
 
 Pure computation over saved results (no Docker, no Prefect). Inputs, per device
 class: the candidate's RunOutcome, the FP32 reference's, optionally the
@@ -8,6 +8,15 @@ The caller says whether the candidate is quantized (`quantized=True`, e.g. from
 `Artifact.is_quantized`): the cosine and SQNR floors apply to quantized
 candidates only. A failed run is a failed check (REJECT), never a crash; the
 other device classes are still evaluated.
+
+Task metrics (top-1, `[metrics.NAME]`, `--metric`) compare the candidate with the
+FP32 reference on the same tier as a ratio with a paired-bootstrap confidence
+interval: a check passes when the whole interval clears its threshold, fails when
+it lies wholly on the wrong side, and is otherwise inconclusive, with the samples
+that would be needed at the observed effect. With labels, task metrics decide and
+output agreement is evidence (warnings) unless the policy says `agreement = "gate"`.
+Verdict: REJECT if any check failed; else INCONCLUSIVE (or what `on_inconclusive`
+says) if any was inconclusive; else PROMOTE.
 """
 
 from __future__ import annotations
@@ -23,18 +32,21 @@ import numpy as np
 from tiergate import results as results_mod
 from tiergate import stats
 from tiergate.codec import decode, encode
+from tiergate.errors import EXIT_FAIL, EXIT_INCONCLUSIVE, EXIT_OK, InputError
 from tiergate.fmt import number
-from tiergate.errors import InputError
 from tiergate.metrics.accuracy import Estimate, accuracy, correct, is_classifier, predictions
 from tiergate.metrics.cost import cost_per_1k
 from tiergate.metrics.device import FIGURES, ratios as device_ratios
 from tiergate.metrics.drift import OutputDrift, compare_outputs, non_finite_count, shared_drift
 from tiergate.metrics.latency import LatencyStats, latency_stats
+from tiergate.metrics.task import MetricSpec
 from tiergate.policy import Policy, Thresholds
 from tiergate.results import MB, DeviceFigures, TargetResult
 from tiergate.targets import DeviceClass
 
-PROMOTE, REJECT = "PROMOTE", "REJECT"
+PROMOTE, REJECT, INCONCLUSIVE = "PROMOTE", "REJECT", "INCONCLUSIVE"
+VERDICT_EXIT = {PROMOTE: EXIT_OK, REJECT: EXIT_FAIL, INCONCLUSIVE: EXIT_INCONCLUSIVE}
+ALL_CLASSES = "*"          # the device class of a check that is not about one (the signature)
 SCHEMA = 2   # decision JSON shape (docs/json-shapes.md); 2: exact round trip, non-finite floats as strings
 
 
@@ -68,10 +80,17 @@ class Check:
     passed: bool
     output: str | None = None        # the model output checked, for per-output checks
     detail: str = ""
+    interval: stats.Interval | None = None    # task metrics: the value's confidence interval
+    inconclusive: bool = False                # the interval straddles the threshold (passed is False)
+    samples_needed: int | None = None         # when inconclusive: samples to decide at the observed effect
 
     @property
     def label(self) -> str:
         return f"{self.name}[{self.output}]" if self.output else self.name
+
+    @property
+    def outcome(self) -> str:
+        return "pass" if self.passed else ("inconclusive" if self.inconclusive else "fail")
 
     def to_json(self) -> dict:
         return {**encode(self), "label": self.label}
@@ -81,9 +100,15 @@ class Check:
         return decode(cls, data)
 
     def sentence(self) -> str:
-        text = f"{self.device_class} ({self.tier}): {self.label} is {_fmt(self.value)}"
+        where = "all device classes" if self.device_class == ALL_CLASSES else f"{self.device_class} ({self.tier})"
+        text = f"{where}: {self.label} is {_fmt(self.value)}"
+        if self.interval is not None:
+            text += f" ({self.interval.confidence:.0%} CI [{_fmt(self.interval.low)}, {_fmt(self.interval.high)}])"
         if self.threshold is not None:
             text += f", must be {self.op} {_fmt(self.threshold)}"
+        if self.inconclusive:
+            text += ": inconclusive, " + (f"needs about {self.samples_needed} samples at the observed effect"
+                                          if self.samples_needed else "no sample size decides at the observed effect")
         return text + (f" ({self.detail})" if self.detail else "")
 
 
@@ -96,6 +121,23 @@ class ABResult:
     mcnemar: stats.McNemar
     accuracy_difference: stats.Interval               # candidate - incumbent
     latency_ratio: stats.Interval | None = None       # candidate / incumbent mean latency
+
+
+@dataclass(frozen=True)
+class TaskMetric:
+    """One task metric on one device class: candidate and FP32 reference values, and their ratio's interval."""
+
+    name: str
+    output: str | None
+    n: int
+    candidate: float
+    reference: float
+    ratio: stats.Interval               # candidate / reference, paired bootstrap over samples
+    op: str                             # ">=" (higher is better) or "<=" (errors)
+    threshold: float | None
+    outcome: str                        # pass, fail, inconclusive, or "reported" (no threshold)
+    samples_needed: int | None = None
+    source: str = ""                    # FILE.py:FUNCTION of a user metric
 
 
 @dataclass
@@ -118,6 +160,7 @@ class TargetMetrics:
     ab: ABResult | None = None                                        # A/B against the incumbent
     device: dict[str, DeviceFigures] = field(default_factory=dict)    # candidate / reference / incumbent figures
     device_ratios: dict[str, float] = field(default_factory=dict)     # <figure>_ratio[_vs_incumbent]: candidate / other
+    task: dict[str, TaskMetric] = field(default_factory=dict)         # task metrics by name
 
     def to_json(self) -> dict:
         return encode(self)
@@ -179,6 +222,7 @@ class Decision:
     notes: list[str]
     quantized: bool
     policy_sources: list[str]
+    warnings: list[str] = field(default_factory=list)    # evidence that did not decide (e.g. agreement)
 
     @property
     def passed(self) -> bool:
@@ -190,7 +234,8 @@ class Decision:
 
     @property
     def exit_code(self) -> int:
-        return 0 if self.passed else 1
+        """0 PROMOTE, 1 REJECT, 3 INCONCLUSIVE."""
+        return VERDICT_EXIT.get(self.verdict, 1)
 
     def to_json(self) -> dict:
         """A JSON-ready dict (NaN and infinities as "nan"/"inf"/"-inf"); shape in docs/json-shapes.md.
@@ -207,6 +252,7 @@ class Decision:
             "metrics": {name: m.to_json() for name, m in self.metrics.items()},
             "drift": {side: matrix.to_json() for side, matrix in self.drift.items()},
             "policy_sources": list(self.policy_sources),
+            "warnings": list(self.warnings),
         }
 
     @classmethod
@@ -217,7 +263,8 @@ class Decision:
         return cls(data["verdict"], [Check.from_json(c) for c in data["checks"]],
                    {name: TargetMetrics.from_json(m) for name, m in data["metrics"].items()},
                    {side: DriftMatrix.from_json(d) for side, d in data["drift"].items()},
-                   list(data["notes"]), bool(data["quantized"]), list(data["policy_sources"]))
+                   list(data["notes"]), bool(data["quantized"]), list(data["policy_sources"]),
+                   list(data.get("warnings", [])))
 
     def dumps(self) -> str:
         """Canonical JSON text: two decisions are equal when these are."""
@@ -232,29 +279,62 @@ class Decision:
 def evaluate(candidate: dict[str, RunOutcome], reference: dict[str, RunOutcome],
              device_classes: dict[str, DeviceClass], policy: Policy, labels: np.ndarray | None,
              incumbent: dict[str, RunOutcome] | None = None, *, quantized: bool = False,
-             label_output: str | None = None, seed: int = 0) -> Decision:
+             label_output: str | None = None, seed: int = 0, metrics: list[MetricSpec] | None = None) -> Decision:
     """Every check on every device class the candidate ran on, and the verdict.
 
     `labels` (one int per sample) enable accuracy; without them the A/B test
     uses agreement with the FP32 reference's top-1 as per-sample correctness.
     `label_output` names the classifier output (default: the first output with
     two or more scores per sample). `seed` makes the bootstrap reproducible.
+    `metrics`: the task metrics (tiergate.metrics.task.resolve; default: top-1 only).
     """
+    from tiergate.metrics.task import resolve
+
     incumbent = incumbent or {}
     _check_inputs(candidate, reference, incumbent, device_classes)
     labels = _check_label_array(labels)
-    checks, notes, metrics = [], [], {}
+    specs = list(metrics) if metrics is not None else resolve([], policy)
+    checks, notes, warnings, per_class = [], [], [], {}
+    on_inconclusive = set()
     for name in candidate:
-        target = _TargetEval(device_classes[name], policy.for_target(device_classes[name]), quantized, seed)
-        metrics[name] = target.run(candidate[name], reference[name], incumbent.get(name), labels, label_output)
+        thresholds = policy.for_target(device_classes[name])
+        target = _TargetEval(device_classes[name], thresholds, quantized, seed, specs)
+        per_class[name] = target.run(candidate[name], reference[name], incumbent.get(name), labels, label_output)
         checks += target.checks
         notes += target.notes
+        warnings += target.warnings
+        on_inconclusive.add(thresholds.on_inconclusive)
     for name in incumbent:
         if name not in candidate:
             notes.append(f"incumbent result for {name} ignored: the candidate did not run there")
     drift = {"candidate": cross_tier_drift(candidate), "reference": cross_tier_drift(reference)}
-    verdict = PROMOTE if checks and all(c.passed for c in checks) else REJECT
-    return Decision(verdict, checks, metrics, drift, notes, quantized, list(policy.sources))
+    verdict = verdict_of(checks, on_inconclusive)
+    if verdict != INCONCLUSIVE and any(c.inconclusive for c in checks) and not any(
+            not c.passed and not c.inconclusive for c in checks):
+        notes.append(f"inconclusive task metrics decided as {verdict} by the policy's on_inconclusive")
+    return Decision(verdict, checks, per_class, drift, notes, quantized, list(policy.sources), warnings)
+
+
+def verdict_of(checks: list[Check], on_inconclusive: set[str] | str = "inconclusive") -> str:
+    """REJECT if any check failed; else, if any was inconclusive, what on_inconclusive says; else PROMOTE."""
+    if not checks or any(not c.passed and not c.inconclusive for c in checks):
+        return REJECT
+    if not any(c.inconclusive for c in checks):
+        return PROMOTE
+    modes = {on_inconclusive} if isinstance(on_inconclusive, str) else set(on_inconclusive) or {"inconclusive"}
+    if "reject" in modes:
+        return REJECT
+    return INCONCLUSIVE if "inconclusive" in modes else PROMOTE
+
+
+def signature_decision(differences: list[tuple[str, str]], device_classes, policy: Policy, *,
+                       quantized: bool = False) -> Decision:
+    """REJECT before anything runs: each signature difference of the candidate (or incumbent) is a failed check."""
+    checks = [Check(ALL_CLASSES, "", "signature", role, "reference", "==", False, detail=text)
+              for role, text in differences]
+    notes = [f"nothing was built or run: the {role}'s signature differs from the FP32 reference's"
+             for role in dict.fromkeys(role for role, _ in differences)]
+    return Decision(REJECT, checks, {}, {}, notes, quantized, list(policy.sources))
 
 
 def cross_tier_drift(outcomes: dict[str, RunOutcome]) -> DriftMatrix:
@@ -271,16 +351,21 @@ def cross_tier_drift(outcomes: dict[str, RunOutcome]) -> DriftMatrix:
 class _TargetEval:
     """The checks and metrics of one device class."""
 
-    def __init__(self, dc: DeviceClass, thresholds: Thresholds, quantized: bool, seed: int):
+    def __init__(self, dc: DeviceClass, thresholds: Thresholds, quantized: bool, seed: int,
+                 specs: list[MetricSpec] | None = None):
         self.dc, self.t, self.quantized, self.seed = dc, thresholds, quantized, seed
+        self.specs = list(specs or [])
         self.checks: list[Check] = []
         self.notes: list[str] = []
+        self.warnings: list[str] = []
+        self.agreement_gates = thresholds.agreement != "evidence"
 
-    def check(self, name, value, op, threshold, *, output=None, detail="", passed=None) -> bool:
+    def check(self, name, value, op, threshold, *, output=None, detail="", passed=None, interval=None,
+              inconclusive=False, samples_needed=None) -> bool:
         if passed is None:
             passed = _compare(value, op, threshold)
         self.checks.append(Check(self.dc.name, self.dc.tier, name, _plain(value), _plain(threshold), op,
-                                 bool(passed), output, detail))
+                                 bool(passed), output, detail, interval, inconclusive, samples_needed))
         return bool(passed)
 
     def note(self, text: str) -> None:
@@ -301,16 +386,24 @@ class _TargetEval:
         self._device_figures(m, cand, ref, inc)
         if not (cand_ok and ref_ok):
             return m
-        self._outputs(m, cand.outputs, ref.outputs)
-        m.label_output = _pick_label_output(ref.outputs, label_output, labels)
-        if labels is not None:
+        m.label_output = _pick_label_output(ref.outputs, label_output, labels, self.specs)
+        drifts = self._outputs(m, cand.outputs, ref.outputs)
+        if _class_labels(labels) and m.label_output is not None:
             self._accuracy(m, cand, ref, inc, labels)
+        elif labels is not None and all(s.kind == "top1" for s in self.specs):
+            self.note("labels are not one class index per sample and no task metric is named "
+                      "([metrics.NAME] or --metric): no task metric computed")
+        self._task_metrics(m, cand, ref, labels)
+        decided = any(c.interval is not None for c in self.checks)
+        self.agreement_gates = self.t.agreement == "gate" or (self.t.agreement == "auto" and not decided)
+        for name, drift in drifts.items():
+            self._drift_checks(name, drift)
         if inc is not None:
             self._ab(m, cand, ref, inc, labels)
         return m
 
     # -- agreement with the FP32 reference, per output -------------------------------------
-    def _outputs(self, m: TargetMetrics, cand: dict, ref: dict) -> None:
+    def _outputs(self, m: TargetMetrics, cand: dict, ref: dict) -> dict[str, OutputDrift]:
         for name, ref_out in ref.items():
             out = cand.get(name)
             if out is None:
@@ -326,10 +419,10 @@ class _TargetEval:
             ref_bad = non_finite_count(ref_out)
             self.check("reference_finite", ref_bad, "==", 0, output=name,
                        detail="NaN or Inf in the FP32 reference's output" if ref_bad else "")
-            self._drift_checks(name, drift)
         for name in cand:
             if name not in ref:
                 self.note(f"candidate output '{name}' has no FP32 reference counterpart; not compared")
+        return dict(m.outputs)
 
     def _drift_checks(self, name: str, drift: OutputDrift) -> None:
         t = self.t
@@ -345,7 +438,12 @@ class _TargetEval:
                 self.note(f"{metric} limit not applied to output '{name}' (not a "
                           f"{'probability' if metric == 'kl_divergence' else 'classifier'} output)")
                 continue
-            self.check(metric, value, op, threshold, output=name)
+            if self.agreement_gates:
+                self.check(metric, value, op, threshold, output=name)
+            elif not _compare(value, op, threshold):
+                self.warnings.append(f"{self.dc.name}: {metric}[{name}] is {_fmt(value)}, the limit is {op} "
+                                     f"{_fmt(threshold)} (evidence only: task metrics decide; policy "
+                                     "agreement = \"gate\" makes it a check)")
 
     # -- accuracy against labels -----------------------------------------------------------
     def _accuracy(self, m: TargetMetrics, cand, ref, inc, labels) -> None:
@@ -357,10 +455,78 @@ class _TargetEval:
         m.accuracy["reference"] = base = accuracy(ref.outputs[name], labels, conf)
         if inc is not None and inc.ok and _same_shape(inc, name, ref):
             m.accuracy["incumbent"] = accuracy(inc.outputs[name], labels, conf)
-        if self.t.min_accuracy_ratio is not None:
-            ratio = acc.value / base.value if base.value > 0 else (1.0 if acc.value == 0 else math.inf)
-            self.check("accuracy_ratio", ratio, ">=", self.t.min_accuracy_ratio, output=name,
-                       detail=f"candidate {_pct(acc)} vs FP32 {_pct(base)}")
+        top1 = next((s for s in self.specs if s.kind == "top1"), None)
+        if top1 is None:
+            return
+        threshold = top1.min_ratio if top1.min_ratio is not None else self.t.min_accuracy_ratio
+        hits_c, hits_r = correct(cand.outputs[name], labels), correct(ref.outputs[name], labels)
+        interval = stats.metric_ratio(hits_c[None].astype(float), hits_r[None].astype(float), _mean_row0,
+                                      confidence=conf, n_resamples=self.t.bootstrap_resamples, seed=self.seed)
+        mcnemar = stats.mcnemar_exact(hits_c, hits_r)
+        detail = (f"candidate {_pct(acc)} vs FP32 {_pct(base)}; {mcnemar.only_a} samples only the candidate "
+                  f"gets right, {mcnemar.only_b} only FP32, McNemar exact p = {mcnemar.p_value:.3g}")
+        self._judged(m, top1, "accuracy_ratio", name, len(labels), acc.value, base.value, interval, ">=",
+                     threshold, detail)
+
+    # -- task metrics: candidate / FP32 reference, judged on the interval -------------------
+    def _task_metrics(self, m: TargetMetrics, cand, ref, labels) -> None:
+        from tiergate.metrics import task
+
+        for spec in self.specs:
+            if spec.kind == "top1":
+                continue
+            if labels is None and spec.kind != "custom":
+                self.note(f"metric {spec.name} needs labels; not computed")
+                continue
+            if spec.kind == "custom":
+                self._custom_metric(m, spec, cand.outputs, ref.outputs, labels)
+                continue
+            name = task.pick_output(spec, ref.outputs, labels, m.label_output)
+            if name is None or name not in m.outputs:
+                self.note(f"metric {spec.name}: no comparable output; not computed")
+                continue
+            a, b = task.prepare(spec, cand.outputs[name], labels), task.prepare(spec, ref.outputs[name], labels)
+            interval = stats.metric_ratio(a.components, b.components, a.statistic, confidence=self.t.confidence,
+                                          n_resamples=self.t.bootstrap_resamples, seed=self.seed)
+            op = ">=" if spec.higher_is_better else "<="
+            threshold = spec.min_ratio if spec.higher_is_better else spec.max_ratio
+            if spec.higher_is_better and threshold is None:
+                threshold = self.t.min_accuracy_ratio
+            self._judged(m, spec, f"{spec.name}_ratio", name, len(labels), task.value(a), task.value(b), interval,
+                         op, threshold, f"candidate {task.value(a):.4g} vs FP32 {task.value(b):.4g}")
+
+    def _custom_metric(self, m: TargetMetrics, spec: MetricSpec, cand: dict, ref: dict, labels) -> None:
+        from tiergate.metrics.task import custom_value
+
+        n = len(next(iter(ref.values())))
+        if any(len(v) != n for v in (*cand.values(), *ref.values())):
+            self.note(f"metric {spec.name}: outputs differ in sample count; not computed")
+            return
+
+        def pair(idx):
+            lab = None if labels is None else labels[idx]
+            return (custom_value(spec, {k: v[idx] for k, v in cand.items()}, lab),
+                    custom_value(spec, {k: v[idx] for k, v in ref.items()}, lab))
+        a, b = pair(np.arange(n))
+        interval = stats.metric_ratio(n, None, pair, confidence=self.t.confidence,
+                                      n_resamples=self.t.bootstrap_resamples, seed=self.seed, vectorised=False)
+        op, threshold = (">=", spec.min_ratio) if spec.max_ratio is None else ("<=", spec.max_ratio)
+        if threshold is None:
+            threshold = self.t.min_accuracy_ratio
+        self._judged(m, spec, f"{spec.name}_ratio", None, n, a, b, interval, op, threshold,
+                     f"candidate {a:.4g} vs FP32 {b:.4g} ({spec.source})")
+
+    def _judged(self, m: TargetMetrics, spec: MetricSpec, check: str, output, n: int, cand_value: float,
+                ref_value: float, interval: stats.Interval, op: str, threshold, detail: str) -> None:
+        outcome, needed = "reported", None
+        if threshold is not None:
+            outcome = stats.judge(interval, op, threshold)
+            needed = stats.samples_needed(interval, threshold, n) if outcome == stats.INCONCLUSIVE else None
+            self.check(check, interval.estimate, op, threshold, output=output, detail=detail,
+                       passed=outcome == stats.PASS, interval=interval,
+                       inconclusive=outcome == stats.INCONCLUSIVE, samples_needed=needed)
+        m.task[spec.name] = TaskMetric(spec.name, output, n, float(cand_value), float(ref_value), interval, op,
+                                       threshold, outcome, needed, spec.source)
 
     # -- latency and cost ------------------------------------------------------------------
     def _latency(self, m: TargetMetrics, cand, ref, inc) -> None:
@@ -456,8 +622,8 @@ class _TargetEval:
         if name is None or name not in m.outputs or not _same_shape(inc, name, ref):
             self.note("no classifier output shared with the incumbent; no A/B comparison")
             return
-        truth = labels if labels is not None else predictions(ref.outputs[name])
-        basis = "labels" if labels is not None else "agreement with FP32 top-1"
+        truth = labels if _class_labels(labels) else predictions(ref.outputs[name])
+        basis = "labels" if _class_labels(labels) else "agreement with FP32 top-1"
         ok_cand, ok_inc = correct(cand.outputs[name], truth), correct(inc.outputs[name], truth)
         conf, n_res = self.t.confidence, self.t.bootstrap_resamples
         diff = stats.accuracy_difference(ok_cand, ok_inc, confidence=conf, n_resamples=n_res, seed=self.seed)
@@ -504,22 +670,33 @@ def _check_label_array(labels) -> np.ndarray | None:
     if labels is None:
         return None
     labels = np.asarray(labels)
-    if labels.ndim != 1 or not np.issubdtype(labels.dtype, np.integer):
-        raise InputError(f"labels must be one integer per sample, got shape {labels.shape} dtype {labels.dtype}")
-    if labels.size and labels.min() < 0:
+    if labels.ndim == 0 or not (np.issubdtype(labels.dtype, np.number) or labels.dtype == np.bool_):
+        raise InputError(f"labels must be numbers with the sample axis first, got shape {labels.shape} "
+                         f"dtype {labels.dtype}")
+    if np.issubdtype(labels.dtype, np.integer) and labels.size and labels.min() < 0:
         raise InputError(f"labels must not be negative (found {labels.min()})")
     return labels
 
 
-def _pick_label_output(outputs: dict[str, np.ndarray], wanted: str | None, labels) -> str | None:
+def _pick_label_output(outputs: dict[str, np.ndarray], wanted: str | None, labels, specs=()) -> str | None:
     if wanted is not None:
         if wanted not in outputs:
             raise InputError(f"label output '{wanted}' is not a model output (outputs: {', '.join(outputs)})")
         return wanted
     name = next((name for name, out in outputs.items() if is_classifier(out)), None)
-    if name is None and labels is not None:
-        raise InputError("labels given, but no model output has two or more scores per sample")
+    only_top1 = all(s.kind == "top1" for s in specs)
+    if name is None and _class_labels(labels) and only_top1:
+        raise InputError("labels given, but no model output has two or more scores per sample "
+                         "(for other tasks name a metric: [metrics.NAME] in the policy or --metric)")
     return name
+
+
+def _class_labels(labels) -> bool:
+    return labels is not None and labels.ndim == 1 and np.issubdtype(labels.dtype, np.integer)
+
+
+def _mean_row0(c, axis=-1):
+    return np.mean(c[0], axis=axis)
 
 
 def _check_labels_fit(labels: np.ndarray, output: np.ndarray, name: str) -> None:

@@ -39,15 +39,17 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Protocol
 
+import numpy as np
+
 from tiergate import results
 from tiergate.artifact import Artifact, load_artifact
 from tiergate.errors import (EnvironmentProblem, InfrastructureFault, InputError, Interrupted, TiergateError, disk_full,
                              is_disk_full)
-from tiergate.evaldata import (EvalData, check_labels_within, check_sample_count, label_classes, load_eval_data,
-                               validate_against)
+from tiergate.evaldata import (EvalData, check_labels_within, check_sample_count, is_loader, label_classes,
+                               load_eval_data, normalised, run_loader, validate_against)
 from tiergate.execution import janitor
 from tiergate.fingerprint import Fingerprint, fingerprint
-from tiergate.gate import Decision, RunOutcome, evaluate
+from tiergate.gate import Decision, RunOutcome, evaluate, signature_decision
 from tiergate.hashing import file_sha256
 from tiergate.images import BuiltImage
 from tiergate.lint import Finding, lint
@@ -236,23 +238,72 @@ def check_formats(intakes: dict[str, Intake], device_classes: list[DeviceClass])
                     f"{dc.name} runs {dc.runtime} ({dc.artifact_format} artifacts)")
 
 
-def load_data(path: Path | str, intakes: dict[str, Intake], policy: Policy | None = None,
-              device_classes: Iterable[DeviceClass] = ()) -> EvalData:
-    """The evaluation data, checked against every artifact's inputs (and the policy's sample needs)."""
-    data = load_eval_data(path)
-    for item in intakes.values():
-        validate_against(data, item.artifact.inputs)
-    if policy is not None:
+def load_data(source: Path | str, intakes: dict[str, Intake], sample_axes: dict[str, int] | None = None,
+              policy: Policy | None = None, device_classes: Iterable[DeviceClass] = ()) -> EvalData:
+    """The evaluation data, fitted to the reference's inputs (the first artifact's when there is none).
+
+    `source` is an .npz, or a loader FILE.py:FUNCTION run once here and materialised into a
+    content-hashed archive. An archive whose sample axes are not all leading is rewritten
+    (content-hashed) with its axes inside, for the harness.
+    """
+    item = intakes.get("reference") or next(iter(intakes.values()))
+    inputs = item.artifact.inputs
+    if is_loader(source):
+        data = run_loader(str(source), inputs, sample_axes)
+    else:
+        data = load_eval_data(source, inputs, sample_axes)
+    validate_against(data, inputs)
+    if policy is not None:     # a gate on fewer samples than its statistics resolve would promote on no evidence
         needed = max([policy.for_target(dc).min_samples for dc in device_classes] or [policy.defaults.min_samples])
         check_sample_count(data, needed, "fewer samples cannot resolve the policy's "
                                          "confidence bounds; a gate on them would promote on no evidence")
-    return data
+    return normalised(data)
+
+
+def signature_differences(intakes: dict[str, Intake]) -> list[tuple[str, str]]:
+    """(role, difference) for every input or output of the candidate (and incumbent) that differs
+    from the reference's by name, dtype or shape (symbolic dimensions match anything)."""
+    ref = intakes.get("reference")
+    if ref is None:
+        return []
+    found = []
+    for role in ("candidate", "incumbent"):
+        if role not in intakes:
+            continue
+        for kind in ("inputs", "outputs"):
+            theirs = {t.name: t for t in getattr(intakes[role].artifact, kind)}
+            ours = {t.name: t for t in getattr(ref.artifact, kind)}
+            what = kind[:-1]
+            for name, spec in ours.items():
+                other = theirs.get(name)
+                if other is None:
+                    found.append((role, f"{what} '{name}' {_spec_text(spec)} of the reference is missing"))
+                elif other.dtype != spec.dtype:
+                    found.append((role, f"{what} '{name}' is {other.dtype}, the reference's is {spec.dtype}"))
+                elif not _shapes_agree(other.shape, spec.shape):
+                    found.append((role, f"{what} '{name}' has shape {_spec_text(other)}, the reference's "
+                                        f"{_spec_text(spec)}"))
+            for name, other in theirs.items():
+                if name not in ours:
+                    found.append((role, f"{what} '{name}' {_spec_text(other)} is not in the reference"))
+    return found
+
+
+def _shapes_agree(a, b) -> bool:
+    fixed = lambda d: isinstance(d, int) and d > 0   # noqa: E731
+    return len(a) == len(b) and all(x == y or not fixed(x) or not fixed(y) for x, y in zip(a, b))
+
+
+def _spec_text(spec) -> str:
+    dims = ", ".join(str(d) if isinstance(d, int) and d > 0 else "?" for d in spec.shape)
+    return f"{spec.dtype}[{dims}]"
 
 
 def labels_checked(data: EvalData, intakes: dict[str, Intake]) -> bool:
     """Check the labels against the reference's class count when its output shape says it (True when done)."""
-    if data.labels is None:
-        return True
+    labels = data.labels
+    if labels is None or labels.ndim != 1 or not np.issubdtype(labels.dtype, np.integer):
+        return True          # no class indices: nothing to check
     found = label_classes(intakes["reference"].artifact.outputs)
     if found is None:
         return False
@@ -501,14 +552,19 @@ def load_outcomes(folders: dict[tuple[str, str], Path]) -> dict[str, dict[str, R
 # --- the whole gate -----------------------------------------------------------------------
 
 
-def gate(candidate: Path, reference: Path, data_path: Path, device_classes: list[DeviceClass],
+def gate(candidate: Path, reference: Path, data_path: Path | str, device_classes: list[DeviceClass],
          policy: Policy, *, incumbent: Path | None = None, base_image: str | None = None,
          ca_bundle: Path | None = None, registry=None, root: Path | None = None,
          max_parallel: int = 2, progress: Progress | None = None, seams: Seams | None = None,
-         profile: bool = False) -> GateRun:
-    """Intake, build, run, compare and decide; user errors raise before anything runs.
+         sample_axes: dict[str, int] | None = None, metrics: list[str] | None = None) -> GateRun:
+    """Intake, signature check, build, run, compare and decide; user errors raise before anything runs.
 
-    `profile`: every run also records per-op time (a run of its own, cached apart)."""
+    `data_path`: an .npz or a loader FILE.py:FUNCTION; `sample_axes`: explicit {name: axis};
+    `metrics`: task metrics by name, built-in or FILE.py:FUNCTION (tiergate.metrics.task).
+    A candidate (or incumbent) whose signature differs from the reference's is rejected with
+    the differences named, before anything is built or run. `profile`: every run also records
+    per-op time (a run of its own, cached apart).
+    """
     seams = seams or Seams()
     builder = seams.builder or DockerBuilder(base_image, ca_bundle)
     seams.janitor(device_classes)
@@ -518,7 +574,14 @@ def gate(candidate: Path, reference: Path, data_path: Path, device_classes: list
                        seams.steps.map("intake", lambda rp: intake(rp[1], device_classes), roles,
                                        name=lambda rp: rp[0])))
     check_formats(intakes, device_classes)
-    data = load_data(data_path, intakes, policy, device_classes)
+    data = load_data(data_path, intakes, sample_axes, policy, device_classes)
+    task = resolve_metrics(metrics, policy)
+    differences = signature_differences(intakes)
+    if differences:
+        _say(progress, "signature differs from the reference's: nothing built or run")
+        decision = signature_decision(differences, device_classes, policy,
+                                      quantized=intakes["candidate"].artifact.is_quantized)
+        return GateRun(decision, intakes, {}, {})
     labels_known = labels_checked(data, intakes)
     specs = [RunSpec(role, dc, item, profile=profile) for role, item in intakes.items() for dc in device_classes]
     per_class = [[s for s in specs if s.device_class.name == dc.name] for dc in device_classes]
@@ -541,7 +604,7 @@ def gate(candidate: Path, reference: Path, data_path: Path, device_classes: list
                           max_parallel=max_parallel, progress=progress)
     folders = {(d.role, d.device_class): d.folder for d in done}
     run = decide_saved(folders, intakes, device_classes, policy, data,
-                       cache_hits=sum(d.cached for d in done), started=sum(d.started for d in done))
+                       cache_hits=sum(d.cached for d in done), started=sum(d.started for d in done), metrics=task)
     for dc, item in zip(device_classes, described):
         if item is not None:
             run.runtime[dc.name], run.runtime_findings[dc.name] = item
@@ -568,35 +631,45 @@ def describe_candidate(group: list[RunSpec], builder: Builder, *, progress: Prog
 
 def decide_saved(folders: dict[tuple[str, str], Path], intakes: dict[str, Intake],
                  device_classes: list[DeviceClass], policy: Policy, data: EvalData, *,
-                 cache_hits: int = 0, started: int = 0) -> GateRun:
+                 cache_hits: int = 0, started: int = 0, metrics=None) -> GateRun:
     """The decision from saved run folders: from the decision cache when every input it names matches."""
     outcomes = load_outcomes(folders)
-    inputs = decision_inputs(folders, intakes, device_classes, policy, data)
+    metrics = metrics if metrics is not None else resolve_metrics(None, policy)
+    inputs = decision_inputs(folders, intakes, device_classes, policy, data, metrics)
     key = decision_key_of(inputs)
     decision = cached_decision(key, inputs)
     cached = decision is not None
     if decision is None:
-        decision = decide(outcomes, intakes, device_classes, policy, data)
+        decision = decide(outcomes, intakes, device_classes, policy, data, metrics)
         save_decision(key, inputs, decision)
     return GateRun(decision, intakes, outcomes, folders, cache_hits, started, decision_cached=cached,
                    decision_key=key)
 
 
 def decide(outcomes: dict[str, dict[str, RunOutcome]], intakes: dict[str, Intake],
-           device_classes: list[DeviceClass], policy: Policy, data: EvalData) -> Decision:
+           device_classes: list[DeviceClass], policy: Policy, data: EvalData, metrics=None) -> Decision:
     """The gate decision from saved outcomes (pure computation)."""
     return evaluate(outcomes["candidate"], outcomes["reference"], {dc.name: dc for dc in device_classes},
                     policy, data.labels, outcomes.get("incumbent"),
-                    quantized=intakes["candidate"].artifact.is_quantized)
+                    quantized=intakes["candidate"].artifact.is_quantized,
+                    metrics=metrics if metrics is not None else resolve_metrics(None, policy))
+
+
+def resolve_metrics(names: list[str] | None, policy: Policy):
+    """The task metrics to compute: the policy's [metrics.NAME] tables and --metric names (built-in or
+    FILE.py:FUNCTION, imported here once)."""
+    from tiergate.metrics.task import resolve
+
+    return resolve(names or [], policy)
 
 
 # --- the decision cache: JSON naming every hash it was made from ----------------------------
 
-_DECIDING_MODULES = ("gate.py", "stats.py", "policy.py", "codec.py", "metrics")
+_DECIDING_MODULES = ("gate.py", "stats.py", "policy.py", "codec.py", "metrics", "evaldata.py")
 
 
 def decision_inputs(folders: dict[tuple[str, str], Path], intakes: dict[str, Intake],
-                    device_classes: list[DeviceClass], policy: Policy, data: EvalData) -> dict:
+                    device_classes: list[DeviceClass], policy: Policy, data: EvalData, metrics=()) -> dict:
     """Everything a decision depends on, by hash: artifacts, data, runs, images, classes, policy, code."""
     def sha_text(text: str) -> str:
         return hashlib.sha256(text.encode()).hexdigest()
@@ -614,8 +687,9 @@ def decision_inputs(folders: dict[tuple[str, str], Path], intakes: dict[str, Int
         "quantized": intakes["candidate"].artifact.is_quantized,
         "data": data.sha256,
         "device_classes": sha_text("\n".join(classes)),
-        "policy": sha_text(json.dumps([dataclasses.asdict(policy.defaults), policy.overrides], sort_keys=True,
-                                      default=str)),
+        "policy": sha_text(json.dumps([dataclasses.asdict(policy.defaults), policy.overrides,
+                                       policy.metrics], sort_keys=True, default=str)),
+        "metrics": [m.identity for m in metrics or ()],
         "code": _deciding_code_hash(),
         "runs": runs,
         "images": images,

@@ -7,6 +7,9 @@ Shape of a policy file (see docs/policy.md and data/default-policy.toml):
     [override.cortex-a]   # a tier name or a device-class name
     max_latency_p99_ms = 40
 
+    [metrics.top5_accuracy]   # a task metric (tiergate.metrics.task) and its ratio to FP32
+    min_ratio = 0.99
+
 A threshold set to `false` is switched off. Unknown tables or keys are errors
 naming the file and the key.
 """
@@ -14,7 +17,7 @@ naming the file and the key.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from importlib import resources
 from pathlib import Path
 from typing import Iterable
@@ -25,7 +28,10 @@ from tiergate.errors import InputError
 from tiergate.targets import DeviceClass
 
 DEFAULT_POLICY = "default-policy.toml"
-_TABLES = ("defaults", "override")
+_TABLES = ("defaults", "override", "metrics")
+ON_INCONCLUSIVE = ("inconclusive", "reject", "promote")
+AGREEMENT = ("auto", "gate", "evidence")
+_CHOICES = {"on_inconclusive": ON_INCONCLUSIVE, "agreement": AGREEMENT}
 
 
 @dataclass(frozen=True)
@@ -64,6 +70,9 @@ class Thresholds:
     max_latency_regression: float = 0.10
     confidence: float = 0.95
     bootstrap_resamples: int = 9999
+    on_inconclusive: str = "inconclusive"   # verdict when a task-metric interval straddles its threshold
+    agreement: str = "auto"                 # output agreement (cosine, SQNR, ...): auto = a gate without
+                                            # labels, evidence (warnings) when task metrics decide
 
     @property
     def min_samples(self) -> int:
@@ -85,15 +94,16 @@ _BOUNDS: dict[str, tuple[float, float]] = {
     "bootstrap_resamples": (99, MAX_BOOTSTRAP_RESAMPLES),
 }
 _REQUIRED = {"p99_min_samples", "noninferiority_margin", "max_latency_regression",
-             "confidence", "bootstrap_resamples"}   # cannot be switched off
+             "confidence", "bootstrap_resamples", "on_inconclusive", "agreement"}   # cannot be switched off
 _KNOWN = tuple(f.name for f in fields(Thresholds))
 
 
 @dataclass(frozen=True)
 class Policy:
     defaults: Thresholds
-    overrides: dict[str, dict[str, float | int | None]]
+    overrides: dict[str, dict[str, float | int | str | None]]
     sources: tuple[str, ...] = ()
+    metrics: dict[str, dict] = field(default_factory=dict)     # [metrics.NAME] tables
 
     def for_target(self, device_class: DeviceClass) -> Thresholds:
         """Defaults, then the tier's override, then the device class's own override."""
@@ -116,7 +126,7 @@ class Policy:
 
     def to_json(self) -> dict:
         return {"sources": list(self.sources), "defaults": asdict(self.defaults),
-                "overrides": self.overrides}
+                "overrides": self.overrides, "metrics": self.metrics}
 
 
 def load_policy(path: str | Path | None = None) -> Policy:
@@ -134,12 +144,13 @@ def load_policy(path: str | Path | None = None) -> Policy:
         raise InputError(f"policy {path}: cannot be read ({exc})") from None
     user = _parse(str(path), text)
     merged_defaults = {**base["defaults"], **user["defaults"]}
-    return _build({"defaults": merged_defaults}, user["override"],
-                  (f"builtin:{DEFAULT_POLICY}", str(path)))
+    return _build({"defaults": merged_defaults, "metrics": {**base["metrics"], **user["metrics"]}},
+                  user["override"], (f"builtin:{DEFAULT_POLICY}", str(path)))
 
 
 def _build(base: dict, overrides: dict, sources: tuple[str, ...]) -> Policy:
-    return Policy(defaults=Thresholds(**base["defaults"]), overrides=overrides, sources=sources)
+    return Policy(defaults=Thresholds(**base["defaults"]), overrides=overrides, sources=sources,
+                  metrics=base.get("metrics", {}))
 
 
 def _parse(name: str, text: str) -> dict:
@@ -149,14 +160,45 @@ def _parse(name: str, text: str) -> dict:
         raise InputError(f"policy {name}: not valid TOML: {exc}") from None
     for key in data:
         if key not in _TABLES:
-            raise InputError(f"policy {name}: unknown key '{key}' (known tables: [defaults], [override.NAME])")
+            raise InputError(f"policy {name}: unknown key '{key}' (known tables: [defaults], [override.NAME], "
+                             "[metrics.NAME])")
     defaults = _section(name, "defaults", data.get("defaults", {}))
     overrides = data.get("override", {})
     if not isinstance(overrides, dict):
         raise InputError(f"policy {name}: 'override' must be tables [override.NAME]")
+    metrics = data.get("metrics", {})
+    if not isinstance(metrics, dict):
+        raise InputError(f"policy {name}: 'metrics' must be tables [metrics.NAME]")
     return {"defaults": defaults,
             "override": {target: _section(name, f"override.{target}", table)
-                         for target, table in overrides.items()}}
+                         for target, table in overrides.items()},
+            "metrics": {metric: _metric_table(name, metric, table) for metric, table in metrics.items()}}
+
+
+_METRIC_KEYS = {"min_ratio": float, "max_ratio": float, "threshold": float, "k": int, "positive": int,
+                "output": str}
+
+
+def _metric_table(name: str, metric: str, table) -> dict:
+    where = f"policy {name}: [metrics.{metric}]"
+    if not isinstance(table, dict):
+        raise InputError(f"{where} must be a table")
+    out = {}
+    for key, value in table.items():
+        kind = _METRIC_KEYS.get(key)
+        if kind is None:
+            raise InputError(f"{where}: unknown key '{key}' (known: {', '.join(_METRIC_KEYS)})")
+        if kind is str:
+            if not isinstance(value, str):
+                raise InputError(f"{where} {key} must be a string, got {value!r}")
+        elif value is False and key in ("min_ratio", "max_ratio"):
+            value = None
+        elif isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 \
+                or (kind is int and not isinstance(value, int)):
+            raise InputError(f"{where} {key} must be a non-negative {'whole ' if kind is int else ''}number, "
+                             f"got {value!r}")
+        out[key] = value if kind is not float or value is None else float(value)
+    return out
 
 
 def _section(name: str, where: str, table) -> dict:
@@ -169,6 +211,10 @@ def _value(name: str, where: str, key: str, value):
     if key not in _KNOWN:
         raise InputError(f"policy {name}: unknown key '{key}' in [{where}] (known: {', '.join(_KNOWN)})")
     bad = f"policy {name}: [{where}] {key}"
+    if key in _CHOICES:
+        if value not in _CHOICES[key]:
+            raise InputError(f"{bad} must be one of {', '.join(repr(c) for c in _CHOICES[key])}, got {value!r}")
+        return value
     if value is False:
         if key in _REQUIRED:
             raise InputError(f"{bad} cannot be switched off")

@@ -7,6 +7,7 @@ here; the McNemar p-value is reported alongside ("do they differ at all?").
 
 from __future__ import annotations
 
+import math
 import warnings
 from dataclasses import asdict, dataclass
 
@@ -96,14 +97,17 @@ def _ratio_of_means(a, b, axis=-1):
     return np.mean(a, axis=axis) / np.mean(b, axis=axis)
 
 
-def _bootstrap(data, statistic, estimate, confidence, n_resamples, seed, *, paired) -> Interval:
-    n = max(len(x) for x in data)
-    batch = max(1, _MAX_BATCH_ELEMENTS // n)
-    for method in ("BCa", "percentile") if n <= BCA_MAX_SAMPLES else ("percentile",):
+def _bootstrap(data, statistic, estimate, confidence, n_resamples, seed, *, paired, vectorized=True,
+               methods=None) -> Interval:
+    n = max(np.shape(x)[-1] for x in data)
+    width = max(int(np.prod(np.shape(x)[:-1])) for x in data)
+    batch = max(1, _MAX_BATCH_ELEMENTS // (n * width))
+    low = high = math.nan
+    for method in methods or (("BCa", "percentile") if n <= BCA_MAX_SAMPLES else ("percentile",)):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             result = _scipy_stats().bootstrap(data, statistic, n_resamples=n_resamples, batch=batch,
-                                     vectorized=True, paired=paired, confidence_level=confidence,
+                                     vectorized=vectorized, paired=paired, confidence_level=confidence, axis=-1,
                                      method=method, rng=np.random.default_rng(seed))
         low, high = float(result.confidence_interval.low), float(result.confidence_interval.high)
         if np.isfinite(low) and np.isfinite(high):
@@ -118,3 +122,72 @@ def _paired_bools(a, b) -> tuple[np.ndarray, np.ndarray]:
     if a.size == 0:
         raise ValueError("no paired samples")
     return a, b
+
+
+# --- task metrics: candidate / reference ratio, and what an interval decides ---------------------------
+
+PASS, FAIL, INCONCLUSIVE = "pass", "fail", "inconclusive"
+CUSTOM_MAX_RESAMPLES = 999        # a user's metric is called once per resample, in Python
+
+
+def metric_ratio(cand, ref, statistic, *, confidence: float = 0.95, n_resamples: int = 9999, seed: int = 0,
+                 vectorised: bool = True) -> Interval:
+    """Paired bootstrap CI of statistic(cand) / statistic(ref) over the same samples.
+
+    `cand`, `ref`: per-sample components (c, n) with `statistic(components, axis=-1)` (vectorised), or,
+    with `vectorised=False`, `statistic(indices) -> (cand value, ref value)` and `cand` the sample count.
+    Identical components give the degenerate interval [1, 1] (nothing to resample).
+    """
+    if not vectorised:
+        n = int(cand)
+        a, b = statistic(np.arange(n))
+        estimate = _ratio(a, b)
+
+        def ratio_of(indices):
+            x, y = statistic(np.asarray(indices, dtype=np.int64))
+            return _ratio(x, y)
+        return _bootstrap((np.arange(n),), ratio_of, estimate, confidence, min(n_resamples, CUSTOM_MAX_RESAMPLES),
+                          seed, paired=True, vectorized=False, methods=("percentile",))
+    cand, ref = np.asarray(cand, dtype=np.float64), np.asarray(ref, dtype=np.float64)
+    estimate = _ratio(float(statistic(cand, axis=-1)), float(statistic(ref, axis=-1)))
+    if cand.shape == ref.shape and np.array_equal(cand, ref):
+        return Interval(estimate, estimate, estimate, confidence, "degenerate")
+
+    def ratio(a, b, axis=-1):
+        x, y = statistic(a, axis=axis), statistic(b, axis=axis)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(y != 0, x / np.where(y != 0, y, 1), np.where(x == 0, 1.0, np.inf))
+    return _bootstrap((cand, ref), ratio, estimate, confidence, n_resamples, seed, paired=True)
+
+
+def _ratio(x: float, y: float) -> float:
+    x, y = float(x), float(y)
+    if y == 0:
+        return 1.0 if x == 0 else math.inf
+    return x / y
+
+
+def judge(interval: Interval, op: str, threshold: float) -> str:
+    """PASS when the whole interval clears the threshold, FAIL when it lies wholly on the wrong side."""
+    low, high = interval.low, interval.high
+    if not (math.isfinite(low) and math.isfinite(high)):
+        return INCONCLUSIVE
+    if op == ">=":
+        return PASS if low >= threshold else (FAIL if high < threshold else INCONCLUSIVE)
+    if op == "<=":
+        return PASS if high <= threshold else (FAIL if low > threshold else INCONCLUSIVE)
+    raise ValueError(f"unknown comparison {op!r}")
+
+
+def samples_needed(interval: Interval, threshold: float, n: int) -> int | None:
+    """Samples for the interval to clear the threshold at the observed effect (its width ~ 1/sqrt(n)).
+
+    The half-width on the threshold's side shrinks as sqrt(n / n'); None when the estimate sits on
+    the threshold (no sample size separates them) or the interval is not finite.
+    """
+    est, low, high = interval.estimate, interval.low, interval.high
+    gap = est - threshold
+    if gap == 0 or not all(math.isfinite(v) for v in (est, low, high)):
+        return None
+    half = (est - low) if gap > 0 else (high - est)
+    return max(n, math.ceil(n * (half / abs(gap)) ** 2))

@@ -43,7 +43,7 @@ def test_set_layout_and_expectations(demo):
     assert not demo.reused
     names = {c.name: (c.format, c.precision, c.expected) for c in demo.candidates}
     assert names == {
-        "onnx-int8-entropy": ("onnx", "int8", "promote"),
+        "onnx-int8-entropy": ("onnx", "int8", "inconclusive"),   # 450 samples cannot decide its interval
         "onnx-int8-badcal": ("onnx", "int8", "reject"),
         "tflite-fp16": ("tflite", "fp16", "promote"),
         "tflite-int8": ("tflite", "int8", "promote"),
@@ -82,8 +82,9 @@ def test_candidate_meets_its_expected_gate_outcome(demo, eval_arrays, name):
     ref_path = demo.reference_onnx if cand.format == "onnx" else demo.reference_tflite
     m = measure(run_model(ref_path, images), run_model(cand.path, images), labels)
     print(f"{name}: {m}")
-    assert m.passes_gate() == (cand.expected == "promote")
-    if cand.expected == "promote":      # with margin, not by a hair
+    # point estimates: "inconclusive" is a candidate whose figures pass but whose interval is too wide on 450
+    assert m.passes_gate() == (cand.expected != "reject")
+    if cand.expected != "reject":       # with margin, not by a hair
         assert m.cosine >= 0.9995 and m.sqnr_db >= 30 and m.accuracy_ratio >= 0.995
     else:                               # rejected on every count, not on one borderline figure
         assert m.cosine < GATE["min_cosine"] and m.sqnr_db < GATE["min_sqnr_db"]
@@ -97,7 +98,7 @@ def test_expectations_hold_on_a_large_jittered_eval_set(demo, tmp_path):
     assert np.mean(ref.argmax(1) == labels) >= 0.95
     for cand in demo.candidates:
         m = measure(ref, run_model(cand.path, images), labels)
-        assert m.passes_gate() == (cand.expected == "promote"), (cand.name, m)
+        assert m.passes_gate() == (cand.expected != "reject"), (cand.name, m)
 
 
 def test_second_call_reuses_the_set(demo):

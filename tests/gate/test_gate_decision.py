@@ -22,6 +22,14 @@ def policy():
 
 
 @pytest.fixture
+def gating(tmp_path):
+    """The default policy with output agreement a gate even when labels exist (agreement = "gate")."""
+    path = tmp_path / "gating.toml"
+    path.write_text('[defaults]\nagreement = "gate"\n')
+    return load_policy(path)
+
+
+@pytest.fixture
 def runs(classifier_data, make_outcome, to_probs):
     """FP32 reference on both tiers, a close candidate, emulated arm 30x slower."""
     logits, _ = classifier_data
@@ -34,7 +42,7 @@ def runs(classifier_data, make_outcome, to_probs):
             "arm": make_outcome("arm", {"probs": to_probs(logits + rng.normal(0, noise + 1e-6, logits.shape))},
                                 latency_ms=30.0, emulated=True, seed=seed + 1),
         }
-    return side(0.0, 0), side(0.02, 10)
+    return side(0.0, 0), side(0.0005, 10)    # a close candidate: no sample of 600 flips
 
 
 def by(decision, device_class, label):
@@ -46,15 +54,15 @@ def by(decision, device_class, label):
 def test_close_float_candidate_is_promoted(runs, device_classes, policy, classifier_data):
     reference, candidate = runs
     decision = evaluate(candidate, reference, device_classes, policy, classifier_data[1])
-    assert decision.verdict == PROMOTE and decision.reasons == [] and decision.exit_code == 0
+    assert decision.verdict == PROMOTE and decision.reasons == [] and decision.exit_code == 0, decision.reasons
     labels = {c.label for c in decision.checks if c.device_class == "x86"}
     assert labels == {"run", "reference_run", "finite[probs]", "reference_finite[probs]", "accuracy_ratio[probs]"}
     assert {c.device_class for c in decision.checks} == {"x86", "arm"}
 
 
-def test_quantized_candidate_gets_cosine_and_sqnr_floors(runs, device_classes, policy, classifier_data):
+def test_quantized_candidate_gets_cosine_and_sqnr_floors(runs, device_classes, gating, classifier_data):
     reference, candidate = runs
-    decision = evaluate(candidate, reference, device_classes, policy, classifier_data[1], quantized=True)
+    decision = evaluate(candidate, reference, device_classes, gating, classifier_data[1], quantized=True)
     for name in ("x86", "arm"):
         drift = compare_outputs(reference[name].outputs["probs"], candidate[name].outputs["probs"])
         cosine, sqnr = by(decision, name, "cosine[probs]"), by(decision, name, "sqnr_db[probs]")
@@ -63,11 +71,11 @@ def test_quantized_candidate_gets_cosine_and_sqnr_floors(runs, device_classes, p
         assert cosine.passed == (drift.cosine >= 0.997) and sqnr.passed == (drift.sqnr_db >= 20.0)
 
 
-def test_poor_quantization_is_rejected_with_reasons(runs, device_classes, policy, classifier_data, to_probs):
+def test_poor_quantization_is_rejected_with_reasons(runs, device_classes, gating, classifier_data, to_probs):
     reference, candidate = runs
     coarse = np.round(reference["x86"].outputs["probs"] * 4) / 4            # 2-bit probabilities
     candidate["x86"] = RunOutcome(candidate["x86"].result, {"probs": coarse.astype(np.float32)})
-    decision = evaluate(candidate, reference, device_classes, policy, classifier_data[1], quantized=True)
+    decision = evaluate(candidate, reference, device_classes, gating, classifier_data[1], quantized=True)
     assert decision.verdict == REJECT and decision.exit_code == 1
     sqnr = by(decision, "x86", "sqnr_db[probs]")
     assert not sqnr.passed and sqnr.value < 20
@@ -75,11 +83,11 @@ def test_poor_quantization_is_rejected_with_reasons(runs, device_classes, policy
     assert all(c.passed for c in decision.checks if c.device_class == "arm")
 
 
-def test_failed_run_is_a_failed_check_and_other_targets_are_kept(runs, device_classes, policy, classifier_data,
+def test_failed_run_is_a_failed_check_and_other_targets_are_kept(runs, device_classes, gating, classifier_data,
                                                                  make_outcome):
     reference, candidate = runs
     candidate["arm"] = make_outcome("arm", None, status="failed", reason="container exited 139 (segfault)")
-    decision = evaluate(candidate, reference, device_classes, policy, classifier_data[1], quantized=True)
+    decision = evaluate(candidate, reference, device_classes, gating, classifier_data[1], quantized=True)
     run = by(decision, "arm", "run")
     assert decision.verdict == REJECT and not run.passed and run.value == "failed"
     assert "container exited 139 (segfault)" in run.detail
@@ -227,7 +235,7 @@ def test_missing_or_misshapen_output_fails(runs, device_classes, policy):
     (lambda c, r, lab: r.pop("arm"), "no FP32 reference result for device class 'arm'"),
     (lambda c, r, lab: lab.__setitem__(0, lab[0][:-5]), "labels: 595 labels but output 'probs' holds 600 samples"),
     (lambda c, r, lab: lab.__setitem__(0, lab[0] + 10), "but output 'probs' has only 10 scores per sample"),
-    (lambda c, r, lab: lab.__setitem__(0, lab[0].astype(float)), "labels must be one integer per sample"),
+    (lambda c, r, lab: lab.__setitem__(0, np.array(lab[0][0])), "labels must be numbers with the sample axis first"),
 ])
 def test_bad_input_is_one_clear_error(runs, device_classes, policy, classifier_data, mutate, message):
     reference, candidate = runs

@@ -20,3 +20,12 @@ def demo_set(tmp_path_factory):
 def shared_home(tmp_path_factory) -> Path:
     """One TIERGATE_HOME for the module's gate runs, so reference runs are cached between tests."""
     return tmp_path_factory.mktemp("tiergate-home")
+
+
+@pytest.fixture(scope="session")
+def larger_eval(demo_set, tmp_path_factory) -> Path:
+    """2,000 evaluation samples (the 450 test images, then jittered copies): enough for the entropy-calibrated
+    INT8 candidate's accuracy-ratio interval to clear 0.99 (on the 450 alone it is INCONCLUSIVE)."""
+    from tiergate.demo.models import make_eval_npz
+
+    return make_eval_npz(tmp_path_factory.mktemp("eval") / "digits-eval-2000.npz", 2000)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -14,6 +15,7 @@ from tiergate.cli.main import main
 @pytest.mark.slow
 @pytest.mark.tflite_extra
 def test_demo_promotes_the_good_candidates_and_rejects_the_broken_one(tmp_path, monkeypatch, capsys):
+    """... and says INCONCLUSIVE where 450 samples cannot decide, then decides on 2,000 (x86 only)."""
     monkeypatch.setenv("TIERGATE_HOME", str(tmp_path / "home"))
     code = main(["demo"])
     out = capsys.readouterr().out
@@ -22,6 +24,15 @@ def test_demo_promotes_the_good_candidates_and_rejects_the_broken_one(tmp_path, 
     for name in ("onnx-int8-entropy", "onnx-int8-badcal", "tflite-fp16", "tflite-int8"):
         assert name in out
     assert "(emulated)" in out and "(native)" in out
+    # the ONNX INT8 candidate: INCONCLUSIVE on the 450 test images, with the samples that would decide
+    text = " ".join(out.split())
+    found = re.search(r"onnx-int8-entropy: x86_64-cpu-onnxruntime \(x86-server\): accuracy_ratio is ([\d.]+) \(95% CI "
+                      r"\[([\d.]+), ([\d.]+)\]\), must be >= 0.99: inconclusive, needs about (\d+) samples", text)
+    assert found, out[-4000:]
+    estimate, low, high, needed = (float(v) for v in found.groups())
+    assert low < 0.99 <= high and needed > 450
+    # the demo's confirmation gates it on 2,000 samples (more than it asked for); exit 0 above means PROMOTE there
+    assert needed <= 2000
     report = json.loads((tmp_path / "home" / "demo" / "report" / "report.json").read_text())
     html = (tmp_path / "home" / "demo" / "report" / "report.html").read_text()
     assert "<svg" in html
@@ -34,5 +45,5 @@ def test_demo_promotes_the_good_candidates_and_rejects_the_broken_one(tmp_path, 
         verdicts = {d.artifact_sha: d.verdict for d in registry.decisions("digits-cnn")}
         names = {a.sha256: a.tags.get("demo") for a in registry.artifacts("digits-cnn")}
     by_name = {names[sha]: verdict for sha, verdict in verdicts.items()}
-    assert by_name == {"onnx-int8-entropy": "promote", "onnx-int8-badcal": "reject",
+    assert by_name == {"onnx-int8-entropy": "inconclusive", "onnx-int8-badcal": "reject",
                        "tflite-fp16": "promote", "tflite-int8": "promote"}

@@ -24,10 +24,12 @@ def _gate(capsys, monkeypatch, home, *args):
 @pytest.mark.docker
 @pytest.mark.emulated
 @pytest.mark.slow
-def test_good_calibration_promoted_bad_rejected_on_both_tiers(demo_set, shared_home, capsys, monkeypatch, tmp_path):
+def test_good_calibration_promoted_bad_rejected_on_both_tiers(demo_set, larger_eval, shared_home, capsys, monkeypatch,
+                                                              tmp_path):
     good = demo_set.candidate("onnx-int8-entropy").path
     bad = demo_set.candidate("onnx-int8-badcal").path
-    base = ["--reference", str(demo_set.reference_onnx), "--data", str(demo_set.eval_data), "--targets", ONNX_TARGETS]
+    # 2,000 samples: on the 450 test images alone the good candidate is INCONCLUSIVE (test_unchanged_rerun...)
+    base = ["--reference", str(demo_set.reference_onnx), "--data", str(larger_eval), "--targets", ONNX_TARGETS]
 
     code, out, err = _gate(capsys, monkeypatch, shared_home, "--candidate", str(good), *base,
                            "--junit", str(tmp_path / "good.xml"), "--report-dir", str(tmp_path / "good"))
@@ -57,11 +59,18 @@ def test_good_calibration_promoted_bad_rejected_on_both_tiers(demo_set, shared_h
     assert code == 1, err + out
     assert decision["verdict"] == "REJECT"
     failed = {(c["device_class"], c["name"]) for c in decision["checks"] if not c["passed"]}
-    for dc in ONNX_TARGETS.split(","):  # the right reasons, on every tier
-        assert {(dc, "cosine"), (dc, "sqnr_db"), (dc, "accuracy_ratio")} <= failed
+    # the right reasons, on every tier: labels exist, so accuracy decides; cosine and SQNR are evidence (warnings)
+    assert failed == {(dc, "accuracy_ratio") for dc in ONNX_TARGETS.split(",")}
+    for dc in ONNX_TARGETS.split(","):
+        check = next(c for c in decision["checks"] if c["device_class"] == dc and c["name"] == "accuracy_ratio")
+        assert check["interval"]["high"] < 0.99 and not check["inconclusive"]     # wholly below the threshold
+        for metric in ("cosine", "sqnr_db"):
+            assert any(w.startswith(f"{dc}: {metric}[probs] is ") and "evidence only" in w
+                       for w in decision["warnings"]), decision["warnings"]
+    assert not any(c["name"] in ("cosine", "sqnr_db") for c in decision["checks"])
     assert decision["cache_hits"] == 2  # the FP32 reference's runs were reused from the first gate
     suite = ET.parse(tmp_path / "bad.xml").getroot()
-    assert int(suite.get("failures")) >= 6
+    assert int(suite.get("failures")) == 2
 
 
 @pytest.mark.docker
@@ -73,6 +82,11 @@ def test_unchanged_rerun_starts_no_container(demo_set, shared_home, capsys, monk
             "--reference", str(demo_set.reference_onnx), "--data", str(demo_set.eval_data),
             "--targets", "x86_64-cpu-onnxruntime"]
     first_code, first, _ = _gate(capsys, monkeypatch, shared_home, *args)
+    # on the 450 test images the candidate differs from FP32 on one: its interval straddles 0.99
+    (check,) = [c for c in json.loads(first)["checks"] if c["name"] == "accuracy_ratio"]
+    assert first_code == 3 and json.loads(first)["verdict"] == "INCONCLUSIVE"
+    assert check["inconclusive"] and check["interval"]["low"] < 0.99 <= check["interval"]["high"]
+    assert check["samples_needed"] > 450
     client = docker.from_env()
     images = {json.loads((Path(p) / "result.json").read_text())["image_id"] for p in json.loads(first)["runs"].values()}
 
@@ -82,7 +96,7 @@ def test_unchanged_rerun_starts_no_container(demo_set, shared_home, capsys, monk
     before = ours()
     code, out, err = _gate(capsys, monkeypatch, shared_home, *args)
     again = json.loads(out)
-    assert code == first_code == 0, err
+    assert code == first_code, err
     assert again["containers_started"] == 0 and again["cache_hits"] == 2
     assert ours() <= before
     assert again["checks"] == json.loads(first)["checks"]

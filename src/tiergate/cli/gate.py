@@ -1,6 +1,6 @@
 """`tiergate gate`: run the candidate and its FP32 reference on every device class, then decide.
 
-Exit 0 PROMOTE, 1 REJECT, 2 unusable input or environment.
+Exit 0 PROMOTE, 1 REJECT, 2 unusable input or environment, 3 INCONCLUSIVE.
 """
 
 from __future__ import annotations
@@ -22,7 +22,14 @@ _OK = {True: "[green]pass[/]", False: "[bold red]FAIL[/]"}
 def gate(
     candidate: Path = typer.Option(..., "--candidate", "-c", help="The artifact to gate (ONNX or TFLite)."),
     reference: Path = typer.Option(..., "--reference", "-r", help="Its FP32 reference, same format."),
-    data: Path = typer.Option(..., "--data", "-d", help=".npz: one array per model input, optional 'labels'."),
+    data: str = typer.Option(..., "--data", "-d",
+                             help=".npz: one array per model input, optional 'labels'; or a loader FILE.py:FUNCTION "
+                                  "yielding {input: array} or ({input: array}, label) per sample."),
+    sample_axis: list[str] = typer.Option([], "--sample-axis", help="NAME=AXIS: the sample axis of an input "
+                                          "(or output) when the model's symbolic dims do not say (repeatable)."),
+    metric: list[str] = typer.Option([], "--metric", help="A task metric: a built-in name (top5_accuracy, f1, "
+                                     "roc_auc, mean_iou, mae, ...) or FILE.py:FUNCTION(outputs, labels) -> float, "
+                                     "higher is better, gated by [metrics.NAME] min_ratio (repeatable)."),
     targets: str = typer.Option(..., "--targets", "-t", help="Device classes, comma-separated."),
     incumbent: Path | None = typer.Option(None, "--incumbent", help="The currently promoted artifact (A/B)."),
     policy: Path | None = typer.Option(None, "--policy", help="Policy TOML (defaults: docs/policy.md)."),
@@ -36,8 +43,9 @@ def gate(
     max_parallel: int = typer.Option(2, "--max-parallel", min=1, help="Target runs at a time."),
     profile: bool = typer.Option(False, "--profile", help="Also record per-op time (op type and node) per run."),
 ) -> None:
-    """Gate a candidate: PROMOTE (exit 0) or REJECT (exit 1) with every check listed."""
+    """Gate a candidate: PROMOTE (exit 0), REJECT (exit 1) or INCONCLUSIVE (exit 3), every check listed."""
     from tiergate import pipeline
+    from tiergate.evaldata import parse_sample_axes
     from tiergate.policy import load_policy
     from tiergate.targets import resolve
 
@@ -61,7 +69,8 @@ def gate(
     registry = _registry(registry_url)
     run = pipeline.gate(candidate, reference, data, device_classes, loaded_policy, incumbent=incumbent,
                         base_image=base_image, ca_bundle=ca_bundle, registry=registry,
-                        max_parallel=max_parallel, progress=progress, profile=profile)
+                        max_parallel=max_parallel, progress=progress, profile=profile,
+                        sample_axes=parse_sample_axes(sample_axis), metrics=list(metric))
     if registry is not None:
         pipeline.record_or_reuse(registry, run)
     pipeline.write_reports(run, report_dir, junit)
@@ -99,21 +108,25 @@ def _registry(url: str | None):
 def _print(run) -> None:
     decision = run.decision
     table = Table(title=f"tiergate gate: {decision.verdict}")
-    for column in ("device class", "tier", "check", "value", "threshold", "result"):
+    for column in ("device class", "tier", "check", "value", "interval", "threshold", "result"):
         table.add_column(column, overflow="fold")
     for c in decision.checks:
         threshold = "" if c.threshold is None else f"{c.op} {_fmt(c.threshold)}"
-        table.add_row(c.device_class, c.tier, c.label, _fmt(c.value), threshold, _OK[c.passed])
+        interval = "" if c.interval is None else f"[{_fmt(c.interval.low)}, {_fmt(c.interval.high)}]"
+        result = "[yellow]INCONCLUSIVE[/]" if c.inconclusive else _OK[c.passed]
+        table.add_row(c.device_class, c.tier, c.label, _fmt(c.value), interval, threshold, result)
     console = Console(width=max(Console().width, 120))
     console.print(table)
     _print_device(console, decision)
     _print_runtime(console, run)
     for reason in decision.reasons:
         console.print(f"[red]reason:[/] {reason}", highlight=False)
+    for warning in decision.warnings:
+        console.print(f"[yellow]warning:[/] {warning}", highlight=False)
     for name, files in run.report_files.items():
         console.print(f"{name}: {files}", highlight=False)
     console.print(f"runs: {run.containers_started} started, {run.cache_hits} reused from cache", highlight=False)
-    style = "bold green" if decision.passed else "bold red"
+    style = "bold green" if decision.passed else ("bold yellow" if decision.verdict == "INCONCLUSIVE" else "bold red")
     console.print(f"[{style}]{decision.verdict}[/]")
 
 

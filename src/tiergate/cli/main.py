@@ -2,7 +2,8 @@
 
 Each command group lives in its own module with a `register(app)` function;
 this module only assembles them and turns errors into one line and an exit
-code (0 pass, 1 gate rejected or lint errors, 2 unusable input or environment).
+code (0 pass, 1 gate rejected or lint errors, 2 unusable input or environment,
+3 gate inconclusive).
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ _EXITS = (click.exceptions.Exit, getattr(_typer_click, "Exit", click.exceptions.
 app = typer.Typer(
     name="tiergate",
     help="Edge deployment revalidation: fingerprint, lint, run on every device tier, compare, gate.\n\n"
-    "Exit codes: 0 pass, 1 gate rejected or lint errors, 2 unusable input or environment.",
+    "Exit codes: 0 pass, 1 gate rejected or lint errors, 2 unusable input or environment, "
+    "3 gate inconclusive (collect more samples, or set on_inconclusive in the policy).",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,

@@ -8,6 +8,13 @@ A candidate gated after another of its format and precision was promoted is
 A/B-tested against the latest such incumbent (like with like: a precision change is judged
 against the FP32 reference, since e.g. INT8 XNNPACK kernels can be slower than
 FP16-as-FP32 ones on x86 and the A/B latency check would rightly object).
+
+The entropy-calibrated INT8 candidate differs from FP32 on one of the 450 test images: its
+accuracy-ratio interval straddles the 0.99 threshold, so the gate says INCONCLUSIVE with the
+samples it would need at the observed effect. The demo then takes that advice: the same
+candidate, on x86 only, gated on a larger set (the test split plus jittered copies of it) is
+decided. That confirmation is not recorded in the registry (its aliases and the drift report
+follow the one evaluation set every candidate was judged on).
 """
 
 from __future__ import annotations
@@ -16,7 +23,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from tiergate import pipeline
+from tiergate.demo import data
 from tiergate.demo.models import Candidate, DemoSet, build_demo_set
 from tiergate.gate import Decision
 from tiergate.hashing import file_sha256
@@ -29,6 +39,9 @@ TARGETS = {
     "onnx": ["x86_64-cpu-onnxruntime", "arm64-cpu-onnxruntime"],
     "tflite": ["x86_64-cpu-tflite", "arm64-cpu-tflite"],
 }
+# The confirmation on more samples: (candidate, its targets, samples, the verdict it should get).
+CONFIRM = ("onnx-int8-entropy", ["x86_64-cpu-onnxruntime"], 2000, "promote")
+CONFIRM_NPZ = "digits-eval-{n}.npz"
 
 
 @dataclass
@@ -38,6 +51,12 @@ class CandidateOutcome:
     incumbent: str | None
     cache_hits: int
     containers_started: int
+    expected: str = ""          # "promote", "reject" or "inconclusive" (default: the candidate's)
+    data_note: str = ""         # set when gated on other data than the full evaluation set
+
+    @property
+    def got_expected(self) -> bool:
+        return self.decision.verdict.lower() == (self.expected or self.candidate.expected)
 
 
 @dataclass
@@ -49,8 +68,7 @@ class DemoOutcome:
 
     @property
     def as_expected(self) -> bool:
-        return all((o.decision.verdict == "PROMOTE") == (o.candidate.expected == "promote")
-                   for o in self.outcomes)
+        return bool(self.outcomes) and all(o.got_expected for o in self.outcomes)
 
 
 def run_demo(work_dir: Path | None = None, *, targets: dict[str, list[str]] | None = None,
@@ -69,6 +87,7 @@ def run_demo(work_dir: Path | None = None, *, targets: dict[str, list[str]] | No
         if on_candidate:
             on_candidate(candidate)
         outcome.outcomes.append(_gate_one(registry, demo, candidate, targets or TARGETS, policy, say, max_parallel))
+    outcome.outcomes.append(_confirm(demo, work_dir, policy, say, max_parallel, on_candidate))
     say("writing the drift report")
     outcome.report_html, outcome.report_json = _report(registry, work_dir / "report")
     return outcome
@@ -89,6 +108,34 @@ def _gate_one(registry, demo: DemoSet, candidate: Candidate, targets, policy, sa
     pipeline.record_or_reuse(registry, run, cost_tags={"demo": candidate.name})
     return CandidateOutcome(candidate, run.decision, incumbent_name,
                             run.cache_hits, run.containers_started)
+
+
+def _confirm(demo: DemoSet, work_dir: Path, policy, say, max_parallel, on_candidate) -> CandidateOutcome:
+    """CONFIRM's candidate gated on a larger evaluation set, on x86 only (not recorded in the registry)."""
+    name, target_names, n, expected = CONFIRM
+    candidate = demo.candidate(name)
+    if on_candidate:
+        on_candidate(candidate)
+    larger = _eval_set(work_dir / "models" / CONFIRM_NPZ.format(n=n), n)
+    note = f"{n:,} samples (test split + jittered copies)"
+    say(f"{name}: gating on {note} ({', '.join(target_names)})")
+    run = pipeline.gate(candidate.path, demo.reference_onnx, larger, resolve(target_names), policy,
+                        max_parallel=max_parallel, progress=lambda text: say(f"{name} ({n} samples): {text}"))
+    return CandidateOutcome(candidate, run.decision, None, run.cache_hits, run.containers_started,
+                            expected=expected, data_note=note)
+
+
+def _eval_set(path: Path, n: int) -> Path:
+    """make_eval_npz(path, n), keeping an existing equal file (.npz bytes carry a write time: the hash,
+    and with it the run cache, must hold across demo runs)."""
+    images, labels = data.jittered_test_set(n, seed=0)
+    try:
+        with np.load(path) as old:
+            if np.array_equal(old[data.INPUT_NAME], images) and np.array_equal(old[data.LABELS], labels):
+                return path
+    except (OSError, ValueError, KeyError):
+        pass
+    return data.write_eval_npz(path, images, labels)
 
 
 def _incumbent(registry, candidate: Candidate, device_classes) -> tuple[Path, str] | None:

@@ -79,17 +79,21 @@ def flow_seams(remote: Remote | None = None, *, base_image: str | None = None,
                           steps=PrefectSteps())
 
 
-def gate_in_flow(paths: dict[str, Path], data_path: Path, device_classes: list[DeviceClass], policy: Policy, *,
-                 registry=None, root: Path | None = None, base_image: str | None = None,
+def gate_in_flow(paths: dict[str, Path], data_path: Path | str, device_classes: list[DeviceClass], policy: Policy,
+                 *, registry=None, root: Path | None = None, base_image: str | None = None,
                  ca_bundle: Path | None = None, remote: Remote | None = None,
-                 max_parallel: int | None = None) -> pipeline.GateRun:
-    """tiergate.pipeline.gate with Prefect steps; raises the first task failure (after all ended)."""
+                 max_parallel: int | None = None, sample_axes: dict[str, int] | None = None,
+                 metrics: list[str] | None = None) -> pipeline.GateRun:
+    """tiergate.pipeline.gate with Prefect steps; raises the first task failure (after all ended).
+
+    `data_path`: an .npz or a data loader FILE.py:FUNCTION (run once, here)."""
     import os
 
     parallel = max_parallel or int(os.environ.get("TIERGATE_MAX_PARALLEL", "2"))
     return pipeline.gate(paths["candidate"], paths["reference"], data_path, device_classes, policy,
                          incumbent=paths.get("incumbent"), registry=registry, root=root, max_parallel=parallel,
-                         seams=flow_seams(remote, base_image=base_image, ca_bundle=ca_bundle))
+                         seams=flow_seams(remote, base_image=base_image, ca_bundle=ca_bundle),
+                         sample_axes=sample_axes, metrics=metrics)
 
 
 # --- conclude: reuse or record, reports, Prefect artifacts ----------------------------------------

@@ -441,7 +441,9 @@ def _insert_run(conn: Connection, run: NewRun, artifact_sha: str, key: str | Non
 def _insert_check(conn: Connection, decision_id: int, check: Check) -> Check:
     stored = replace(check, passed=bool(check.passed), value=_scalar(check.value),
                      threshold=_scalar(check.threshold), detail=check.detail or "")
-    conn.execute(insert(s.checks).values(decision_id=decision_id, **asdict(stored)))
+    columns = s.checks.c.keys()          # a check's interval fields live in the decision's detail JSON
+    conn.execute(insert(s.checks).values(decision_id=decision_id,
+                                         **{k: v for k, v in asdict(stored).items() if k in columns}))
     return stored
 
 

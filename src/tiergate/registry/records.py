@@ -9,7 +9,7 @@ from typing import Any
 
 from tiergate.gate import Check  # the one Check type: the registry records the gate's checks as they are
 
-VERDICTS = ("promote", "reject")
+VERDICTS = ("promote", "reject", "inconclusive")   # only a promotion moves an alias
 
 
 @dataclass(frozen=True)

@@ -47,6 +47,43 @@ def _latest_verdict(decisions: list[DecisionRecord], tier: str) -> DecisionRecor
     return matching[-1] if matching else None
 
 
+def _interval(value, low, high, confidence) -> dict | None:
+    bounds = [finite(v) for v in (value, low, high)]
+    if any(b is None for b in bounds):
+        return None
+    return {"value": bounds[0], "low": bounds[1], "high": bounds[2], "confidence": finite(confidence)}
+
+
+def recorded_intervals(detail: dict[str, Any], device_class: str) -> dict:
+    """From a recorded decision (its Decision JSON): the device class's accuracy and task-metric intervals.
+
+    {"accuracy": {"value", "low", "high", "confidence", "n"} | None (the candidate's top-1 accuracy),
+     "checks": [{"label", "value", "low", "high", "confidence", "op", "threshold", "outcome",
+                 "samples_needed"}, ...] (every check judged on an interval)}
+    """
+    metrics = (detail.get("metrics") or {}).get(device_class) or {}
+    acc = (metrics.get("accuracy") or {}).get("candidate")
+    accuracy = None
+    if isinstance(acc, dict):
+        accuracy = _interval(acc.get("value"), acc.get("low"), acc.get("high"), acc.get("confidence"))
+        if accuracy is not None:
+            accuracy["n"] = acc.get("n")
+    checks = []
+    for check in detail.get("checks") or []:
+        interval = check.get("interval")
+        if check.get("device_class") != device_class or not isinstance(interval, dict):
+            continue
+        bounds = _interval(interval.get("estimate"), interval.get("low"), interval.get("high"),
+                           interval.get("confidence"))
+        if bounds is None:
+            continue
+        outcome = "pass" if check.get("passed") else ("inconclusive" if check.get("inconclusive") else "fail")
+        checks.append({"label": check.get("label") or check.get("name"), **bounds, "op": check.get("op"),
+                       "threshold": check.get("threshold"), "outcome": outcome,
+                       "samples_needed": check.get("samples_needed")})
+    return {"accuracy": accuracy, "checks": checks}
+
+
 def _row(artifact: ArtifactRecord, run: RunRecord, decision: DecisionRecord | None, promoted: bool) -> dict:
     return {
         "artifact_sha": artifact.sha256, "short": artifact.short, "registered_at": _iso(artifact.registered_at),
@@ -56,6 +93,8 @@ def _row(artifact: ArtifactRecord, run: RunRecord, decision: DecisionRecord | No
         "metrics": report_metrics(run.metrics),
         "decision": decision.verdict if decision else None,
         "reasons": decision.reasons if decision else [],
+        "intervals": recorded_intervals(decision.detail, run.device_class) if decision
+        else {"accuracy": None, "checks": []},
         "cost_tags": decision.cost_tags if decision else {},
         "promoted": promoted,
     }

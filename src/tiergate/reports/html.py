@@ -41,6 +41,7 @@ table{border-collapse:collapse;margin:0.5em 0 1.5em}
 th,td{border:1px solid #ccc;padding:0.25em 0.6em;text-align:right;font-size:0.9em}
 th{background:#f0f0f0}td.l,th.l{text-align:left}
 tr.promoted{background:#e8f6e8}.emulated{color:#a05a00}.reject{color:#b00020}.promote{color:#006400}
+.inconclusive{color:#8a6d00}.check{display:block;font-size:0.85em;color:#444}
 figure{margin:0}figure svg{max-width:100%;height:auto}.note{color:#666;font-size:0.9em}
 """
 
@@ -114,21 +115,50 @@ def _fmt(value, pattern: str) -> str:
     return "—" if value is None else pattern.format(value)
 
 
+def accuracy_text(interval: dict) -> str:
+    """A proportion with its interval in percent: "93.8% [91.2, 95.9]"."""
+    return f"{interval['value']:.1%} [{100 * interval['low']:.1f}, {100 * interval['high']:.1f}]"
+
+
+def check_text(check: dict) -> str:
+    """An interval-judged check: "accuracy_ratio[probs] 0.979 [0.887, 1.000] >= 0.99: inconclusive, needs ~231 samples"."""
+    text = (f"{check['label']} {check['value']:.3f} [{check['low']:.3f}, {check['high']:.3f}] "
+            f"{check['op']} {check['threshold']}: {check['outcome']}")
+    if check["outcome"] == "inconclusive":
+        text += f", needs ~{check['samples_needed']} samples" if check.get("samples_needed") else \
+            ", no sample size decides"
+    return text
+
+
+def _accuracy_cell(row: dict, pattern: str) -> str:
+    interval = (row.get("intervals") or {}).get("accuracy")
+    if interval is None:
+        return f"<td>{_fmt(row['metrics']['accuracy'], pattern)}</td>"
+    return f'<td class="accuracy">{escape(accuracy_text(interval))}</td>'
+
+
+def _decision_cell(row: dict) -> str:
+    verdict = row["decision"] or ""
+    checks = "".join(f'<span class="check {escape(c["outcome"])}">{escape(check_text(c))}</span>'
+                     for c in (row.get("intervals") or {}).get("checks", []))
+    return f'<td class="l {escape(verdict)}"><span class="verdict">{escape(verdict)}</span>{checks}</td>'
+
+
 def tier_table(tier: str, entry: dict) -> str:
     head = "".join(f"<th>{escape(label)}</th>" for _, label, _ in _COLUMNS)
     out = [f'<table id="{element_id("table-tier", tier)}"><tr><th class="l">artifact</th><th class="l">registered</th>'
            f'<th class="l">precision</th><th class="l">device class</th><th class="l">status</th>{head}'
            '<th class="l">decision</th><th class="l">cost tags</th></tr>']
     for row in entry["rows"]:
-        cells = "".join(f"<td>{_fmt(row['metrics'][key], pattern)}</td>" for key, _, pattern in _COLUMNS)
+        cells = "".join(_accuracy_cell(row, pattern) if key == "accuracy" else
+                        f"<td>{_fmt(row['metrics'][key], pattern)}</td>" for key, _, pattern in _COLUMNS)
         device = escape(row["device_class"]) + (' <span class="emulated">(emulated)</span>' if row["emulated"] else "")
-        verdict = row["decision"] or ""
         tags = ", ".join(f"{escape(k)}={escape(v)}" for k, v in sorted(row["cost_tags"].items()))
         out.append(f'<tr class="{"promoted" if row["promoted"] else ""}"><td class="l"><code>{row["short"]}</code>'
                    f'{" ★" if row["promoted"] else ""}</td><td class="l">{escape(row["registered_at"])}</td>'
                    f'<td class="l">{escape(row["precision"])}</td><td class="l">{device}</td>'
                    f'<td class="l">{escape(row["status"])}</td>{cells}'
-                   f'<td class="l {escape(verdict)}">{escape(verdict)}</td><td class="l">{tags}</td></tr>')
+                   f'{_decision_cell(row)}<td class="l">{tags}</td></tr>')
     return "\n".join(out) + "</table>"
 
 

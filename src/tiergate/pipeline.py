@@ -556,7 +556,8 @@ def gate(candidate: Path, reference: Path, data_path: Path | str, device_classes
          policy: Policy, *, incumbent: Path | None = None, base_image: str | None = None,
          ca_bundle: Path | None = None, registry=None, root: Path | None = None,
          max_parallel: int = 2, progress: Progress | None = None, seams: Seams | None = None,
-         sample_axes: dict[str, int] | None = None, metrics: list[str] | None = None) -> GateRun:
+         sample_axes: dict[str, int] | None = None, metrics: list[str] | None = None,
+         profile: bool = False) -> GateRun:
     """Intake, signature check, build, run, compare and decide; user errors raise before anything runs.
 
     `data_path`: an .npz or a loader FILE.py:FUNCTION; `sample_axes`: explicit {name: axis};

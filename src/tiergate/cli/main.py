@@ -33,7 +33,7 @@ app = typer.Typer(
     rich_markup_mode=None,
 )
 
-_COMMAND_MODULES = ("doctor", "intake", "gate", "registry", "demo", "serve")
+_COMMAND_MODULES = ("doctor", "intake", "gate", "explain", "registry", "demo", "serve")
 
 
 def _register_all() -> None:

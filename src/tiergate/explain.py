@@ -40,7 +40,6 @@ DEFAULT_THRESHOLD_DB = 20.0
 SQNR_CAP_DB = 200.0
 MIN_DROP_DB = 1.0            # a layer that loses less than this relative to the one before adds no noise of its own          # identical tensors: reported as this, JSON has no infinity
 _QDQ = ("QuantizeLinear", "DequantizeLinear")
-_SUBGRAPH_ATTRS = (4, 10)    # onnx.AttributeProto.GRAPH, GRAPHS
 
 
 # --- the plan: which tensor of the candidate pairs with which FP32 tensor ---------------------
@@ -162,10 +161,13 @@ def plan_onnx(candidate: Path, reference: Path, work: Path) -> Plan:
 
 def _subgraph_outputs(graph) -> list[str]:
     """Every value computed inside a subgraph of `graph` (not exposable as a graph output)."""
+    from onnx import AttributeProto
+
     found = []
     for node in graph.node:
         for attr in node.attribute:
-            bodies = [attr.g] if attr.type == _SUBGRAPH_ATTRS[0] else list(attr.graphs) if attr.type == _SUBGRAPH_ATTRS[1] else []
+            bodies = ([attr.g] if attr.type == AttributeProto.GRAPH else
+                      list(attr.graphs) if attr.type == AttributeProto.GRAPHS else [])
             for body in bodies:
                 found += [out for n in body.node for out in n.output if out]
                 found += _subgraph_outputs(body)

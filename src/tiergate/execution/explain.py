@@ -379,7 +379,7 @@ def choose_exclusions(result: core.Explanation, reference: Path, data_path: Path
         for layer in core.worst_layers(item.layers, item.threshold_db, outputs):
             if layer.tensor not in {x.tensor for x in layers}:
                 layers.append(layer)
-    exclude: list[str] = []
+    exclude: list[str] = result.keep_float()      # the suggestions first, then one worst layer more a step
     trail = []
     for step in range(steps + 1):
         trial = requantize(reference, work / f"mixed-{step}.onnx", calibration, settings, exclude)
@@ -387,7 +387,7 @@ def choose_exclusions(result: core.Explanation, reference: Path, data_path: Path
         trail.append({"excluded": list(exclude), "end_to_end_sqnr_db": round(sqnr, 2)})
         if sqnr >= threshold_db or step >= len(layers):
             break
-        exclude += [n for n in layers[step].nodes if n not in exclude]
+        exclude += [n for layer in layers[step:step + 1] for n in layer.nodes if n not in exclude]
     return exclude, trail
 
 

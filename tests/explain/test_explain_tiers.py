@@ -1,0 +1,50 @@
+"""explain inside the tiers' containers (real Docker, real onnxruntime, real QEMU for arm64), and the
+mixed-precision candidate gated by the orchestrator on a real tier."""
+
+from __future__ import annotations
+
+import pytest
+
+import models
+from tiergate.cli.main import main
+from tiergate.execution.explain import explain
+from tiergate.targets import resolve
+
+X86 = "x86_64-cpu-onnxruntime"
+ARM = "arm64-cpu-onnxruntime"
+
+
+@pytest.mark.docker
+@pytest.mark.emulated
+@pytest.mark.slow
+@pytest.mark.parametrize("defect", ["default_range", "relu_removed"])
+def test_located_at_that_tensor_on_x86_and_emulated_arm64(tiergate_home, mlp_set, defect):
+    result = explain(mlp_set[defect], mlp_set["fp32"], mlp_set["eval"], resolve(f"{X86},{ARM}"), samples=16)
+    for name, machine in ((X86, "x86_64"), (ARM, "aarch64")):
+        item = result.targets[name]
+        assert item.error == "" and item.machine == machine
+        assert item.first_divergent == models.TENSOR, (name, [(x.tensor, x.sqnr_db) for x in item.layers])
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_mixed_precision_passes_where_int8_fails(tiergate_home, mlp_set, tmp_path, capsys):
+    # tiny models' latency is timer noise: the A/B's latency regression limit is relaxed, not switched off
+    policy = tmp_path / "policy.toml"
+    policy.write_text("[defaults]\nmax_latency_regression = 5.0\n")
+    out = tmp_path / "mixed.onnx"
+    code = main(["explain", "-c", str(mlp_set["default_range"]), "-r", str(mlp_set["fp32"]), "-d",
+                 str(mlp_set["eval"]), "-t", X86, "--policy", str(policy), "--mixed-precision", str(out),
+                 "--calibration-data", str(mlp_set["cal"]), "--json", "--out", str(tmp_path / "report")])
+    import json
+
+    doc = json.loads(capsys.readouterr().out)
+    mixed = doc["mixed_precision"]
+    assert mixed["int8"]["verdict"] == "REJECT"
+    assert mixed["mixed"]["verdict"] == "PROMOTE", mixed["mixed"]["reasons"]
+    assert code == 0 and out.is_file() and mixed["mixed"]["excluded"]
+    assert mixed["settings"] == {"format": "QDQ", "activation_type": "uint8", "weight_type": "int8",
+                                 "per_channel": False, "reduce_range": False}
+    assert mixed["int8"]["latency_ms"][X86] > 0 and mixed["mixed"]["size_bytes"] > 0
+    assert doc["targets"][X86]["first_divergent"] == models.TENSOR
+    assert (tmp_path / "report" / "explain.html").is_file()

@@ -29,20 +29,21 @@ def test_located_at_that_tensor_on_x86_and_emulated_arm64(tiergate_home, mlp_set
 @pytest.mark.docker
 @pytest.mark.slow
 def test_mixed_precision_passes_where_int8_fails(tiergate_home, mlp_set, tmp_path, capsys):
-    # tiny models' latency is timer noise: the A/B's latency regression limit is relaxed, not switched off
-    policy = tmp_path / "policy.toml"
-    policy.write_text("[defaults]\nmax_latency_regression = 5.0\n")
     out = tmp_path / "mixed.onnx"
     code = main(["explain", "-c", str(mlp_set["default_range"]), "-r", str(mlp_set["fp32"]), "-d",
-                 str(mlp_set["eval"]), "-t", X86, "--policy", str(policy), "--mixed-precision", str(out),
+                 str(mlp_set["eval"]), "-t", X86, "--mixed-precision", str(out),
                  "--calibration-data", str(mlp_set["cal"]), "--json", "--out", str(tmp_path / "report")])
     import json
 
     doc = json.loads(capsys.readouterr().out)
     mixed = doc["mixed_precision"]
-    assert mixed["int8"]["verdict"] == "REJECT"
-    assert mixed["mixed"]["verdict"] == "PROMOTE", mixed["mixed"]["reasons"]
-    assert code == 0 and out.is_file() and mixed["mixed"]["excluded"]
+    assert mixed["int8"]["verdict"] == "REJECT" and not mixed["int8"]["passes_against_reference"]
+    assert mixed["mixed"]["passes_against_reference"], mixed["mixed"]["reasons"]
+    # the A/B against the INT8 candidate is reported, whatever it says (on a model this tiny the float
+    # layers' latency cost can exceed the A/B's 10% regression limit: that is the cost, reported)
+    assert {f"{X86}/noninferior_accuracy", f"{X86}/noninferior_latency"} <= set(mixed["mixed"]["ab"])
+    assert code == (0 if mixed["mixed"]["verdict"] == "PROMOTE" else 1)
+    assert out.is_file() and mixed["mixed"]["excluded"]
     assert mixed["settings"] == {"format": "QDQ", "activation_type": "uint8", "weight_type": "int8",
                                  "per_channel": False, "reduce_range": False}
     assert mixed["int8"]["latency_ms"][X86] > 0 and mixed["mixed"]["size_bytes"] > 0

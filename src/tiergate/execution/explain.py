@@ -395,7 +395,8 @@ def mixed_precision_ab(result: core.Explanation, candidate: Path, reference: Pat
                        out: Path, device_classes: list[DeviceClass], policy, *, base_image: str | None = None,
                        ca_bundle: Path | None = None, seams=None, progress: Progress | None = None) -> dict:
     """Write the mixed-precision candidate to `out` and gate it and the INT8 candidate on the same tiers
-    (tiergate.pipeline.gate); the A/B: verdicts, sizes, latency on real tiers."""
+    (tiergate.pipeline.gate; the mixed one with the INT8 candidate as its incumbent: the A/B): verdicts,
+    whether each passes against the FP32 reference alone, the A/B checks, sizes, latency on real tiers."""
     from tiergate import pipeline
 
     if Path(calibration).resolve() == Path(data).resolve():
@@ -425,5 +426,10 @@ def _side(run, path: Path, role: str, device_classes: list[DeviceClass], exclude
         if dc.emulated or outcome is None or not outcome.result.latencies_ns:
             continue
         latency[dc.name] = float(np.mean(outcome.result.latencies_ns)) / 1e6
+    own = [c for c in run.decision.checks if not c.name.startswith("noninferior")]
+    ab = [c for c in run.decision.checks if c.name.startswith("noninferior")]
     return {"path": str(path), "verdict": run.decision.verdict, "reasons": list(run.decision.reasons),
+            "passes_against_reference": bool(own) and all(c.passed for c in own),
+            "ab": {f"{c.device_class}/{c.name}": {"value": c.value, "threshold": c.threshold, "passed": c.passed}
+                   for c in ab},
             "size_bytes": path.stat().st_size, "latency_ms": latency, "excluded": excluded}

@@ -458,5 +458,7 @@ def markdown_table(explanation: Explanation, n: int = 5) -> str:
         lines += [f"- {hint}" for hint in item.calibration]
         if item.skipped:
             lines.append(f"\nskipped (inside subgraphs, not exposable): {', '.join(item.skipped)}")
+        if item.unpaired:
+            lines.append(f"\ncannot be paired (no FP32 tensor of the same name): {', '.join(item.unpaired)}")
         lines.append("")
     return "\n".join(lines) + "\n"

@@ -97,7 +97,9 @@ def print_explanation(console: Console, result, n: int = 5) -> None:
             console.print(f"[yellow]skipped[/] (inside subgraphs, not exposable): {', '.join(item.skipped)}",
                           highlight=False)
         if item.unpaired:
-            console.print(f"unpaired candidate tensors (no FP32 counterpart): {len(item.unpaired)}", highlight=False)
+            shown = ", ".join(item.unpaired[:12]) + (f" and {len(item.unpaired) - 12} more" if len(item.unpaired) > 12 else "")
+            console.print(f"[yellow]cannot be paired[/] (no FP32 tensor of the same name; not guessed): {shown}",
+                          highlight=False)
     mixed = result.mixed_precision
     if mixed:
         table = Table(title="INT8 vs mixed precision (gated on the same tiers)")

@@ -12,6 +12,7 @@ FP16-as-FP32 ones on x86 and the A/B latency check would rightly object).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,6 +49,7 @@ class DemoOutcome:
     report_json: Path | None = None
     explain_html: Path | None = None          # the badly calibrated candidate: which layer, INT8 vs mixed
     explained: object | None = None           # its tiergate.explain.Explanation
+    explain_seconds: float = 0.0              # what explaining it and the A/B added to the demo
 
     @property
     def as_expected(self) -> bool:
@@ -101,6 +103,7 @@ def _explain_badcal(outcome: DemoOutcome, demo: DemoSet, targets, policy, work_d
     calibration = folder / "calibration.npz"
     np.savez(calibration, **{data.INPUT_NAME: data.calibration_images(256, demo.seed)})
     say(f"{BADCAL}: explaining (which layer, on which tier) and gating INT8 vs mixed precision")
+    t0 = time.monotonic()
     try:
         result = explain(candidate.path, demo.reference_onnx, demo.eval_data, device_classes, policy,
                          samples=EXPLAIN_SAMPLES, progress=lambda text: say(f"{BADCAL}: {text}"))
@@ -114,6 +117,7 @@ def _explain_badcal(outcome: DemoOutcome, demo: DemoSet, targets, policy, work_d
     (folder / "explain.md").write_text(markdown_table(result))
     outcome.explain_html = write_html(result, folder / "explain.html")
     outcome.explained = result
+    outcome.explain_seconds = time.monotonic() - t0
 
 
 def _gate_one(registry, demo: DemoSet, candidate: Candidate, targets, policy, say, max_parallel) -> CandidateOutcome:

@@ -14,6 +14,7 @@ this Python (tests, and a quick look without Docker).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -177,8 +178,8 @@ def explain(candidate: Path, reference: Path, data_path: Path, device_classes: l
             if art.format != dc.artifact_format:
                 raise InputError(f"{art.path}: is {art.format}, but device class {dc.name} runs {dc.runtime}")
     data = load_eval_data(data_path)
-    validate_against(data, cand_art.inputs)
     validate_against(data, ref_art.inputs)
+    validate_against(data, _float_fed(cand_art, ref_art))
     runner = runner or DockerRunner()
     n = min(samples, data.n_samples)
     inputs = {name: np.asarray(data.arrays[name][:n])[:, None] for name in data.info}
@@ -207,6 +208,18 @@ def explain(candidate: Path, reference: Path, data_path: Path, device_classes: l
             out.targets[dc.name] = core.analyse(plan, dc.name, dumps, threshold_db=limit, meta=meta)
             out.targets[dc.name].seconds = time.monotonic() - t0
     return out
+
+
+def _float_fed(cand_art, ref_art) -> list:
+    """The candidate's inputs as the data must feed them. A fully integer TFLite candidate (int8/uint8
+    inputs) reads the reference's float data: the dump script quantizes it with the input's own scale
+    and zero point, as the converter's own debugger does."""
+    if cand_art.format != "tflite":
+        return list(cand_art.inputs)
+    ref_dtypes = {spec.name: spec.dtype for spec in ref_art.inputs}
+    return [dataclasses.replace(spec, dtype=ref_dtypes[spec.name])
+            if spec.dtype in ("int8", "uint8") and ref_dtypes.get(spec.name, "").startswith("float") else spec
+            for spec in cand_art.inputs]
 
 
 def _threshold(policy, dc: DeviceClass) -> float:

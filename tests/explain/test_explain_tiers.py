@@ -49,3 +49,32 @@ def test_mixed_precision_passes_where_int8_fails(tiergate_home, mlp_set, tmp_pat
     assert mixed["int8"]["latency_ms"][X86] > 0 and mixed["mixed"]["size_bytes"] > 0
     assert doc["targets"][X86]["first_divergent"] == models.TENSOR
     assert (tmp_path / "report" / "explain.html").is_file()
+
+
+@pytest.mark.docker
+@pytest.mark.emulated
+@pytest.mark.slow
+def test_gate_explain_names_the_first_divergent_layer_per_tier_on_reject_only(tiergate_home, mlp_set, capsys):
+    import json
+
+    def gate(candidate, *extra):
+        code = main(["gate", "-c", str(mlp_set[candidate]), "-r", str(mlp_set["fp32"]), "-d", str(mlp_set["eval"]),
+                     "-t", f"{X86},{ARM}", "--explain", *extra])
+        return code, capsys.readouterr().out
+
+    code, out = gate("default_range", "--json")
+    doc = json.loads(out)
+    assert code == 1 and doc["verdict"] == "REJECT"
+    for name, machine in ((X86, "x86_64"), (ARM, "aarch64")):
+        assert any(r.startswith(f"explain: {name}: first divergent layer {models.TENSOR} (") for r in doc["reasons"])
+        assert doc["explain"]["targets"][name]["first_divergent"] == models.TENSOR
+        assert doc["explain"]["targets"][name]["machine"] == machine
+    code, out = gate("default_range")                     # the text view says the same (all from the caches)
+    assert code == 1 and f"reason: explain: {ARM}: first divergent layer {models.TENSOR}" in " ".join(out.split())
+
+    code, out = gate("int8", "--json")                    # PROMOTE: nothing is added
+    doc = json.loads(out)
+    assert code == 0 and doc["verdict"] == "PROMOTE", doc["reasons"]
+    assert "explain" not in doc and not any(r.startswith("explain:") for r in doc["reasons"])
+    code, out = gate("int8")
+    assert code == 0 and "explain" not in out and "first divergent" not in out

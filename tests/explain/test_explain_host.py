@@ -67,8 +67,8 @@ class TierFault(HostRunner):
     (activations and weights near their ends), quantized per-tensor with reduce_range=False as
     QDQ and QOperator, each with S8S8 (ActivationSymmetric, WeightSymmetric) and U8S8 activations,
     and dynamically (MatMulInteger, int8 and uint8 weights): every layer's SQNR agreed between the
-    two tiers within 0.1 dB (no saturation: VNNI's u8s8 dot product accumulates in int32, and
-    aarch64's kernels never pair-sum in int16). A machine without VNNI would show it for real."""
+    two tiers within 0.1 dB (no saturation: VNNI's u8s8 dot product accumulates in int32 without
+    the int16 pair sums of the pre-VNNI kernels). A machine without VNNI may show it for real."""
 
     def __init__(self, tier: str, tensor: str):
         self.tier, self.tensor = tier, tensor

@@ -2,7 +2,8 @@
 
 intake (fingerprint, diff against the model's previous artifact, lint) → build images
 per device class → run targets in parallel (retries for infrastructure faults only;
-classes mapped to a work pool run on a worker there) → compare → gate → record → report.
+classes mapped to a work pool run on a worker there) → compare → gate → record → report;
+on REJECT, `tiergate explain`'s table is attached as a Markdown artifact.
 An unchanged input reuses recorded results. Deployed by `tiergate serve` and prefect.yaml.
 """
 
@@ -13,6 +14,7 @@ from pathlib import Path
 from prefect import flow, get_run_logger
 from prefect.task_runners import ThreadPoolTaskRunner
 
+from tiergate.orchestration.explain import attach_explain
 from tiergate.orchestration.gating import Remote, conclude, gate_in_flow
 from tiergate.orchestration.revalidation import prepare
 from tiergate.orchestration.tasks import diff_task
@@ -42,6 +44,9 @@ def revalidate(artifact: str, data: str, targets: str | None = None, policy: str
         reports = Path(report_dir) / short if report_dir else home() / "flows" / "reports" / short
         done = conclude(gate_run, registry=registry, report_dir=reports, junit=reports / "junit.xml",
                         label=f"{job.record.model}-{short}", cost_tags={"flow": "revalidate"})
+        if done.verdict == "REJECT":     # which layer lost it, per tier: a Markdown artifact on the run
+            attach_explain(job.paths["candidate"], job.paths["reference"], Path(data), job.device_classes,
+                           loaded_policy, label=f"{job.record.model}-{short}", base_image=base_image)
     summary = done.to_json() | {"artifact": job.record.sha256, "model": job.record.model}
     if diff is not None:
         changes = diff.result()

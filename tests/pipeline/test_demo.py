@@ -47,3 +47,17 @@ def test_demo_promotes_the_good_candidates_and_rejects_the_broken_one(tmp_path, 
     by_name = {names[sha]: verdict for sha, verdict in verdicts.items()}
     assert by_name == {"onnx-int8-entropy": "inconclusive", "onnx-int8-badcal": "reject",
                        "tflite-fp16": "promote", "tflite-int8": "promote"}
+
+    # the badly calibrated candidate explained: which layer, on which tier, and INT8 vs mixed precision
+    assert "first divergent layer" in out and "INT8 vs mixed precision" in out and "explain report:" in out
+    folder = tmp_path / "home" / "demo" / "report" / "explain"
+    explained = json.loads((folder / "explain.json").read_text())
+    assert set(explained["targets"]) == {"x86_64-cpu-onnxruntime", "arm64-cpu-onnxruntime"}
+    for name, item in explained["targets"].items():
+        assert item["error"] == "" and item["layers"], name
+        assert item["first_divergent"] in {layer["tensor"] for layer in item["layers"]}, name
+    mixed = explained["mixed_precision"]
+    assert mixed["int8"]["verdict"] == "REJECT" and mixed["mixed"]["excluded"]
+    assert mixed["mixed"]["passes_against_reference"], mixed["mixed"]["reasons"]
+    assert mixed["int8"]["size_bytes"] > 0 and mixed["mixed"]["size_bytes"] > 0
+    assert (folder / "explain.html").is_file() and "first divergent" in (folder / "explain.md").read_text()

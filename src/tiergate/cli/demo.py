@@ -49,6 +49,11 @@ def demo(
         for reason in item.decision.reasons[:4]:
             console.print(f"[red]{item.candidate.name}:[/] {reason}", highlight=False)
     console.print(f"drift report: {outcome.report_html}\n             {outcome.report_json}", highlight=False)
+    if outcome.explained is not None:       # the badly calibrated candidate: which layer, INT8 vs mixed
+        from tiergate.cli.explain import print_explanation
+
+        print_explanation(console, outcome.explained)
+        console.print(f"explain report: {outcome.explain_html} ({outcome.explain_seconds:.0f} s)", highlight=False)
     if outcome.as_expected:
         console.print("[bold green]every candidate got the decision it was built for[/]")
         raise typer.Exit(EXIT_OK)

@@ -42,6 +42,8 @@ def gate(
     ca_bundle: Path | None = typer.Option(None, "--ca-bundle", help="Extra CA bundle for builds behind a proxy."),
     max_parallel: int = typer.Option(2, "--max-parallel", min=1, help="Target runs at a time."),
     profile: bool = typer.Option(False, "--profile", help="Also record per-op time (op type and node) per run."),
+    explain: bool = typer.Option(False, "--explain", help="On REJECT, name the first divergent layer per tier "
+                                 "(tiergate explain; the cached decision is unchanged)."),
 ) -> None:
     """Gate a candidate: PROMOTE (exit 0), REJECT (exit 1) or INCONCLUSIVE (exit 3), every check listed."""
     from tiergate import pipeline
@@ -74,6 +76,8 @@ def gate(
     if registry is not None:
         pipeline.record_or_reuse(registry, run)
     pipeline.write_reports(run, report_dir, junit)
+    explained = _explain(run, candidate, reference, data, device_classes, loaded_policy, base_image, ca_bundle,
+                         progress) if explain else None
     if as_json:
         doc = run.decision.to_json()
         doc["runs"] = {f"{role}/{dc}": str(path) for (role, dc), path in run.run_dirs.items()}
@@ -81,9 +85,12 @@ def gate(
         doc["decision_cached"] = run.decision_cached
         doc["runtime"] = run.runtime
         doc["findings"] = {dc: [f.to_json() for f in found] for dc, found in run.runtime_findings.items()}
+        if explained is not None:
+            doc["reasons"] = doc["reasons"] + [f"explain: {line}" for line in explained.reasons()]
+            doc["explain"] = explained.to_json()
         typer.echo(json.dumps(doc, indent=1))
     else:
-        _print(run)
+        _print(run, explained)
     raise typer.Exit(run.decision.exit_code)
 
 
@@ -105,7 +112,23 @@ def _registry(url: str | None):
     return Registry(url)
 
 
-def _print(run) -> None:
+def _explain(run, candidate, reference, data, device_classes, policy, base_image, ca_bundle, progress):
+    """After a REJECT: tiergate explain on the same tiers (never part of the cached decision)."""
+    if run.decision.verdict != "REJECT":
+        return None
+    from tiergate.errors import TiergateError
+    from tiergate.execution.explain import DockerRunner, explain
+    from tiergate.explain import Explanation, TierExplain
+
+    try:
+        return explain(candidate, reference, data, device_classes, policy, runner=DockerRunner(base_image, ca_bundle),
+                       progress=progress)
+    except TiergateError as exc:       # the verdict stands; say why no layer could be named
+        return Explanation(str(candidate), str(reference),
+                           {dc.name: TierExplain(dc.name, 0.0, error=exc.one_line()) for dc in device_classes})
+
+
+def _print(run, explained=None) -> None:
     decision = run.decision
     table = Table(title=f"tiergate gate: {decision.verdict}")
     for column in ("device class", "tier", "check", "value", "interval", "threshold", "result"):
@@ -123,6 +146,8 @@ def _print(run) -> None:
         console.print(f"[red]reason:[/] {reason}", highlight=False)
     for warning in decision.warnings:
         console.print(f"[yellow]warning:[/] {warning}", highlight=False)
+    for line in explained.reasons() if explained is not None else []:
+        console.print(f"[red]reason:[/] explain: {line}", highlight=False)
     for name, files in run.report_files.items():
         console.print(f"{name}: {files}", highlight=False)
     console.print(f"runs: {run.containers_started} started, {run.cache_hits} reused from cache", highlight=False)

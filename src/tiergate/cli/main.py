@@ -36,7 +36,7 @@ app = typer.Typer(
     rich_markup_mode=None,
 )
 
-_COMMAND_MODULES = ("doctor", "intake", "gate", "registry", "demo", "serve", "gc")
+_COMMAND_MODULES = ("doctor", "intake", "gate", "explain", "registry", "demo", "serve", "gc")
 
 
 def _register_all() -> None:

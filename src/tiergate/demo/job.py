@@ -19,6 +19,7 @@ follow the one evaluation set every candidate was judged on).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -65,6 +66,9 @@ class DemoOutcome:
     outcomes: list[CandidateOutcome] = field(default_factory=list)
     report_html: Path | None = None
     report_json: Path | None = None
+    explain_html: Path | None = None          # the badly calibrated candidate: which layer, INT8 vs mixed
+    explained: object | None = None           # its tiergate.explain.Explanation
+    explain_seconds: float = 0.0              # what explaining it and the A/B added to the demo
 
     @property
     def as_expected(self) -> bool:
@@ -90,7 +94,49 @@ def run_demo(work_dir: Path | None = None, *, targets: dict[str, list[str]] | No
     outcome.outcomes.append(_confirm(demo, work_dir, policy, say, max_parallel, on_candidate))
     say("writing the drift report")
     outcome.report_html, outcome.report_json = _report(registry, work_dir / "report")
+    _explain_badcal(outcome, demo, targets or TARGETS, policy, work_dir, say)
     return outcome
+
+
+BADCAL = "onnx-int8-badcal"
+EXPLAIN_SAMPLES = 16       # tensors dumped per tier: enough to locate the layer, cheap under emulation
+
+
+def _explain_badcal(outcome: DemoOutcome, demo: DemoSet, targets, policy, work_dir: Path, say) -> None:
+    """The seed's fix, in one step: which layer lost it on each tier, and the INT8 vs mixed-precision A/B
+    (the reference re-quantized on the training-split calibration images, the worst layers in float)."""
+    import numpy as np
+
+    from tiergate.demo import data
+    from tiergate.errors import TiergateError
+    from tiergate.execution.explain import explain, mixed_precision_ab
+    from tiergate.explain import markdown_table
+    from tiergate.reports.explain_html import write_html
+
+    if BADCAL not in {c.name for c in demo.candidates}:
+        return
+    candidate = demo.candidate(BADCAL)
+    device_classes = resolve(targets["onnx"])
+    folder = work_dir / "report" / "explain"
+    folder.mkdir(parents=True, exist_ok=True)
+    calibration = folder / "calibration.npz"
+    np.savez(calibration, **{data.INPUT_NAME: data.calibration_images(256, demo.seed)})
+    say(f"{BADCAL}: explaining (which layer, on which tier) and gating INT8 vs mixed precision")
+    t0 = time.monotonic()
+    try:
+        result = explain(candidate.path, demo.reference_onnx, demo.eval_data, device_classes, policy,
+                         samples=EXPLAIN_SAMPLES, progress=lambda text: say(f"{BADCAL}: {text}"))
+        result.mixed_precision = mixed_precision_ab(
+            result, candidate.path, demo.reference_onnx, demo.eval_data, calibration,
+            folder / "digits-onnx-mixed.onnx", device_classes, policy, progress=lambda text: say(f"{BADCAL}: {text}"))
+    except TiergateError as exc:     # the demo's verdicts stand; say why the explanation is missing
+        say(f"{BADCAL}: explain failed: {exc.one_line()}")
+        return
+    (folder / "explain.json").write_text(result.dumps())
+    (folder / "explain.md").write_text(markdown_table(result))
+    outcome.explain_html = write_html(result, folder / "explain.html")
+    outcome.explained = result
+    outcome.explain_seconds = time.monotonic() - t0
 
 
 def _gate_one(registry, demo: DemoSet, candidate: Candidate, targets, policy, say, max_parallel) -> CandidateOutcome:

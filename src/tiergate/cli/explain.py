@@ -1,0 +1,119 @@
+"""`tiergate explain`: which layer lost it, on which tier; optionally a mixed-precision candidate, gated A/B.
+
+Exit 0 when explained (and, with --mixed-precision, when the mixed-precision candidate passes
+the gate), 1 when the mixed-precision candidate is rejected, 2 on unusable input or environment.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+
+def explain(
+    candidate: Path = typer.Option(..., "--candidate", "-c", help="The quantized artifact (ONNX or TFLite)."),
+    reference: Path = typer.Option(..., "--reference", "-r", help="Its FP32 reference, same format."),
+    data: Path = typer.Option(..., "--data", "-d", help=".npz: one array per model input (the evaluation data)."),
+    targets: str = typer.Option(..., "--targets", "-t", help="Device classes, comma-separated."),
+    policy: Path | None = typer.Option(None, "--policy", help="Policy TOML: min_sqnr_db is the divergence threshold."),
+    samples: int = typer.Option(32, "--samples", min=1, help="Samples to dump tensors for (the first N)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the explanation as JSON (docs/json-shapes.md)."),
+    out: Path | None = typer.Option(None, "--out", help="Write explain.json, explain.md and explain.html here."),
+    mixed_precision: Path | None = typer.Option(None, "--mixed-precision",
+                                                help="Write a mixed-precision candidate here and gate it A/B."),
+    calibration_data: Path | None = typer.Option(None, "--calibration-data",
+                                                 help=".npz for re-quantizing (never the evaluation data unless "
+                                                      "you pass the same file on purpose)."),
+    base_image: str | None = typer.Option(None, "--base-image", help="Base image for runtime images."),
+    ca_bundle: Path | None = typer.Option(None, "--ca-bundle", help="Extra CA bundle for builds behind a proxy."),
+) -> None:
+    """Locate the first divergent layer per tier; suggest what to keep in float; build and gate mixed precision."""
+    from tiergate.errors import InputError
+    from tiergate.execution.explain import DockerRunner, explain as run_explain
+    from tiergate.explain import markdown_table
+    from tiergate.policy import load_policy
+    from tiergate.targets import catalogue, resolve
+
+    if mixed_precision is not None and calibration_data is None:
+        raise InputError("--mixed-precision needs --calibration-data (an .npz of representative inputs; "
+                         "the evaluation data is never used for calibration unless you pass it here)")
+    device_classes = resolve(targets)
+    loaded_policy = load_policy(policy)
+    loaded_policy.check_override_names(list(catalogue().values()))
+    err = Console(stderr=True)
+    progress = None if as_json else (lambda text: err.print(f"[dim]… {text}[/]", highlight=False))
+    result = run_explain(candidate, reference, data, device_classes, loaded_policy,
+                         runner=DockerRunner(base_image, ca_bundle), samples=samples, progress=progress)
+    code = 0
+    if mixed_precision is not None:
+        from tiergate.execution.explain import mixed_precision_ab
+
+        result.mixed_precision = mixed_precision_ab(result, candidate, reference, data, calibration_data,
+                                                    mixed_precision, device_classes, loaded_policy,
+                                                    base_image=base_image, ca_bundle=ca_bundle, progress=progress)
+        code = 0 if result.mixed_precision["mixed"]["verdict"] == "PROMOTE" else 1
+    if out is not None:
+        from tiergate.reports.explain_html import write_html
+
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "explain.json").write_text(result.dumps())
+        (out / "explain.md").write_text(markdown_table(result))
+        write_html(result, out / "explain.html")
+    if as_json:
+        typer.echo(result.dumps())
+    else:
+        print_explanation(Console(width=max(Console().width, 120)), result)
+        if out is not None:
+            Console().print(f"report: {out / 'explain.html'}", highlight=False)
+    raise typer.Exit(code)
+
+
+def print_explanation(console: Console, result, n: int = 5) -> None:
+    """The worst layers per tier, the first divergent one, the suggestions."""
+    for name, item in result.targets.items():
+        if item.error:
+            console.print(f"[red]{name}: explain failed:[/] {item.error}", highlight=False)
+            continue
+        first = item.first_divergent
+        title = (f"{name}: first divergent layer [bold red]{first}[/]" if first else
+                 f"{name}: no layer below {item.threshold_db:g} dB")
+        table = Table(title=f"{title} ({item.seconds:.1f} s)")
+        for column in ("tensor", "op", "SQNR dB", "cosine", "max abs err", "saturation"):
+            table.add_column(column, overflow="fold")
+        for layer in item.worst(n):
+            sat = "" if layer.saturation is None else f"{layer.saturation:.1%}"
+            style = "bold red" if layer.tensor == first else ""
+            table.add_row(layer.tensor, layer.op, f"{layer.sqnr_db:.1f}", f"{layer.cosine:.4f}",
+                          f"{layer.max_abs_error:.4g}", sat, style=style)
+        console.print(table)
+        if item.keep_float:
+            console.print(f"keep in float: {', '.join(item.keep_float)}", highlight=False)
+        for hint in item.calibration:
+            console.print(f"[yellow]calibration:[/] {hint}", highlight=False)
+        if item.skipped:
+            console.print(f"[yellow]skipped[/] (inside subgraphs, not exposable): {', '.join(item.skipped)}",
+                          highlight=False)
+        if item.unpaired:
+            shown = ", ".join(item.unpaired[:12]) + (f" and {len(item.unpaired) - 12} more" if len(item.unpaired) > 12 else "")
+            console.print(f"[yellow]cannot be paired[/] (no FP32 tensor of the same name; not guessed): {shown}",
+                          highlight=False)
+    mixed = result.mixed_precision
+    if mixed:
+        table = Table(title="INT8 vs mixed precision (gated on the same tiers)")
+        for column in ("candidate", "verdict", "size", "kept in float", "latency (real tiers)"):
+            table.add_column(column, overflow="fold")
+        for key in ("int8", "mixed"):
+            item = mixed[key]
+            latency = ", ".join(f"{dc} {ms:.3f} ms" for dc, ms in item["latency_ms"].items()) or "emulated only"
+            table.add_row(item["path"], item["verdict"], f"{item['size_bytes']:,} B",
+                          ", ".join(item.get("excluded", [])) or "-", latency)
+        console.print(table)
+        for reason in mixed["mixed"].get("reasons", []):
+            console.print(f"[red]mixed precision reason:[/] {reason}", highlight=False)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("explain")(explain)

@@ -1,0 +1,464 @@
+"""Which layer lost it: pair a candidate's intermediate tensors with its FP32 reference's, per tier.
+
+This module is the pure part of `tiergate explain` (no Docker): it prepares the models whose
+intermediate tensors a tier's runtime will dump (tiergate.execution.explain runs them inside
+each tier's container with containers/harness/tiergate_explain.py), pairs the dumped tensors,
+computes per paired FP32 tensor SQNR (dB), cosine, max abs error and the share of values
+saturated at the quantization range's ends, finds the first divergent tensor, and suggests
+what to keep in float and which calibration range to look at.
+
+ONNX pairing (QDQ or float candidates). The reference exposes every node output
+(onnxruntime.quantization.qdq_loss_debug.modify_model_output_intermediate_tensors). The
+candidate exposes only what keeps its integer kernels fused: for every compute node whose name
+the reference shares, the value it consumes at each activation input is either a
+DequantizeLinear of an integer tensor (the QuantizeLinear output is exposed and dequantized
+here with that DequantizeLinear's scale and zero point: the exact value the node reads) or a
+float tensor (exposed as is). It is paired with the reference node's input at the same
+position: the FP32 tensor of that layer. Exposing DequantizeLinear outputs instead would stop
+onnxruntime from fusing DQ -> op -> Q into one integer kernel, and a tier's integer-kernel
+saturation would vanish from the evidence. Graph outputs pair by name. Tensors computed
+inside subgraphs (If/Loop/Scan bodies) cannot be graph outputs: they are listed as skipped.
+
+TFLite pairing: tensors whose names match in both models (LiteRT keeps the converter's
+names; the interpreter runs with experimental_preserve_all_tensors). Nothing is guessed: a
+tensor with no namesake is listed as unpaired, and no tensor in common is an InputError.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from tiergate.errors import InputError
+
+DEFAULT_THRESHOLD_DB = 20.0
+SQNR_CAP_DB = 200.0
+MIN_DROP_DB = 1.0            # a layer that loses less than this relative to the one before adds no noise of its own          # identical tensors: reported as this, JSON has no infinity
+_QDQ = ("QuantizeLinear", "DequantizeLinear")
+
+
+# --- the plan: which tensor of the candidate pairs with which FP32 tensor ---------------------
+
+
+@dataclass
+class Source:
+    """One candidate tensor paired with one FP32 reference tensor."""
+
+    fp32: str                    # the reference tensor (the layer's name in the report)
+    tensor: str                  # the candidate tensor dumped
+    op: str                      # the reference op that produced the FP32 tensor ("input" for inputs)
+    order: int                   # topological position of that op in the reference
+    scale: float | None = None   # integer tensors: dequantized with these
+    zero_point: int = 0
+    dtype: str = ""
+    nodes: list[str] = field(default_factory=list)   # reference nodes around the tensor (keep-float candidates)
+
+
+@dataclass
+class Plan:
+    """What to dump on each tier and how to pair it."""
+
+    format: str
+    candidate: Path
+    reference: Path
+    sources: list[Source] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)     # tensors inside subgraphs: not exposable
+    unpaired: list[str] = field(default_factory=list)    # candidate tensors with no FP32 counterpart
+    outputs: list[str] = field(default_factory=list)     # the reference's graph outputs (end to end)
+
+
+def plan(candidate: Path, reference: Path, work: Path) -> Plan:
+    """Prepare the models to dump (written under `work`) and the pairing, by format."""
+    from tiergate.artifact.detect import detect_format, read_model_file
+
+    fmt = detect_format(Path(candidate), read_model_file(Path(candidate)))
+    if fmt != detect_format(Path(reference), read_model_file(Path(reference))):
+        raise InputError(f"{candidate} and {reference}: the candidate and the reference are in different formats")
+    work.mkdir(parents=True, exist_ok=True)
+    if fmt == "tflite":
+        return Plan("tflite", Path(candidate), Path(reference))
+    return plan_onnx(Path(candidate), Path(reference), work)
+
+
+def plan_onnx(candidate: Path, reference: Path, work: Path) -> Plan:
+    import onnx
+    from onnx import numpy_helper
+
+    cand = onnx.load(str(candidate))
+    ref = onnx.load(str(reference))
+    rg, cg = ref.graph, cand.graph
+    r_init = {t.name for t in rg.initializer}
+    c_init = {t.name: t for t in cg.initializer}
+    r_inputs = [i.name for i in rg.input if i.name not in r_init]
+    producer = {out: (k, n) for k, n in enumerate(rg.node) for out in n.output}
+    consumers: dict[str, list[str]] = {}
+    for n in rg.node:
+        for name in n.input:
+            consumers.setdefault(name, []).append(n.name)
+    ref_by_name = {n.name: n for n in rg.node if n.name}
+    c_producer = {out: n for n in cg.node for out in n.output}
+
+    def where(fp32: str) -> tuple[str, int, list[str]]:
+        k, node = producer.get(fp32, (-1, None))
+        around = ([node.name] if node is not None and node.name else []) + consumers.get(fp32, [])
+        return (node.op_type if node is not None else "input"), k, list(dict.fromkeys(around))
+
+    def const(name: str):
+        return numpy_helper.to_array(c_init[name]) if name in c_init else None
+
+    sources: dict[tuple[str, str], Source] = {}
+    unpaired: list[str] = []
+    for node in cg.node:
+        if node.op_type in _QDQ or not node.name:
+            continue
+        twin = ref_by_name.get(node.name)
+        if twin is None:
+            continue
+        for k, (c_in, r_in) in enumerate(zip(node.input, twin.input)):
+            if not c_in or not r_in or r_in in r_init or c_in in c_init:
+                continue
+            src = c_producer.get(c_in)
+            op, order, around = where(r_in)
+            if src is not None and src.op_type == "DequantizeLinear":
+                q_in = src.input[0]
+                if q_in in c_init:                  # a weight
+                    continue
+                scale = const(src.input[1])
+                zp = const(src.input[2]) if len(src.input) > 2 and src.input[2] else np.zeros((), np.uint8)
+                if scale is None or scale.size != 1:
+                    unpaired.append(c_in)
+                    continue
+                item = Source(r_in, q_in, op, order, float(scale.reshape(-1)[0]), int(zp.reshape(-1)[0]),
+                              zp.dtype.name, around)
+            else:
+                item = Source(r_in, c_in, op, order, nodes=around)
+            sources.setdefault((item.fp32, item.tensor), item)
+    c_outputs = {o.name for o in cg.output}
+    r_outputs = [o.name for o in rg.output]
+    for name in r_outputs:
+        if name in c_outputs:
+            op, order, around = where(name)
+            sources.setdefault((name, name), Source(name, name, op, order, nodes=around))
+    if not sources:
+        raise InputError(f"{candidate} and {reference}: no tensor in common (no node of the candidate is "
+                         "named like one of the reference, and no graph output matches): nothing to pair")
+    skipped = sorted(set(_subgraph_outputs(rg)) | set(_subgraph_outputs(cg)))
+    exposable = {out for n in rg.node for out in n.output} | set(r_inputs)
+    kept = [s for s in sources.values() if s.fp32 in exposable or s.fp32 in r_inputs]
+    # the models to dump: the reference with every node output, the candidate with its chosen tensors
+    ref_path, cand_path = work / "reference-dump.onnx", work / "candidate-dump.onnx"
+    _expose_all(reference, ref_path)
+    wanted = [s.tensor for s in kept if s.tensor not in {i.name for i in cg.input}]
+    _expose(cand, wanted, cand_path)
+    return Plan("onnx", cand_path, ref_path, sorted(kept, key=lambda s: (s.order, s.fp32)), skipped,
+                sorted(set(unpaired)), r_outputs)
+
+
+def _subgraph_outputs(graph) -> list[str]:
+    """Every value computed inside a subgraph of `graph` (not exposable as a graph output)."""
+    from onnx import AttributeProto
+
+    found = []
+    for node in graph.node:
+        for attr in node.attribute:
+            bodies = ([attr.g] if attr.type == AttributeProto.GRAPH else
+                      list(attr.graphs) if attr.type == AttributeProto.GRAPHS else [])
+            for body in bodies:
+                found += [out for n in body.node for out in n.output if out]
+                found += _subgraph_outputs(body)
+    return found
+
+
+def _expose_all(path: Path, out: Path) -> None:
+    """The reference with every node output as a graph output (onnxruntime's own helper)."""
+    from onnxruntime.quantization.qdq_loss_debug import modify_model_output_intermediate_tensors
+
+    modify_model_output_intermediate_tensors(str(path), str(out))
+
+
+def _expose(model, names: list[str], out: Path) -> None:
+    import onnx
+    from onnx import helper
+
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    have = {o.name for o in copy.graph.output}
+    for name in dict.fromkeys(names):
+        if name not in have:
+            copy.graph.output.append(helper.ValueInfoProto(name=name))
+    onnx.save(copy, str(out))
+
+
+# --- the figures ------------------------------------------------------------------------
+
+
+def sqnr_db(ref: np.ndarray, out: np.ndarray) -> float:
+    """20*log10(|ref| / |ref - out|), as onnxruntime's qdq_loss_debug; identical -> SQNR_CAP_DB."""
+    ref = ref.astype(np.float64).ravel()
+    noise = np.linalg.norm(ref - out.astype(np.float64).ravel())
+    signal = np.linalg.norm(ref)
+    if noise == 0:
+        return SQNR_CAP_DB
+    if signal == 0:
+        return -SQNR_CAP_DB
+    return float(max(-SQNR_CAP_DB, min(SQNR_CAP_DB, 20 * math.log10(signal / noise))))
+
+
+def cosine(ref: np.ndarray, out: np.ndarray) -> float:
+    """Mean per-sample cosine similarity (first axis = sample)."""
+    a = ref.reshape(len(ref), -1).astype(np.float64)
+    b = out.reshape(len(out), -1).astype(np.float64)
+    na, nb = np.linalg.norm(a, axis=1), np.linalg.norm(b, axis=1)
+    both_zero = (na == 0) & (nb == 0)
+    cos = np.where(both_zero, 1.0, (a * b).sum(axis=1) / np.maximum(na * nb, 1e-30))
+    return float(np.mean(cos))
+
+
+def qrange(scale: float, zero_point: int, dtype: str) -> tuple[float, float]:
+    info = np.iinfo(np.dtype(dtype))
+    return (info.min - zero_point) * scale, (info.max - zero_point) * scale
+
+
+@dataclass
+class Layer:
+    tensor: str
+    op: str
+    sqnr_db: float
+    cosine: float
+    max_abs_error: float
+    saturation: float | None            # share of FP32 values beyond the quantization range (clipped)
+    range: list[float] | None = None    # the candidate's quantization range of the tensor
+    observed: list[float] = field(default_factory=list)   # min, max of the FP32 tensor
+    candidate_tensor: str = ""
+    nodes: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return {k: (_round(v) if isinstance(v, float) else v) for k, v in dataclasses.asdict(self).items()}
+
+
+def _round(v: float) -> float:
+    return float(f"{v:.6g}")
+
+
+def measure(source: Source, cand: np.ndarray, ref: np.ndarray) -> Layer:
+    """The figures of one pair (arrays with the sample axis first)."""
+    if cand.shape != ref.shape:
+        if cand.size != ref.size:
+            raise ValueError(f"shapes differ: {cand.shape} vs {ref.shape}")
+        cand = cand.reshape(ref.shape)
+    ref = ref.astype(np.float32)
+    saturation, rng = None, None
+    if source.scale is not None:
+        lo, hi = qrange(source.scale, source.zero_point, source.dtype)
+        rng = [_round(lo), _round(hi)]
+        cand = ((cand.astype(np.float32) - source.zero_point) * source.scale).astype(np.float32)
+        half = source.scale / 2
+        saturation = float(np.mean((ref < lo - half) | (ref > hi + half))) if ref.size else 0.0
+    cand = cand.astype(np.float32)
+    observed = [_round(float(ref.min())), _round(float(ref.max()))] if ref.size else []
+    return Layer(source.fp32, source.op, sqnr_db(ref, cand), cosine(ref, cand),
+                 float(np.max(np.abs(ref - cand))) if ref.size else 0.0, saturation, rng, observed,
+                 source.tensor, source.nodes)
+
+
+# --- one tier's answer ------------------------------------------------------------------
+
+
+@dataclass
+class TierExplain:
+    target: str
+    threshold_db: float
+    layers: list[Layer] = field(default_factory=list)
+    first_divergent: str | None = None
+    end_to_end_sqnr_db: float | None = None
+    unpaired: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    keep_float: list[str] = field(default_factory=list)      # nodes (ONNX) or tensors (TFLite)
+    calibration: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    machine: str = ""
+    error: str = ""
+
+    def to_json(self) -> dict:
+        return {"first_divergent": self.first_divergent, "threshold_db": self.threshold_db,
+                "end_to_end_sqnr_db": None if self.end_to_end_sqnr_db is None else _round(self.end_to_end_sqnr_db),
+                "layers": [layer.to_json() for layer in self.layers],
+                "suggestions": {"keep_float": self.keep_float, "calibration": self.calibration},
+                "unpaired": self.unpaired, "skipped": self.skipped, "seconds": round(self.seconds, 3),
+                "machine": self.machine, "error": self.error}
+
+    def worst(self, n: int = 5) -> list[Layer]:
+        return sorted(self.layers, key=lambda layer: layer.sqnr_db)[:n]
+
+
+def analyse(plan_: Plan, target: str, dumps: dict[str, dict[str, np.ndarray]], *, threshold_db: float,
+            meta: dict | None = None) -> TierExplain:
+    """Pair one tier's dumps ({"candidate": {tensor: array}, "reference": {...}}) and judge them."""
+    meta = meta or {}
+    cand, ref = dumps.get("candidate", {}), dumps.get("reference", {})
+    sources = plan_.sources if plan_.format == "onnx" else _tflite_sources(plan_, meta, cand, ref)
+    result = TierExplain(target, threshold_db, skipped=list(plan_.skipped), unpaired=list(plan_.unpaired),
+                         machine=meta.get("machine", ""), seconds=float(meta.get("seconds", 0.0)))
+    inputs = meta.get("inputs", {})
+    best: dict[str, Layer] = {}
+    for source in sources:
+        c = cand.get(source.tensor, inputs.get(source.tensor))
+        r = ref.get(source.fp32, inputs.get(source.fp32))
+        if c is None or r is None:
+            result.unpaired.append(source.tensor)
+            continue
+        try:
+            layer = measure(source, c, r)
+        except ValueError:
+            result.unpaired.append(source.tensor)
+            continue
+        if source.fp32 not in best or layer.sqnr_db < best[source.fp32].sqnr_db:
+            best[source.fp32] = layer
+    order = {s.fp32: (s.order, i) for i, s in enumerate(sources)}
+    result.layers = sorted(best.values(), key=lambda layer: order[layer.tensor])
+    if not result.layers:
+        raise InputError(f"{target}: the candidate and the reference have no tensor in common: nothing to pair"
+                         + (f" ({len(result.unpaired)} candidate tensors have no FP32 namesake)"
+                            if result.unpaired else ""))
+    result.unpaired = sorted(set(result.unpaired))
+    result.first_divergent = next((layer.tensor for layer in result.layers if layer.sqnr_db < threshold_db), None)
+    outputs = [best[name] for name in plan_.outputs if name in best]
+    if outputs:
+        result.end_to_end_sqnr_db = min(layer.sqnr_db for layer in outputs)
+    result.keep_float = keep_float(result.layers, threshold_db, set(plan_.outputs))
+    result.calibration = calibration_hints(result.layers)
+    return result
+
+
+def _tflite_sources(plan_: Plan, meta: dict, cand: dict, ref: dict) -> list[Source]:
+    """TFLite pairs: tensors of the same name in both dumps; the rest is unpaired, never guessed."""
+    c_quant = meta.get("candidate_quant", {})
+    r_ops = meta.get("reference_ops", {})
+    c_ops = meta.get("candidate_ops", {})
+    plan_.outputs = list(meta.get("reference_outputs", plan_.outputs))
+    sources = []
+    for name in ref:
+        if name not in cand:
+            continue
+        index, op = r_ops.get(name, [10**9, "?"])
+        scale, zp, dtype = c_quant.get(name, (None, 0, ""))
+        sources.append(Source(name, name, op, int(index), scale, int(zp), dtype, [name]))
+    plan_.unpaired = sorted(n for n in c_ops if n not in ref)
+    if not sources:
+        raise InputError("the TFLite candidate and reference have no tensor name in common: cannot pair them "
+                         "(convert both with the same converter and keep its tensor names)")
+    return sorted(sources, key=lambda s: s.order)
+
+
+def keep_float(layers: list[Layer], threshold_db: float, outputs: set[str], limit: int = 3) -> list[str]:
+    """The nodes to keep in float, worst first: the layers below the threshold that lose the most
+    SQNR relative to the layer before them (an estimate; --mixed-precision verifies it end to end)."""
+    nodes: list[str] = []
+    for layer in worst_layers(layers, threshold_db, outputs)[:limit]:
+        nodes += [n for n in layer.nodes if n not in nodes]
+    return nodes
+
+
+def worst_layers(layers: list[Layer], threshold_db: float, outputs: set[str]) -> list[Layer]:
+    """Layers below the threshold, by the SQNR they lose relative to the layer before (worst first)."""
+    ranked, previous = [], SQNR_CAP_DB
+    for layer in layers:
+        drop, previous = previous - layer.sqnr_db, layer.sqnr_db
+        if layer.sqnr_db < threshold_db and layer.tensor not in outputs and drop >= MIN_DROP_DB:
+            ranked.append((drop, layer))
+    return [layer for _, layer in sorted(ranked, key=lambda item: -item[0])]
+
+
+def calibration_hints(layers: list[Layer], *, wide: float = 4.0, narrow: float = 0.02) -> list[str]:
+    """A range far wider than the observed values (coarse steps), one that clips them, one that admits
+    negative values a non-negative tensor never has (an absorbed Relu lost), or the default [-6, 6]."""
+    hints = []
+    for layer in layers:
+        if layer.range is None or not layer.observed:
+            continue
+        lo, hi = layer.range
+        omin, omax = layer.observed
+        span = omax - omin
+        text = f"calibration range of {layer.tensor} is [{lo:.4g}, {hi:.4g}], observed [{omin:.4g}, {omax:.4g}]"
+        if layer.saturation is not None and layer.saturation > narrow:
+            hints.append(f"{text}: {layer.saturation:.1%} of its values are clipped (range too narrow)")
+        elif span > 0 and (hi - lo) > wide * span:
+            hints.append(f"{text}: the range is {(hi - lo) / span:.0f}x wider than the values (coarse steps)")
+        elif omin >= 0 and span > 0 and lo < -0.25 * span:
+            hints.append(f"{text}: the FP32 values are never negative but the range admits negatives "
+                         "(a Relu absorbed into this quantization is lost)")
+        elif abs(lo + 6) < 0.1 and abs(hi - 6) < 0.1:
+            hints.append(f"{text}: this is the default range of an uncalibrated tensor")
+    return hints
+
+
+# --- the whole answer -------------------------------------------------------------------
+
+
+@dataclass
+class Explanation:
+    candidate: str
+    reference: str
+    targets: dict[str, TierExplain] = field(default_factory=dict)
+    mixed_precision: dict | None = None
+
+    def to_json(self) -> dict:
+        doc = {"candidate": self.candidate, "reference": self.reference,
+               "targets": {name: item.to_json() for name, item in self.targets.items()}}
+        if self.mixed_precision is not None:
+            doc["mixed_precision"] = self.mixed_precision
+        return doc
+
+    def dumps(self) -> str:
+        return json.dumps(self.to_json(), indent=1, allow_nan=False)
+
+    def keep_float(self) -> list[str]:
+        nodes: list[str] = []
+        for item in self.targets.values():
+            nodes += [n for n in item.keep_float if n not in nodes]
+        return nodes
+
+    def reasons(self) -> list[str]:
+        """One line per tier naming its first divergent layer (for a gate's reasons)."""
+        lines = []
+        for name, item in self.targets.items():
+            if item.error:
+                lines.append(f"{name}: explain failed: {item.error}")
+            elif item.first_divergent is None:
+                lines.append(f"{name}: no layer falls below {item.threshold_db:g} dB SQNR")
+            else:
+                layer = next(x for x in item.layers if x.tensor == item.first_divergent)
+                lines.append(f"{name}: first divergent layer {layer.tensor} ({layer.op}), "
+                             f"SQNR {layer.sqnr_db:.1f} dB < {item.threshold_db:g} dB")
+        return lines
+
+
+def markdown_table(explanation: Explanation, n: int = 5) -> str:
+    """The worst layers per tier, as Markdown (for reports and Prefect artifacts)."""
+    lines = ["## Which layer, on which tier", ""]
+    for name, item in explanation.targets.items():
+        lines.append(f"### `{name}`")
+        if item.error:
+            lines += [f"explain failed: {item.error}", ""]
+            continue
+        lines.append(f"first divergent: `{item.first_divergent}`" if item.first_divergent else
+                     f"no layer below {item.threshold_db:g} dB")
+        lines += ["", "| tensor | op | SQNR dB | cosine | max abs err | saturation |", "|---|---|---|---|---|---|"]
+        for layer in item.worst(n):
+            sat = "" if layer.saturation is None else f"{layer.saturation:.1%}"
+            lines.append(f"| `{layer.tensor}` | {layer.op} | {layer.sqnr_db:.1f} | {layer.cosine:.4f} | "
+                         f"{layer.max_abs_error:.4g} | {sat} |")
+        if item.keep_float:
+            lines.append(f"\nkeep in float: {', '.join(f'`{x}`' for x in item.keep_float)}")
+        lines += [f"- {hint}" for hint in item.calibration]
+        if item.skipped:
+            lines.append(f"\nskipped (inside subgraphs, not exposable): {', '.join(item.skipped)}")
+        if item.unpaired:
+            lines.append(f"\ncannot be paired (no FP32 tensor of the same name): {', '.join(item.unpaired)}")
+        lines.append("")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,85 @@
+"""The explain tests' models, built on the shared factory (tests/modelkit.py): a digits-sized MLP
+(MatMul -> Add -> Relu -> MatMul -> Add), its INT8 QDQ twin (quantize_static absorbs the Relu into
+the output QuantizeLinear of `add1`: the INT8 graph names that tensor `r`), and two defects of it:
+one activation given the default [-6, 6] range, and the Q/DQ pair of `r` removed (which removes
+the absorbed Relu too)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+import modelkit
+
+FEATURES, HIDDEN, CLASSES = 16, 24, 6
+TENSOR = "r"                  # the Relu's output: the tensor both defects hit
+
+
+def fp32_mlp(seed: int = 0, gain: float = 4.0) -> onnx.ModelProto:
+    """x [N,16] -> fc1 (MatMul) -> add1 -> relu1 -> r -> fc2 (MatMul) -> add2 -> y [N,6];
+    r reaches about 20 on data in [-1, 1] (gain), beyond a default [-6, 6] range."""
+    rng = np.random.default_rng(seed)
+    w1 = (rng.standard_normal((FEATURES, HIDDEN)) * gain / np.sqrt(FEATURES)).astype(np.float32)
+    w2 = (rng.standard_normal((HIDDEN, CLASSES)) / np.sqrt(HIDDEN)).astype(np.float32)
+    node = helper.make_node
+    graph = helper.make_graph(
+        [node("MatMul", ["x", "W1"], ["h0"], name="fc1"), node("Add", ["h0", "b1"], ["h"], name="add1"),
+         node("Relu", ["h"], [TENSOR], name="relu1"), node("MatMul", [TENSOR, "W2"], ["y0"], name="fc2"),
+         node("Add", ["y0", "b2"], ["y"], name="add2")],
+        "explain_mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", FEATURES])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", CLASSES])],
+        [numpy_helper.from_array(w1, "W1"), numpy_helper.from_array(w2, "W2"),
+         numpy_helper.from_array(np.full(HIDDEN, 0.5, np.float32), "b1"),
+         numpy_helper.from_array(np.zeros(CLASSES, np.float32), "b2")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", modelkit.OPSET)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model
+
+
+def inputs(n: int, seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).uniform(-1, 1, (n, FEATURES)).astype(np.float32)
+
+
+def write_set(folder: Path, n_eval: int = 96) -> dict[str, Path]:
+    """fp32, int8 (well calibrated), eval data (labels = the FP32 model's argmax) and calibration data."""
+    import onnxruntime as ort
+
+    folder.mkdir(parents=True, exist_ok=True)
+    fp32 = modelkit.write(fp32_mlp(), folder / "fp32.onnx")
+    cal = {"x": inputs(64, seed=1)}
+    np.savez(folder / "cal.npz", **cal)
+    int8 = modelkit.quantize_qdq(fp32, folder / "int8.onnx", cal)
+    x = inputs(n_eval, seed=2)
+    y = ort.InferenceSession(str(fp32), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.savez(folder / "eval.npz", x=x, labels=y.argmax(1).astype(np.int64))
+    return {"fp32": fp32, "int8": int8, "eval": folder / "eval.npz", "cal": folder / "cal.npz"}
+
+
+def with_tensor_range(model: onnx.ModelProto, tensor: str, lo: float = -6.0, hi: float = 6.0) -> onnx.ModelProto:
+    """One activation's Q/DQ given the range [lo, hi] instead of its calibrated one (uint8)."""
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    q = next(n for n in out.graph.node if n.op_type == "QuantizeLinear" and n.input[0] == tensor)
+    inits = {t.name: t for t in out.graph.initializer}
+    scale = (hi - lo) / 255.0
+    inits[q.input[1]].CopyFrom(numpy_helper.from_array(np.array(scale, np.float32), q.input[1]))
+    inits[q.input[2]].CopyFrom(numpy_helper.from_array(np.array(round(-lo / scale), np.uint8), q.input[2]))
+    return out
+
+
+def without_qdq(model: onnx.ModelProto, tensor: str) -> onnx.ModelProto:
+    """The Q/DQ pair on `tensor` removed, its consumers reading the float tensor again."""
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    graph = out.graph
+    q = next(n for n in graph.node if n.op_type == "QuantizeLinear" and n.input[0] == tensor)
+    dq = next(n for n in graph.node if n.op_type == "DequantizeLinear" and n.input[0] == q.output[0])
+    for node in graph.node:
+        node.input[:] = [tensor if name == dq.output[0] else name for name in node.input]
+    graph.node.remove(q)
+    graph.node.remove(dq)
+    return out

@@ -130,7 +130,7 @@ class DockerRunner:
             spec.update(entrypoint=["python3", "-s", f"{INPUT_DIR}/tiergate_explain.py"], command=command)
             container = client.containers.create(**spec)
             try:
-                reason, log_tail = _run(container, job)
+                reason, log_tail, _oom = _run(container, job)
                 _download(container, out)
             finally:
                 container.remove(force=True)

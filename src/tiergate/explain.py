@@ -257,8 +257,10 @@ def measure(source: Source, cand: np.ndarray, ref: np.ndarray) -> Layer:
         lo, hi = qrange(source.scale, source.zero_point, source.dtype)
         rng = [_round(lo), _round(hi)]
         cand = ((cand.astype(np.float32) - source.zero_point) * source.scale).astype(np.float32)
-        half = source.scale / 2
-        saturation = float(np.mean((ref < lo - half) | (ref > hi + half))) if ref.size else 0.0
+        # clipped = more than one quantization step beyond the representable end: a softmax's 1.0 against
+        # an int8 top of 255/256 is rounding, not saturation (no false "range too narrow" hint)
+        step = 1.01 * source.scale
+        saturation = float(np.mean((ref < lo - step) | (ref > hi + step))) if ref.size else 0.0
     cand = cand.astype(np.float32)
     observed = [_round(float(ref.min())), _round(float(ref.max()))] if ref.size else []
     return Layer(source.fp32, source.op, sqnr_db(ref, cand), cosine(ref, cand),

@@ -132,3 +132,18 @@ def test_html_marks_the_first_divergent_layer(tiergate_home, mlp_set, tmp_path):
     html = render_html(_explain(mlp_set["default_range"], mlp_set))
     assert "<svg" in html and "first divergent on x86_64-cpu-onnxruntime" in html
     assert "<tr class='first'><td class='l'>r</td>" in html
+
+
+def test_a_softmax_one_against_the_int8_top_is_rounding_not_saturation():
+    """A probability of 1.0 against int8's top (255/256 with zero point -128) is one step off: not clipped;
+    values well beyond the range are."""
+    import numpy as np
+
+    from tiergate.explain import Source, measure
+
+    source = Source("probs", "probs_q", "Softmax", 3, scale=1 / 256, zero_point=-128, dtype="int8")
+    ref = np.array([[1.0, 0.0], [0.5, 0.5]], dtype=np.float32)
+    cand = np.array([[127, -128], [0, 0]], dtype=np.int8)
+    assert measure(source, cand, ref).saturation == 0.0
+    clipped = np.array([[3.0, 0.0], [0.5, 0.5]], dtype=np.float32)
+    assert measure(source, cand, clipped).saturation == 0.25

@@ -1,25 +1,26 @@
-"""The drift report shows the recorded intervals: real onnxruntime runs, a real gate decision, recorded and rendered.
+"""The drift report shows the recorded intervals: real gates on x86_64 and emulated arm64, recorded and rendered.
 
-Three INT8-like candidates of a tiny classifier (its weights perturbed by more and more noise)
-are run with onnxruntime next to their FP32 reference, judged by tiergate.gate.evaluate against
-labels (top-1 accuracy ratio on its paired-bootstrap interval), and recorded in a registry as the
-pipeline records them. The report's rows must carry the bounds the registry recorded, and the
-page must print exactly those (accuracy as "93.8% [91.2, 95.9]", the check, the verdict).
+Three INT8-like candidates of a tiny classifier (its weights perturbed by more and more noise) are gated
+by the orchestrator for real (containers on both tiers) against their FP32 reference, judged against
+labels (top-1 accuracy ratio on its paired-bootstrap interval), and recorded by `pipeline.record`. The
+report's rows must carry the bounds the registry recorded, and the page must print exactly those
+(accuracy as "93.8% [91.2, 95.9]", the check, the verdict).
 """
 
 from __future__ import annotations
 
+import os
 import re
 from html import unescape
 
 import numpy as np
+import onnxruntime as ort
 import pytest
-from report_kit import run_model, tiny_model
+from report_kit import tiny_model
 
-from tiergate import results
-from tiergate.gate import RunOutcome, evaluate
+from tiergate import pipeline
 from tiergate.policy import load_policy
-from tiergate.registry import NewRun, Registry, record_gate_decision
+from tiergate.registry import Registry
 from tiergate.registry.report_data import build_drift_report
 from tiergate.registry.store import file_sha256
 from tiergate.reports.html import render_html
@@ -28,6 +29,7 @@ from tiergate.targets import resolve
 N, FEATURES, CLASSES = 200, 6, 5
 NOISE = {"close": 0.01, "borderline": 0.025, "far": 0.1}
 CLASS_NAMES = ["x86_64-cpu-onnxruntime", "arm64-cpu-onnxruntime"]
+pytestmark = [pytest.mark.docker, pytest.mark.emulated, pytest.mark.slow]
 
 
 def _gate_and_record(registry: Registry, tmp_path) -> dict[str, str]:
@@ -35,41 +37,36 @@ def _gate_and_record(registry: Registry, tmp_path) -> dict[str, str]:
     x = rng.normal(size=(N, FEATURES)).astype(np.float32)
     w, b = rng.normal(size=(FEATURES, CLASSES)), rng.normal(scale=0.1, size=CLASSES)
     ref_path = tiny_model(tmp_path / "fp32.onnx", w, b)
-    ref_out = run_model(ref_path, x)
-    labels = ref_out.argmax(1)
+    labels = ort.InferenceSession(str(ref_path)).run(None, {"x": x})[0].argmax(1)
     flip = rng.random(N) < 0.08
     labels[flip] = rng.integers(0, CLASSES, flip.sum())
-    device_classes = {dc.name: dc for dc in resolve(CLASS_NAMES)}
+    data = tmp_path / "eval.npz"
+    np.savez(data, x=x, labels=labels.astype(np.int64))
     ref_sha = file_sha256(ref_path)
     registry.add_artifact(ref_path, sha256=ref_sha, model="tiny", format="onnx", precision="fp32",
                           fingerprint={"weights": "fp32"})
     shas = {}
-    for name, scale in NOISE.items():
-        path = tiny_model(tmp_path / f"{name}.onnx", w + rng.normal(scale=scale, size=w.shape), b)
-        shas[name] = sha = file_sha256(path)
-        registry.add_artifact(path, sha256=sha, model="tiny", format="onnx", precision="int8",
-                              fingerprint={"weights": name}, reference_sha=ref_sha, parent_sha=ref_sha)
-        native = run_model(path, x)
-        cand, ref, runs = {}, {}, []
-        for dc in device_classes.values():
-            # the emulated tier: the same outputs plus a seeded drift of the size measured across architectures
-            out = native if not dc.emulated else native + rng.normal(scale=1e-6, size=native.shape).astype(np.float32)
-            result = results.TargetResult(device_class=dc.name, status="ok", tier=dc.tier, emulated=dc.emulated,
-                                          artifact_sha256=sha, n_samples=N, latencies_ns=[400_000 + i for i in range(40)])
-            folder = results.save(result, tmp_path / "runs" / name / dc.name, {"y": out})
-            cand[dc.name] = RunOutcome(result, {"y": out})
-            ref_result = results.TargetResult(device_class=dc.name, status="ok", tier=dc.tier, emulated=dc.emulated,
-                                              artifact_sha256=ref_sha, n_samples=N,
-                                              latencies_ns=[400_000 + i for i in range(40)])
-            ref[dc.name] = RunOutcome(ref_result, {"y": ref_out})
-            runs.append(NewRun.from_result(result, folder=folder))
-        decision = evaluate(cand, ref, device_classes, load_policy(None), labels, quantized=True)
-        record_gate_decision(registry, sha, decision, runs=runs)
+    previous = os.environ.get("TIERGATE_HOME")
+    os.environ["TIERGATE_HOME"] = str(tmp_path / "home")
+    try:
+        for name, scale in NOISE.items():
+            path = tiny_model(tmp_path / f"{name}.onnx", w + rng.normal(scale=scale, size=w.shape), b)
+            shas[name] = sha = file_sha256(path)
+            registry.add_artifact(path, sha256=sha, model="tiny", format="onnx", precision="int8",
+                                  fingerprint={"weights": name}, reference_sha=ref_sha, parent_sha=ref_sha)
+            run = pipeline.gate(path, ref_path, data, resolve(CLASS_NAMES), load_policy(None))
+            pipeline.record(registry, run)
+    finally:
+        if previous is None:
+            os.environ.pop("TIERGATE_HOME", None)
+        else:
+            os.environ["TIERGATE_HOME"] = previous
     return shas
 
 
-@pytest.fixture
-def gated(tmp_path):
+@pytest.fixture(scope="module")
+def gated(tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("intervals")
     with Registry(f"sqlite:///{tmp_path / 'registry.db'}", tmp_path / "store") as registry:
         shas = _gate_and_record(registry, tmp_path)
         yield registry, shas

@@ -129,13 +129,15 @@ def test_registered_artifact_triggers_revalidation_to_a_recorded_decision(served
     with _registry(served) as registry:
         decisions = registry.decisions(artifact_sha=record["sha256"])
         runs = registry.runs(artifact_sha=record["sha256"])
-    assert [d.verdict for d in decisions] == ["promote"]          # the demo's good INT8 candidate
+    # the demo's good INT8 candidate: one image of 450 that FP32 gets right and it does not, so its accuracy
+    # ratio's interval straddles 0.99: honestly INCONCLUSIVE (recorded, no alias moved)
+    assert [d.verdict for d in decisions] == ["inconclusive"]
     assert {r.device_class for r in runs} == {ONNX_CLASS}          # only the class of its format
     assert all(r.status == "ok" and r.result_key for r in runs)
     artifacts = kit.api_filter(served.api_url, "artifacts", {"flow_runs": {"id": {"any_": [run["id"]]}}})
     assert {a["type"] for a in artifacts} >= {"markdown", "table"}   # the decision in the Prefect UI
     markdown = next(a for a in artifacts if a["type"] == "markdown")
-    assert "PROMOTE" in markdown["data"] and ONNX_CLASS in markdown["data"]
+    assert "INCONCLUSIVE" in markdown["data"] and ONNX_CLASS in markdown["data"]
     table = json.loads(next(a for a in artifacts if a["type"] == "table")["data"])
     assert {row["device class"] for row in table} == {ONNX_CLASS} and all(row["result"] == "pass" for row in table)
     report = served.folder / "reports" / record["sha256"][:12]
@@ -157,7 +159,7 @@ def test_unchanged_rerun_reuses_recorded_results_without_starting_a_container(se
     run_folders = list((served.home / "runs").iterdir())
     assert summary["containers_started"] == 0
     assert summary["cache_hits"] == 2                       # candidate and FP32 reference on one class
-    assert summary["reused_decision"] is True and summary["verdict"] == "PROMOTE"
+    assert summary["reused_decision"] is True and summary["verdict"] == "INCONCLUSIVE"
     with _registry(served) as registry:
         assert count_rows(registry) == before                # nothing recorded twice
     # the engine's own event log: no container of these runs' images started during the re-run

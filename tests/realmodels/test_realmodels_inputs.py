@@ -21,10 +21,10 @@ SILERO_LOADER = '''
 import numpy as np
 
 def chunks():
-    """16 chunks of 512 samples at 16 kHz: silence, noise and a voiced tone; a fresh state for each call."""
+    """24 chunks of 512 samples at 16 kHz: silence, noise and a voiced tone; a fresh state for each call."""
     rng = np.random.default_rng(0)
     t = np.arange(512) / 16000
-    for i in range(16):
+    for i in range(24):
         kind = i % 3
         audio = (np.zeros(512) if kind == 0 else rng.normal(0, 0.05, 512) if kind == 1
                  else 0.3 * np.sin(2 * np.pi * 180 * t) * (1 + 0.5 * np.sin(2 * np.pi * 3 * t)))
@@ -43,10 +43,10 @@ def test_silero_vad_through_a_loader_passes_against_itself_on_both_tiers(real_mo
     assert decision.verdict == "PROMOTE", decision.reasons
     for dc in (X86, ARM):
         outputs = decision.metrics[dc].outputs
-        assert outputs["output"].n_samples == 16 and outputs["stateN"].n_samples == 16
+        assert outputs["output"].n_samples == 24 and outputs["stateN"].n_samples == 24
         assert outputs["output"].max_abs_error == 0.0               # the same model on the same tier: identical
     saved = pipeline.load_outcomes(run.run_dirs)["candidate"]
-    assert saved[X86].outputs["stateN"].shape == (16, 2, 128)      # batch axis 1 moved first, per sample
+    assert saved[X86].outputs["stateN"].shape == (24, 2, 128)      # batch axis 1 moved first, per sample
     assert saved[X86].result.extra["output_sample_axes"] == {"output": 0, "stateN": 1}
     # x86 vs emulated arm64 of the same model: close, not bit-identical
     drift = decision.drift["candidate"].pairs[(X86, ARM)]["output"]

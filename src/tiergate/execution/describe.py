@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import tarfile
 import tempfile
 import time
 import uuid
@@ -26,7 +25,7 @@ from pathlib import Path
 
 from tiergate.errors import InfrastructureFault, InputError
 from tiergate.execution.base import Job, last_line
-from tiergate.execution.docker_backend import DockerBackend, _job_volumes, _run
+from tiergate.execution.docker_backend import DockerBackend, _job_volumes, _run, download, upload
 from tiergate.execution.engine import connect, with_retries
 from tiergate.hashing import file_sha256
 from tiergate.images import LABEL, BuiltImage
@@ -139,36 +138,9 @@ def _attempt(client, dc, image: str, artifact, work: Path) -> None:
 
 
 def _upload(client, image: str, volume: str, files: list[tuple[Path, str]]) -> None:
-    helper = client.containers.create(image, entrypoint=["true"], command=[], network_mode="none",
-                                      volumes={volume: {"bind": INPUT_DIR, "mode": "rw"}})
-    try:
-        with tempfile.TemporaryFile() as buf:
-            with tarfile.open(fileobj=buf, mode="w") as tar:
-                for path, name in files:
-                    info = tar.gettarinfo(str(path), arcname=name)
-                    info.uid = info.gid = 0
-                    info.uname = info.gname = "root"
-                    info.mode = 0o444
-                    with open(path, "rb") as fh:
-                        tar.addfile(info, fh)
-            buf.seek(0)
-            if not helper.put_archive(INPUT_DIR, buf.read()):
-                raise InfrastructureFault("could not copy the artifact into the describe job's volume")
-    finally:
-        helper.remove(force=True)
+    upload(client, image, volume, files, INPUT_DIR)
 
 
 def _download(container, work: Path) -> None:
-    stream, _ = container.get_archive("/out/.")
-    with tempfile.TemporaryFile() as buf:
-        for chunk in stream:
-            buf.write(chunk)
-        buf.seek(0)
-        with tarfile.open(fileobj=buf, mode="r") as tar:
-            for member in tar.getmembers():
-                name = Path(member.name).name
-                if member.isfile() and (name == DESCRIBE_FILE or (name.startswith("optimized-")
-                                                                  and name.endswith(".onnx"))):
-                    with tar.extractfile(member) as src, open(work / name, "wb") as dst:
-                        shutil.copyfileobj(src, dst)
-
+    download(container, work, lambda name: name == DESCRIBE_FILE or (name.startswith("optimized-")
+                                                                     and name.endswith(".onnx")))

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import signal
+import shutil
 import tarfile
 import tempfile
 import uuid
@@ -183,28 +184,34 @@ def _job_volumes(client):
                 pass
 
 
-def _upload(client, image: str, volume: str, data: Path) -> None:
-    """Copy the evaluation .npz into the data volume through a container that never starts."""
-    helper = client.containers.create(image, command=["true"], network_mode="none", labels=janitor.owner_labels(),
-                                      volumes={volume: {"bind": "/data", "mode": "rw"}})
+def upload(client, image: str, volume: str, files: list[tuple[Path, str]], mount: str = "/data") -> None:
+    """Copy files (host path, name in the volume) into a job volume through a container that never starts."""
+    helper = client.containers.create(image, entrypoint=["true"], command=[], network_mode="none",
+                                      labels=janitor.owner_labels(), volumes={volume: {"bind": mount, "mode": "rw"}})
     try:
         with tempfile.TemporaryFile() as buf:
             with tarfile.open(fileobj=buf, mode="w") as tar:
-                info = tar.gettarinfo(str(data), arcname=DATA_NAME)
-                info.uid = info.gid = 0
-                info.uname = info.gname = "root"
-                info.mode = 0o444
-                with open(data, "rb") as fh:
-                    tar.addfile(info, fh)
+                for path, name in files:
+                    info = tar.gettarinfo(str(path), arcname=name)
+                    info.uid = info.gid = 0
+                    info.uname = info.gname = "root"
+                    info.mode = 0o444
+                    with open(path, "rb") as fh:
+                        tar.addfile(info, fh)
             buf.seek(0)
-            if not helper.put_archive("/data", buf.read()):
-                raise InfrastructureFault(f"could not copy {data} into the job's data volume")
+            if not helper.put_archive(mount, buf.read()):
+                raise InfrastructureFault(f"could not copy {', '.join(n for _, n in files)} into the job's volume")
     finally:
         helper.remove(force=True)
 
 
-def _download(container, out_dir: Path) -> None:
-    """Copy result.json and outputs.npz out of the (stopped) container's output volume."""
+def _upload(client, image: str, volume: str, data: Path) -> None:
+    """The evaluation .npz into the data volume."""
+    upload(client, image, volume, [(data, DATA_NAME)])
+
+
+def download(container, out_dir: Path, wanted) -> None:
+    """Copy the files of the (stopped) container's /out whose names `wanted(name)` accepts, within the output limit."""
     stream, _ = container.get_archive("/out/.")
     with tempfile.TemporaryFile() as buf:
         for chunk in stream:
@@ -213,9 +220,14 @@ def _download(container, out_dir: Path) -> None:
         with tarfile.open(fileobj=buf, mode="r") as tar:
             for member in tar.getmembers():
                 name = Path(member.name).name
-                if member.isfile() and name in (RESULT_FILE, OUTPUTS_FILE):
+                if member.isfile() and wanted(name):
                     if member.size > OUTPUT_LIMIT_BYTES:
                         raise InputError(f"the harness's {name} holds {member.size} bytes, over the output "
                                          f"limit ({OUTPUT_LIMIT_BYTES})")
                     with tar.extractfile(member) as src, open(out_dir / name, "wb") as dst:
-                        dst.write(src.read())
+                        shutil.copyfileobj(src, dst)
+
+
+def _download(container, out_dir: Path) -> None:
+    """result.json and outputs.npz."""
+    download(container, out_dir, lambda name: name in (RESULT_FILE, OUTPUTS_FILE))

@@ -21,7 +21,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 from collections.abc import Callable
@@ -142,17 +141,9 @@ class DockerRunner:
 
 
 def _download(container, out: Path) -> None:
-    stream, _ = container.get_archive("/out/.")
-    with tempfile.TemporaryFile() as buf:
-        for chunk in stream:
-            buf.write(chunk)
-        buf.seek(0)
-        with tarfile.open(fileobj=buf, mode="r") as tar:
-            for member in tar.getmembers():
-                name = Path(member.name).name
-                if member.isfile() and (name == "explain.json" or name.endswith(".npz")):
-                    with tar.extractfile(member) as src, open(out / name, "wb") as dst:
-                        shutil.copyfileobj(src, dst)
+    from tiergate.execution.docker_backend import download
+
+    download(container, out, lambda name: name == "explain.json" or name.endswith(".npz"))
 
 
 def _last(text: str) -> str:

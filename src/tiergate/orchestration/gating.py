@@ -139,7 +139,7 @@ def publish(gate_run: pipeline.GateRun, label: str, decision_id: int | None, reu
                              description=f"tiergate decision: {decision.verdict}")
     rows = [{"device class": c.device_class, "tier": c.tier, "check": c.label, "value": _cell(c.value),
              "threshold": "" if c.threshold is None else f"{c.op} {_cell(c.threshold)}",
-             "result": "pass" if c.passed else "FAIL"} for c in decision.checks]
+             "result": "pass" if c.passed else ("INCONCLUSIVE" if c.inconclusive else "FAIL")} for c in decision.checks]
     create_table_artifact(rows, key=f"{key}-checks", description=f"tiergate checks: {decision.verdict}")
 
 

@@ -64,3 +64,15 @@ def test_doctor_passes_on_a_set_up_machine(capsys):
     for tag in doctor.BASE_IMAGES:
         assert rows[f"image {tag}"]["status"] == "ok"
     assert rows["gpu"]["status"] == ("ok" if shutil.which("nvidia-smi") else "warn")   # a GPU is optional
+
+
+@pytest.mark.docker
+@pytest.mark.emulated
+def test_doctor_table_on_a_set_up_machine(capsys):
+    code = main(["doctor"])
+    out, err = capsys.readouterr()
+    assert code == 0 and err == ""
+    assert "tiergate doctor" in out
+    for name in ("docker engine", "arm64 emulation", "arm64 container", "free disk"):
+        line = next(ln for ln in out.splitlines() if name in ln)
+        assert "ok" in line and "fail" not in line

@@ -279,7 +279,8 @@ class Decision:
 def evaluate(candidate: dict[str, RunOutcome], reference: dict[str, RunOutcome],
              device_classes: dict[str, DeviceClass], policy: Policy, labels: np.ndarray | None,
              incumbent: dict[str, RunOutcome] | None = None, *, quantized: bool = False,
-             label_output: str | None = None, seed: int = 0, metrics: list[MetricSpec] | None = None) -> Decision:
+             label_output: str | None = None, seed: int = 0, metrics: list[MetricSpec] | None = None,
+             carried: frozenset[str] = frozenset()) -> Decision:
     """Every check on every device class the candidate ran on, and the verdict.
 
     `labels` (one int per sample) enable accuracy; without them the A/B test
@@ -299,6 +300,7 @@ def evaluate(candidate: dict[str, RunOutcome], reference: dict[str, RunOutcome],
     for name in candidate:
         thresholds = policy.for_target(device_classes[name])
         target = _TargetEval(device_classes[name], thresholds, quantized, seed, specs)
+        target.carried = carried
         per_class[name] = target.run(candidate[name], reference[name], incumbent.get(name), labels, label_output)
         checks += target.checks
         notes += target.notes
@@ -386,7 +388,8 @@ class _TargetEval:
         self._device_figures(m, cand, ref, inc)
         if not (cand_ok and ref_ok):
             return m
-        m.label_output = _pick_label_output(ref.outputs, label_output, labels, self.specs)
+        m.label_output = _pick_label_output(ref.outputs, label_output, labels, self.specs,
+                                            getattr(self, "carried", frozenset()))
         drifts = self._outputs(m, cand.outputs, ref.outputs)
         if _class_labels(labels) and m.label_output is not None:
             self._accuracy(m, cand, ref, inc, labels)
@@ -678,12 +681,15 @@ def _check_label_array(labels) -> np.ndarray | None:
     return labels
 
 
-def _pick_label_output(outputs: dict[str, np.ndarray], wanted: str | None, labels, specs=()) -> str | None:
+def _pick_label_output(outputs: dict[str, np.ndarray], wanted: str | None, labels, specs=(),
+                       carried=frozenset()) -> str | None:
+    """The output labels are scored against: named, else the first with two or more scores per sample that
+    is not a carried state (an output shaped as one of the model's inputs, fed back: silero's stateN)."""
     if wanted is not None:
         if wanted not in outputs:
             raise InputError(f"label output '{wanted}' is not a model output (outputs: {', '.join(outputs)})")
         return wanted
-    name = next((name for name, out in outputs.items() if is_classifier(out)), None)
+    name = next((name for name, out in outputs.items() if name not in carried and is_classifier(out)), None)
     only_top1 = all(s.kind == "top1" for s in specs)
     if name is None and _class_labels(labels) and only_top1:
         raise InputError("labels given, but no model output has two or more scores per sample "

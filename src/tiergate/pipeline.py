@@ -653,7 +653,19 @@ def decide(outcomes: dict[str, dict[str, RunOutcome]], intakes: dict[str, Intake
     return evaluate(outcomes["candidate"], outcomes["reference"], {dc.name: dc for dc in device_classes},
                     policy, data.labels, outcomes.get("incumbent"),
                     quantized=intakes["candidate"].artifact.is_quantized,
-                    metrics=metrics if metrics is not None else resolve_metrics(None, policy))
+                    metrics=metrics if metrics is not None else resolve_metrics(None, policy),
+                    carried=carried_outputs(intakes["reference"].artifact))
+
+
+def carried_outputs(artifact: Artifact) -> frozenset[str]:
+    """Outputs that carry an input's state to the next call (silero's state -> stateN, state_in -> state_out),
+    never class scores: named after the input (a common prefix of 4+ characters), same dtype and rank, and no
+    fixed dimension that differs."""
+    def carries(o, i) -> bool:
+        return (len(os.path.commonprefix([o.name, i.name])) >= 4 and o.dtype == i.dtype
+                and len(o.shape) == len(i.shape) > 1 and _shapes_agree(o.shape, i.shape))
+
+    return frozenset(o.name for o in artifact.outputs if any(carries(o, i) for i in artifact.inputs))
 
 
 def resolve_metrics(names: list[str] | None, policy: Policy):

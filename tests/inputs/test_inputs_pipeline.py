@@ -260,3 +260,32 @@ def make_outcome_dc():
         return RunOutcome(TargetResult(device_class=name, status="ok", latencies_ns=[1000] * n, n_samples=n),
                           {"probs": outputs})
     return make, {dc.name: dc for dc in resolve([X86])}
+
+
+def test_a_carried_state_output_is_never_scored_as_classes(tmp_path, tiergate_home):
+    """silero-like: with class labels, top-1 must not be computed on `stateN` (the state fed back as `state`)."""
+    from fakes import FakeBackend, FakeBuilder
+
+    import modelkit as mk
+    from tiergate import pipeline
+    from tiergate.artifact import load_artifact
+    from tiergate.policy import load_policy
+    from tiergate.targets import resolve
+
+    model = mk.save(mk.stateful(), "stateful.onnx", tmp_path)
+    assert pipeline.carried_outputs(load_artifact(model)) == {"stateN"}
+    assert pipeline.carried_outputs(load_artifact(mk.save(mk.classifier(), "clf.onnx", tmp_path))) == set()
+    rng = np.random.default_rng(0)
+    n = 40
+    np.savez(tmp_path / "d.npz", input=rng.normal(size=(n, 8)).astype(np.float32),
+             state=np.zeros((2, n, 4), np.float32), sr=np.array(16000, np.int64),
+             labels=rng.integers(0, 2, n).astype(np.int64))
+    gate = functools.partial(pipeline.gate, model, model, tmp_path / "d.npz", resolve(["x86_64-cpu-onnxruntime"]),
+                             load_policy(), seams=pipeline.Seams(builder=FakeBuilder(), backend_for=FakeBackend()))
+    from tiergate.errors import InputError
+
+    with pytest.raises(InputError, match="no model output has two or more scores"):   # not top-1 on stateN
+        gate()
+    run = gate(metrics=["f1"])
+    assert run.decision.metrics["x86_64-cpu-onnxruntime"].label_output is None
+    assert [c.output for c in run.decision.checks if c.name.startswith("f1")] == ["output"]

@@ -84,7 +84,7 @@ def _direct(model, x, state, sr):
 
 
 def test_a_loader_feeds_state_on_axis_1_and_sr_as_a_constant(case):
-    run, backend, _ = _gate(case["model"], case["model"], f"{case['loader']}:samples")
+    run, backend, _ = _gate(case["model"], case["model"], f"{case['loader']}:samples", metrics=["f1"])   # binary labels: a VAD figure
     assert run.decision.verdict == PROMOTE, run.decision.reasons
     (archive,) = (pipeline.home() / "data").glob("*.npz")          # materialised once, named by content
     data = load_eval_data(archive)
@@ -101,8 +101,8 @@ def test_a_loader_feeds_state_on_axis_1_and_sr_as_a_constant(case):
 
 
 def test_the_loader_runs_once_into_a_content_hashed_archive_so_runs_are_cached(case):
-    first, _, _ = _gate(case["model"], case["model"], f"{case['loader']}:samples")
-    second, backend, _ = _gate(case["model"], case["model"], f"{case['loader']}:samples")
+    first, _, _ = _gate(case["model"], case["model"], f"{case['loader']}:samples", metrics=["f1"])
+    second, backend, _ = _gate(case["model"], case["model"], f"{case['loader']}:samples", metrics=["f1"])
     assert backend.runs == [] and second.cache_hits == 4
     assert len(list((pipeline.home() / "data").glob("*.npz"))) == 1
 

@@ -1,7 +1,7 @@
 """Explain time per tier on a real model: PaddleOCR's cls model (copy in /work/shared/models/), its INT8 made
 here with quantize_static (QDQ, uint8/int8, per-tensor) on 32 random inputs in [-1, 1].
 
-    PYTHONPATH=src python tests/explain/measure_paddleocr.py [MODEL] [--samples 8]
+    PYTHONPATH=src .venv/bin/python bench/bench_explain_paddleocr.py [MODEL] [--samples 8]
 
 Prints the seconds per tier (container start, dump, pairing) and the first divergent layer."""
 
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))   # modelkit
 
 
 def main() -> int:

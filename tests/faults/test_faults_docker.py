@@ -95,18 +95,25 @@ def _slow_model(path: Path, size: int = 1024, depth: int = 24) -> Path:
 @pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_a_signal_stops_the_gate_removes_its_containers_and_keeps_what_finished(tmp_path, tiergate_home, signum):
-    model = _slow_model(tmp_path / "slow.onnx")
+    # the candidate (one MatMul) runs first and finishes; the signal comes while the slow reference runs
+    fast, slow = _slow_model(tmp_path / "fast.onnx", depth=1), _slow_model(tmp_path / "slow.onnx")
     data = tmp_path / "eval.npz"
     np.savez(data, x=np.random.default_rng(1).normal(size=(3000, 1024)).astype(np.float32))
     env = {**os.environ, "PYTHONPATH": SRC, "TIERGATE_HOME": str(tiergate_home)}
-    gate = subprocess.Popen([sys.executable, "-m", "tiergate.cli.main", "gate", "-c", str(model), "-r", str(model),
+    gate = subprocess.Popen([sys.executable, "-m", "tiergate.cli.main", "gate", "-c", str(fast), "-r", str(slow),
                              "-d", str(data), "-t", X86, "--max-parallel", "1"],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     client = _docker()
+    runs = tiergate_home / "runs"
+
+    def finished():
+        return [f for f in runs.iterdir() if ".part-" not in f.name and (f / "result.json").is_file()] \
+            if runs.is_dir() else []
+
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and gate.poll() is None:
         running = [c for c in _owned_by(client, gate.pid)[0] if c.attrs["Config"]["Cmd"] != ["true"]]
-        if running:
+        if running and finished():
             break
         time.sleep(0.5)
     assert gate.poll() is None, gate.communicate()
@@ -122,7 +129,11 @@ def test_a_signal_stops_the_gate_removes_its_containers_and_keeps_what_finished(
     assert "container(s)" in lines[0] and "kept" in lines[0]
     containers, volumes = _owned_by(client, gate.pid)
     assert containers == [] and volumes == []
-    assert not list((tiergate_home / "runs").glob("*.part-*")) if (tiergate_home / "runs").exists() else True
+    assert not list(runs.glob("*.part-*"))
+    (kept,) = finished()                                  # the candidate's finished run is kept, and verifies
+    from tiergate import pipeline
+
+    assert pipeline.verified(kept) and "kept 1 finished run" in lines[0]
 
 
 @pytest.mark.slow

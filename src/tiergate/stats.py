@@ -151,13 +151,27 @@ def metric_ratio(cand, ref, statistic, *, confidence: float = 0.95, n_resamples:
     cand, ref = np.asarray(cand, dtype=np.float64), np.asarray(ref, dtype=np.float64)
     estimate = _ratio(float(statistic(cand, axis=-1)), float(statistic(ref, axis=-1)))
     if cand.shape == ref.shape and np.array_equal(cand, ref):
-        return Interval(estimate, estimate, estimate, confidence, "degenerate")
+        return _no_discordance(ref, estimate, confidence)
 
     def ratio(a, b, axis=-1):
         x, y = statistic(a, axis=axis), statistic(b, axis=axis)
         with np.errstate(invalid="ignore", divide="ignore"):
             return np.where(y != 0, x / np.where(y != 0, y, 1), np.where(x == 0, 1.0, np.inf))
     return _bootstrap((cand, ref), ratio, estimate, confidence, n_resamples, seed, paired=True)
+
+
+def _no_discordance(ref: np.ndarray, estimate: float, confidence: float) -> Interval:
+    """Identical per-sample results: nothing to resample, yet n samples without one disagreement still allow a
+    disagreement rate up to u = 1 - (alpha/2)^(1/n) (exact Clopper-Pearson bound for zero events). For 0/1
+    hits (top-1 and the like) the accuracy ratio then lies in [(acc - u) / acc, min(1, acc + u) / acc]: 20
+    identical samples do not prove a ratio of 0.99. Other statistics keep the point interval."""
+    if ref.ndim == 2 and ref.shape[0] == 1 and ref.size and np.isin(ref, (0.0, 1.0)).all():
+        n, acc = ref.shape[1], float(ref.mean())
+        if acc > 0:
+            u = 1.0 - ((1.0 - confidence) / 2.0) ** (1.0 / n)
+            return Interval(estimate, max(0.0, (acc - u) / acc), min(1.0, acc + u) / acc, confidence,
+                            "exact-no-disagreement")
+    return Interval(estimate, estimate, estimate, confidence, "degenerate")
 
 
 def _ratio(x: float, y: float) -> float:

@@ -22,7 +22,7 @@ def models(tmp_path_factory):
     folder = tmp_path_factory.mktemp("gate-options")
     rng = np.random.default_rng(7)
     w = rng.normal(size=(8, 4))
-    x = rng.normal(size=(300, 8)).astype(np.float32)
+    x = rng.normal(size=(400, 8)).astype(np.float32)
     np.savez(folder / "eval.npz", x=x, labels=(x @ w).argmax(1).astype(np.int64))
     write = lambda name, weights: modelkit.write(modelkit.linear(weights, softmax=True), folder / name)  # noqa: E731
     return {"ref": write("ref.onnx", w), "good": write("good.onnx", w + rng.normal(0, 1e-4, w.shape)),

@@ -22,7 +22,7 @@ def case(tmp_path, tiergate_home, monkeypatch):
     monkeypatch.delenv("PREFECT_API_URL", raising=False)
     rng = np.random.default_rng(3)
     w = rng.normal(size=(8, 4))
-    x = rng.normal(size=(200, 8)).astype(np.float32)
+    x = rng.normal(size=(400, 8)).astype(np.float32)
     np.savez(tmp_path / "eval.npz", x=x, labels=(x @ w).argmax(1).astype(np.int64))
     write = lambda name, weights: modelkit.write(modelkit.linear(weights, softmax=True), tmp_path / name)  # noqa: E731
     return write("cand.onnx", w + 1e-4), write("ref.onnx", w), tmp_path / "eval.npz", tmp_path

@@ -33,7 +33,7 @@ def shared(tmp_path_factory):
     """Models, data and one TIERGATE_HOME for the module: each input runs once, later gates reuse it."""
     folder = tmp_path_factory.mktemp("gate-link")
     fp32 = mk.write(mk.classifier(seed=3), folder / "fp32.onnx")
-    x = np.random.default_rng(0).normal(size=(60, 4)).astype(np.float32)
+    x = np.random.default_rng(0).normal(size=(400, 4)).astype(np.float32)
     import onnxruntime as ort
 
     labels = ort.InferenceSession(str(fp32)).run(None, {"x": x})[0].argmax(1).astype(np.int64)

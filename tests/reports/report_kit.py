@@ -29,7 +29,7 @@ def tiny_model(path: Path, weights: np.ndarray, bias: np.ndarray) -> Path:
 def populate(registry: Registry, tmp_path: Path) -> dict:
     """FP32 reference, a rejected candidate and a promoted candidate, each gated on both device classes."""
     rng = np.random.default_rng(7)
-    x = rng.normal(size=(32, 4)).astype(np.float32)
+    x = rng.normal(size=(400, 4)).astype(np.float32)
     w, b = rng.normal(size=(4, 3)), rng.normal(size=3)
     labels = (x @ w + b).argmax(1).astype(np.int64)        # the FP32 reference is right on every sample
     data = tmp_path / "eval.npz"

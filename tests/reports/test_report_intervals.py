@@ -26,7 +26,7 @@ from tiergate.registry.store import file_sha256
 from tiergate.reports.html import render_html
 from tiergate.targets import resolve
 
-N, FEATURES, CLASSES = 200, 6, 5
+N, FEATURES, CLASSES = 400, 6, 5
 NOISE = {"close": 0.01, "borderline": 0.025, "far": 0.1}
 CLASS_NAMES = ["x86_64-cpu-onnxruntime", "arm64-cpu-onnxruntime"]
 pytestmark = [pytest.mark.docker, pytest.mark.emulated, pytest.mark.slow]

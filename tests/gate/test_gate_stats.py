@@ -108,3 +108,22 @@ def test_large_samples_use_the_percentile_method_and_agree_with_bca(monkeypatch)
     percentile = stats.accuracy_difference(a, b, n_resamples=3000, seed=2)
     assert (bca.method, percentile.method) == ("bootstrap-BCa", "bootstrap-percentile")
     assert percentile.low == pytest.approx(bca.low, abs=0.003) and percentile.high == pytest.approx(bca.high, abs=0.003)
+
+
+def test_no_disagreement_is_bounded_by_the_sample_count_not_certain():
+    """n identical 0/1 results: the ratio's interval is the exact zero-events bound, so 20 samples cannot
+    clear a 0.99 threshold while 400 can (u = 1 - 0.025^(1/n))."""
+    import numpy as np
+
+    from tiergate.stats import metric_ratio
+
+    def mean_row0(c, axis=-1):
+        return np.mean(c[0], axis=axis)
+
+    for n, clears in ((20, False), (400, True)):
+        hits = np.ones((1, n))
+        interval = metric_ratio(hits, hits.copy(), mean_row0)
+        u = 1 - 0.025 ** (1 / n)
+        assert interval.method == "exact-no-disagreement" and interval.estimate == 1.0
+        assert interval.low == pytest.approx(1 - u) and interval.high == 1.0
+        assert (interval.low > 0.99) is clears

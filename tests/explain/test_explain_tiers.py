@@ -32,7 +32,8 @@ def test_mixed_precision_passes_where_int8_fails(tiergate_home, mlp_set, tmp_pat
     out = tmp_path / "mixed.onnx"
     code = main(["explain", "-c", str(mlp_set["default_range"]), "-r", str(mlp_set["fp32"]), "-d",
                  str(mlp_set["eval"]), "-t", X86, "--mixed-precision", str(out),
-                 "--calibration-data", str(mlp_set["cal"]), "--json", "--out", str(tmp_path / "report")])
+                 "--calibration-data", str(mlp_set["cal"]), "--json", "--out", str(tmp_path / "report"),
+                 "--policy", str(mlp_set["policy"])])
     import json
 
     doc = json.loads(capsys.readouterr().out)
@@ -59,7 +60,7 @@ def test_gate_explain_names_the_first_divergent_layer_per_tier_on_reject_only(ti
 
     def gate(candidate, *extra):
         code = main(["gate", "-c", str(mlp_set[candidate]), "-r", str(mlp_set["fp32"]), "-d", str(mlp_set["eval"]),
-                     "-t", f"{X86},{ARM}", "--explain", *extra])
+                     "-t", f"{X86},{ARM}", "--explain", "--policy", str(mlp_set["policy"]), *extra])
         return code, capsys.readouterr().out
 
     code, out = gate("default_range", "--json")

@@ -25,10 +25,10 @@ def classifier(path: Path, weights: np.ndarray) -> Path:
 
 @pytest.fixture
 def case(tmp_path, tiergate_home):
-    """A reference, a good and a bad candidate (4 classes), 200 labelled samples."""
+    """A reference, a good and a bad candidate (4 classes), 400 labelled samples (identical answers resolve 0.99)."""
     rng = np.random.default_rng(1)
     w = rng.normal(size=(8, 4))
-    x = rng.normal(size=(200, 8)).astype(np.float32)
+    x = rng.normal(size=(400, 8)).astype(np.float32)
     labels = (x @ w).argmax(1).astype(np.int64)
     data = tmp_path / "eval.npz"
     np.savez(data, x=x, labels=labels)

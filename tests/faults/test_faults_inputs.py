@@ -56,10 +56,14 @@ def test_a_single_sample_is_refused_before_any_build(case, tmp_path):
     assert builder.calls == [] and backend.runs == []
 
 
-def test_enough_samples_still_promote(case, tmp_path):
-    twenty = tmp_path / "twenty.npz"
+def test_the_minimum_is_accepted_and_honestly_inconclusive_more_samples_promote(case, tmp_path):
+    twenty = tmp_path / "twenty.npz"        # the fewest the policy accepts: 20 identical answers prove little
     np.savez(twenty, x=case["x"][:20], labels=case["labels"][:20])
     run, _, _ = _gate(case, data=twenty)
+    assert run.decision.verdict == "INCONCLUSIVE", run.decision.reasons
+    (check,) = [c for c in run.decision.checks if c.name == "accuracy_ratio"][:1]
+    assert check.inconclusive and check.interval.low < 0.99 and check.samples_needed > 20
+    run, _, _ = _gate(case)                 # 400 identical answers resolve the 0.99 ratio
     assert run.decision.verdict == "PROMOTE", run.decision.reasons
 
 

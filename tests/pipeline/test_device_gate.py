@@ -29,7 +29,7 @@ def models(tmp_path_factory):
     folder = tmp_path_factory.mktemp("device-gate")
     rng = np.random.default_rng(3)
     w = rng.normal(size=(8, 4))
-    x = rng.normal(size=(40, 8)).astype(np.float32)
+    x = rng.normal(size=(400, 8)).astype(np.float32)
     np.savez(folder / "eval.npz", x=x, labels=(x @ w).argmax(1).astype(np.int64))
     ref = modelkit.write(modelkit.linear(w, softmax=True), folder / "ref.onnx")
     cand = modelkit.write(modelkit.linear(w + rng.normal(0, 1e-4, w.shape), softmax=True), folder / "cand.onnx")
@@ -93,7 +93,10 @@ def test_a_memory_limit_below_the_model_is_an_oom_finding_and_other_classes_keep
     assert "memory_limit_mb = 96" in small
     (catalogue / "x86-96mb.toml").write_text(small)
     monkeypatch.setenv("TIERGATE_TARGETS_DIR", str(catalogue))
-    code, doc, err = _gate_json(capsys, models["hungry"], models["hungry"], models["data"], f"{X86},x86-96mb")
+    unlabelled = tmp_path / "x.npz"          # the model against itself, judged by agreement (no classes here)
+    with np.load(models["data"]) as npz:
+        np.savez(unlabelled, x=npz["x"])
+    code, doc, err = _gate_json(capsys, models["hungry"], models["hungry"], unlabelled, f"{X86},x86-96mb")
     assert code == 1, err
     oom = [c for c in doc["checks"] if c["name"] == "memory_limit"]
     assert {c["device_class"] for c in oom} == {"x86-96mb"} and len(oom) == 2      # candidate and reference

@@ -230,7 +230,7 @@ def test_worker_on_a_work_pool_runs_a_device_class(served, demo, registered_good
                              remote={ONNX_CLASS: POOL})
     finally:
         kit.stop(worker)
-    assert summary["containers_started"] == 2 and summary["verdict"] == "PROMOTE"
+    assert summary["containers_started"] == 2 and summary["verdict"] == "INCONCLUSIVE"   # 200 images cannot resolve 0.99
     runs = kit.api_filter(served.api_url, "flow_runs", {"deployments": {"name": {"any_": [POOL]}}})
     assert len(runs) == 2 and all(kit.completed(r) for r in runs), [r["state"] for r in runs]
     assert {r["work_pool_name"] for r in runs} == {POOL}

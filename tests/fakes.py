@@ -70,7 +70,9 @@ class FakeBackend:
     oom: dict[str, int] = field(default_factory=dict)          # device class -> memory limit (MB) it is killed at
     profiled: list[tuple[str, str]] = field(default_factory=list)   # (role, class) run with job.profile
     runs: list[tuple[str, str]] = field(default_factory=list)
+    jobs: list = field(default_factory=list)                   # every job, shards apart
     name: str = "fake"
+    takes_samples: bool = True                                 # honours Job.samples (shards)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __call__(self, device_class):          # the orchestrator's backend_for seam
@@ -84,7 +86,9 @@ class FakeBackend:
 
         dc = job.device_class
         with self._lock:
-            self.runs.append((job.role, dc.name))
+            if not job.samples or job.samples[0] == 0:     # a run of an artifact, counted once over its shards
+                self.runs.append((job.role, dc.name))
+            self.jobs.append(job)
         host = dict(tier=dc.tier, runtime=dc.runtime, emulated=dc.emulated, image=job.image.tag,
                     image_id=job.image.image_id, artifact_sha256=job.artifact_sha256, data_sha256=job.data_sha256)
         if self.engine_gone or (job.role, dc.name) in self.crash:
@@ -92,12 +96,13 @@ class FakeBackend:
         if dc.name in self.oom:
             return failed(dc.name, f"out of memory: killed at the device class's memory limit ({self.oom[dc.name]}m)",
                           oom_limit_bytes=self.oom[dc.name] * MB, **host)
-        if job.profile:
+        if job.profile and (not job.samples or job.samples[0] == 0):
             with self._lock:
                 self.profiled.append((job.role, dc.name))
         args = harness().parse_args(["--runtime", "onnxruntime", "--model", job.image.labels[f"{LABEL}.model.path"],
                                      "--data", str(job.data_npz), "--out", str(job.out_dir),
-                                     "--batch-size", str(dc.batch_size), "--warmup", "0"])
+                                     "--batch-size", str(dc.batch_size), "--warmup", "0"]
+                                    + (["--samples", f"{job.samples[0]}:{job.samples[1]}"] if job.samples else []))
         _, _, n, outputs, _ = harness().run(args)      # the harness's own feeding, in-process
         outputs = {**outputs, **self.outputs_for.get(job.role, {})}
         noise = self.drift.get(dc.name)

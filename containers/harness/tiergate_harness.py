@@ -14,8 +14,24 @@ monotonic nanosecond clock and writes to the output folder:
                 artifact_bytes, peak memory and its shares, op_profile)
 
 Usage:
-  python tiergate_harness.py --runtime onnxruntime --model M.onnx --data D.npz --out DIR
-      [--threads 1] [--batch-size 1] [--warmup 3] [--compare-rounds 0] [--profile]
+  python tiergate_harness.py --runtime onnxruntime --model M.onnx --out DIR [--model M2 --out DIR2 ...]
+      --data D.npz [--samples START:STOP] [--threads 1] [--batch-size 1] [--warmup 3]
+      [--eval-batch 0] [--latency-calls 16] [--compare-rounds 0] [--profile]
+
+Several artifacts, one process start: `--model`/`--out` pairs run in order over the same
+data. The runtime library is imported and the data read once; each artifact then runs in
+a child process forked from there (so its memory figures, and a crash, are its own: a
+child that dies leaves `failed.json` with the reason in its folder, and the next artifact
+runs). One pair runs in this process. `--samples START:STOP` evaluates that range of the
+data only (a shard of a tier's run).
+
+Batched evaluation (`--eval-batch N`, N > the device class's batch size, where the model's
+batch dimension is dynamic): latency is timed on `--latency-calls` calls at the class's
+batch size (whose outputs are kept); then every sample's outputs are computed in calls of
+N samples. The batched outputs of the timed samples are compared with their single-call
+outputs: if any differs beyond float rounding (|a - b| > 1e-4 * max|a| + 1e-6; integers:
+exactly) the batched outputs are discarded and every sample runs at the class's batch
+size. extra.evaluation says what was done and what the comparison found.
 
 Load time (session / interpreter creation, EP and delegate set-up included; the
 runtime library's import is not in it) and the cold first call are timed here,
@@ -86,19 +102,29 @@ HOOK_POINTS = ("before_load", "loaded", "before_timed_loop", "after_timed_loop")
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--runtime", required=True, choices=("onnxruntime", "onnxruntime-gpu", "tflite"))
-    p.add_argument("--model", required=True)
+    p.add_argument("--model", required=True, action="append", dest="models",
+                   help="an artifact (repeatable; paired in order with --out)")
     p.add_argument("--data", required=True)
-    p.add_argument("--out", required=True)
+    p.add_argument("--out", required=True, action="append", dest="outs")
+    p.add_argument("--samples", default="", help="START:STOP, the range of the data to evaluate (default all)")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--batch-size", type=int, default=1)
     p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--eval-batch", type=int, default=0,
+                   help="samples per call for outputs where the batch dimension is dynamic (0: --batch-size)")
+    p.add_argument("--latency-calls", type=int, default=16, help="with --eval-batch: calls timed for latency")
     p.add_argument("--compare-rounds", type=int, default=0)
     p.add_argument("--profile", action="store_true", help="per-op time in device.op_profile")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if len(args.models) != len(args.outs):
+        p.error("give one --out per --model")
+    args.model, args.out = args.models[0], args.outs[0]
+    return args
 
 
-def load_data(path):
-    """(arrays by input name, sample count, {"inputs": axes, "outputs": axes})."""
+def load_data(path, samples=""):
+    """(arrays by input name, sample count, {"inputs": axes, "outputs": axes}); `samples` "START:STOP" keeps
+    that range of every input along its sample axis."""
     with np.load(path, allow_pickle=False) as npz:
         data = {name: npz[name] for name in npz.files if name not in (LABELS, AXES_MEMBER)}
         meta = json.loads(str(npz[AXES_MEMBER][()])) if AXES_MEMBER in npz.files else {}
@@ -108,7 +134,14 @@ def load_data(path):
     sizes = {a.shape[axes[name]] for name, a in data.items() if axes[name] is not None}
     if len(sizes) != 1:
         raise SystemExit(f"harness: {path}: inputs differ in sample count {sorted(sizes)}")
-    return data, sizes.pop(), {"inputs": axes, "outputs": meta.get("outputs", {})}
+    n = sizes.pop()
+    if samples:
+        start, stop = (int(x) for x in samples.split(":"))
+        if not 0 <= start < stop <= n:
+            raise SystemExit(f"harness: --samples {samples}: not a range of the data's {n} samples")
+        data = {name: take(a, axes[name], start, stop) for name, a in data.items()}
+        n = stop - start
+    return data, n, {"inputs": axes, "outputs": meta.get("outputs", {})}
 
 
 def take(array, axis, start, stop):
@@ -309,8 +342,8 @@ def make_runner(args):
     return TfliteRunner(args) if args.runtime == "tflite" else OnnxRunner(args)
 
 
-def run(args, hooks=()):
-    data, n, axes = load_data(args.data)
+def run(args, hooks=(), loaded_data=None):
+    data, n, axes = loaded_data or load_data(args.data, args.samples)
     call_hooks(hooks, "before_load", args)
     clock = time.monotonic_ns
     t0 = clock()
@@ -319,7 +352,10 @@ def run(args, hooks=()):
     runner.device = {"load_ms": load_ns / 1e6, "artifact_bytes": artifact_bytes(args.model)}
     call_hooks(hooks, "loaded", runner)
     batch = runner.batch_size(args.batch_size, axes["inputs"])
-    spans = slices(n, batch)
+    eval_batch = runner.batch_size(args.eval_batch, axes["inputs"]) if args.eval_batch > batch else batch
+    batched = eval_batch > batch and n > batch
+    timed = min(n, max(batch, args.latency_calls)) if batched else n
+    spans = slices(timed, batch)
     feeds = [runner.prepare(data, a, b, axes["inputs"]) for a, b in spans]
     t0 = clock()
     runner.infer(feeds[0])                      # the cold first call, apart from the steady state
@@ -330,8 +366,62 @@ def run(args, hooks=()):
     call_hooks(hooks, "before_timed_loop", runner, feeds, store)
     latencies = runner.timed_loop(feeds, store)
     call_hooks(hooks, "after_timed_loop", runner, feeds)
+    del feeds
+    evaluation = {"batched": False, "latency_batch": batch, "latency_calls": len(latencies)}
+    if batched:
+        store, evaluation = batched_outputs(runner, data, n, axes, batch, eval_batch, store)
+    runner.extra["evaluation"] = evaluation
     runner.extra["output_sample_axes"] = dict(zip(store.names, store.axes or []))
     return runner, batch, n, store.arrays(), latencies
+
+
+def batched_outputs(runner, data, n, axes, batch, eval_batch, timed_store):
+    """Every sample's outputs in calls of `eval_batch`, checked against the timed calls' outputs; on a difference
+    beyond float rounding, every sample at `batch` instead. (the store to keep, extra.evaluation)"""
+    clock = time.monotonic_ns
+    spans = slices(n, eval_batch)
+    store = Outputs(spans, runner.output_names, sample_axes(data, axes, spans[0]))
+    t0 = clock()
+    for i, (a, b) in enumerate(spans):
+        store(i, runner.infer(runner.prepare(data, a, b, axes["inputs"])))
+    eval_ns = clock() - t0
+    checked = timed_store.spans[-1][1]
+    worst, agree = consistency(timed_store.arrays(), store.arrays(), checked)
+    evaluation = {"batched": agree, "latency_batch": batch, "latency_calls": len(timed_store.spans),
+                  "eval_batch": eval_batch, "eval_calls": len(spans), "eval_ms_per_sample": eval_ns / 1e6 / n,
+                  "checked_samples": checked, "max_abs_diff": worst}
+    if agree:
+        return store, evaluation
+    evaluation["reason"] = (f"outputs of calls of {eval_batch} samples differ from calls of {batch} by up to "
+                            f"{worst:.3g}: every sample evaluated at batch {batch}")
+    spans = slices(n, batch)
+    single = Outputs(spans, runner.output_names, sample_axes(data, axes, spans[0]))
+    for i, (a, b) in enumerate(spans):
+        single(i, runner.infer(runner.prepare(data, a, b, axes["inputs"])))
+    return single, evaluation
+
+
+def consistency(timed, batched, k):
+    """(largest |difference| over the first k samples, whether every output agrees within float rounding)."""
+    worst, agree = 0.0, True
+    for name, a in timed.items():
+        b = batched[name][:k]
+        if a.shape != b.shape:
+            return float("inf"), False
+        if np.issubdtype(a.dtype, np.floating):
+            a64, b64 = a.astype(np.float64), b.astype(np.float64)
+            if not (np.array_equal(np.isnan(a64), np.isnan(b64)) and np.array_equal(np.isinf(a64), np.isinf(b64))):
+                return float("inf"), False
+            finite = np.isfinite(a64)
+            diff = float(np.max(np.abs(a64[finite] - b64[finite]), initial=0.0))
+            scale = float(np.max(np.abs(a64[finite]), initial=0.0))
+            worst = max(worst, diff)
+            agree = agree and diff <= 1e-4 * scale + 1e-6
+        else:
+            same = np.array_equal(a, b)
+            worst = max(worst, 0.0 if same else float("inf"))
+            agree = agree and same
+    return worst, agree
 
 
 def artifact_bytes(model):
@@ -411,11 +501,66 @@ def write(args, runner, batch, n, outputs, latencies):
 def main(argv=None):
     faulthandler.enable()
     args = parse_args(argv)
-    runner, batch, n, outputs, latencies = run(args, load_hooks(args))
-    write(args, runner, batch, n, outputs, latencies)
-    print(f"harness: {n} samples in {len(latencies)} calls on {platform.machine()}, "
-          f"median {sorted(latencies)[len(latencies) // 2] / 1e6:.3f} ms", flush=True)
+    if len(args.models) == 1:
+        runner, batch, n, outputs, latencies = run(args, load_hooks(args))
+        write(args, runner, batch, n, outputs, latencies)
+        say(runner, n, latencies)
+        return 0
+    loaded = load_data(args.data, args.samples)          # once for every artifact
+    importlib.import_module(_plugin("harness_memory").RUNTIME_MODULE[args.runtime])  # once, before the children
+    for model, out in zip(args.models, args.outs):
+        run_child(argparse.Namespace(**{**vars(args), "model": model, "out": out}), loaded)
     return 0
+
+
+FAILED_FILE = "failed.json"
+
+
+def run_child(args, loaded):
+    """One artifact in a forked child: its own peak memory, and its crash is its own (failed.json says why)."""
+    os.makedirs(args.out, exist_ok=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:                                       # the child: run, write, leave without cleanup
+        code = 0
+        try:
+            runner, batch, n, outputs, latencies = run(args, load_hooks(args), loaded)
+            write(args, runner, batch, n, outputs, latencies)
+            say(runner, n, latencies)
+        except SystemExit as exc:                      # the harness's own one-line errors
+            code = exc.code if isinstance(exc.code, int) else 1
+            if not isinstance(exc.code, int):
+                print(exc.code, file=sys.stderr)
+                fail(args.out, str(exc.code), code)
+            elif code:
+                fail(args.out, f"exited with code {code}", code)
+        except BaseException as exc:                  # noqa: BLE001 - the parent goes on with the next artifact
+            import traceback
+
+            traceback.print_exc()
+            code = 1
+            fail(args.out, f"{type(exc).__name__}: {exc}", code)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    if os.waitstatus_to_exitcode(status) != 0 and not os.path.exists(os.path.join(args.out, FAILED_FILE)):
+        code = os.waitstatus_to_exitcode(status)
+        fail(args.out, f"exited with code {code}" if code > 0 else f"killed by signal {-code}", code)
+
+
+def fail(out, reason, code):
+    with open(os.path.join(out, FAILED_FILE), "w") as fh:
+        json.dump({"reason": " ".join(reason.split())[:300], "code": code}, fh)
+
+
+def say(runner, n, latencies):
+    evaluation = runner.extra.get("evaluation", {})
+    batched = (f"; outputs in {evaluation['eval_calls']} calls of {evaluation['eval_batch']}"
+               if evaluation.get("batched") else "")
+    print(f"harness: {n} samples, {len(latencies)} timed calls on {platform.machine()}, "
+          f"median {sorted(latencies)[len(latencies) // 2] / 1e6:.3f} ms{batched}", flush=True)
 
 
 if __name__ == "__main__":

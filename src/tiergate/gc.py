@@ -37,7 +37,7 @@ from typing import Any, Callable, Iterable, Protocol
 
 from tiergate.errors import InputError
 from tiergate.images import LABEL
-from tiergate.results import RESULT_FILE
+from tiergate.results import RESULT_FILE, SHARDS_SUFFIX
 
 ARTIFACT_LABEL = f"{LABEL}.artifact.sha256"
 DEVICE_CLASS_LABEL = f"{LABEL}.device_class"
@@ -289,8 +289,10 @@ class _Planner:
             live = self._live_part(name)
             item.remove, item.reason = (False, "being written by a gate in progress") if live else \
                 (True, "partial run of a gate that is no longer running")
-        elif name in self.held:
+        elif name in self.held or name.removesuffix(SHARDS_SUFFIX) in self.held:
             item.remove, item.reason = False, "pending: a gate holds its lock"
+        elif name.endswith(SHARDS_SUFFIX):
+            item.reason = "finished shards of a run that did not finish (its re-run would reuse them)"
         elif run.artifact is None:
             item.reason = f"no readable {RESULT_FILE}"
         elif run.artifact in self.needs.keep:

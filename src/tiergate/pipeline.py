@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import FIRST_EXCEPTION
 from concurrent.futures import wait as wait_all
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -385,61 +385,233 @@ _THREAD_LOCKS_GUARD = threading.Lock()
 
 def run_one(spec: RunSpec, data: EvalData, backend, *, root: Path | None = None, registry=None,
             progress: Progress | None = None) -> RunDone:
-    """Run one spec, or reuse its verified saved (or recorded) result; never two runs of one key at once.
+    """Run one spec (a tier of one artifact; see run_tier)."""
+    return run_tier([spec], data, backend, root=root, registry=registry, progress=progress)[0]
 
-    A failed run whose backend then reports its engine gone raises InfrastructureFault:
-    an infrastructure fault is never a verdict.
-    """
+
+def spec_key(spec: RunSpec, data: EvalData) -> str:
+    """The run key of a spec: what it runs, where, in which image, on which data, how it evaluates."""
     dc = spec.device_class
+    ev = dc.evaluation
+    how = (("+profile" if spec.profile else "")
+           + (f"+batch{ev.batch}-latency{ev.latency_calls}" if ev.batch > dc.batch_size else ""))
+    return run_key(spec.intake.sha256, dc.name + how, spec.image.image_id, data.sha256)
+
+
+def shard_ranges(n: int, count: int) -> list[tuple[int, int]]:
+    """`count` consecutive ranges of n samples, as even as can be."""
+    count = max(1, min(count, n))
+    edges = [round(i * n / count) for i in range(count + 1)]
+    return [(a, b) for a, b in zip(edges, edges[1:])]
+
+
+def run_tier(specs: list[RunSpec], data: EvalData, backend, *, shards: int | None = None, root: Path | None = None,
+             registry=None, progress: Progress | None = None, slots: threading.Semaphore | None = None
+             ) -> list[RunDone]:
+    """Run the specs of one device class, reusing each verified saved (or recorded) result; a RunDone each.
+
+    What must run runs together: the pending artifacts (candidate, reference, incumbent) in one harness
+    start per shard (`backend.run_many`), each shard a range of the samples (`shards`, else the class's
+    `[evaluation] shards`), in parallel within `slots`. Each artifact's run is still saved (and cached) on
+    its own, under its run key; a shard that finished is kept under runs/<key>.shards/ until every shard of
+    that artifact has, then the shards are merged in sample order. A failed shard fails that artifact's run
+    on this tier (the finished shards stay for the re-run). Never two runs of one key at once. A failed run
+    whose backend then reports its engine gone raises InfrastructureFault: never a verdict.
+    """
+    dc = specs[0].device_class
     root = root or runs_root()
-    if spec.image is None:
-        folder = root / run_key(spec.intake.sha256, dc.name, "no-image", data.sha256)
-        _atomic_result(folder, results.failed(dc.name, spec.build_error or "no image", tier=dc.tier,
-                                              artifact_sha256=spec.intake.sha256))
-        return RunDone(spec.role, dc.name, folder, cached=False, started=False)
-    key = run_key(spec.intake.sha256, dc.name + ("+profile" if spec.profile else ""), spec.image.image_id,
-                  data.sha256)
-    folder = root / key
+    done: dict[int, RunDone] = {}
+    keyed: list[tuple[int, RunSpec, str]] = []
+    for i, spec in enumerate(specs):
+        if spec.image is None:
+            folder = root / run_key(spec.intake.sha256, dc.name, "no-image", data.sha256)
+            _atomic_result(folder, results.failed(dc.name, spec.build_error or "no image", tier=dc.tier,
+                                                  artifact_sha256=spec.intake.sha256))
+            done[i] = RunDone(spec.role, dc.name, folder, cached=False, started=False)
+        else:
+            keyed.append((i, spec, spec_key(spec, data)))
     caches = getattr(backend, "caches_locally", True)
     janitor.check_stop()
-    with key_lock(key):
-        if caches and (verified(folder) or (not spec.profile and _fetch_recorded(registry, spec, data, folder))):
-            _say(progress, f"cached: {spec.role} on {dc.name}")
-            return RunDone(spec.role, dc.name, folder, cached=True, started=False)
-        from tiergate.execution.base import Job
-        from tiergate.execution.run import execute
-
-        janitor.check_stop()
-        work = folder.with_name(f"{key}.part-{os.getpid()}-{threading.get_ident()}")
-        shutil.rmtree(work, ignore_errors=True)
-        job = Job(dc, data.path, work, image=spec.image, artifact_sha256=spec.intake.sha256,
-                  data_sha256=data.sha256, role=spec.role, profile=spec.profile)
-        _say(progress, f"running {spec.role} on {dc.name}")
-        guarded = _HostFaults(backend)
-        try:
-            result = execute(job, guarded)
-            janitor.check_stop()            # a run cut short by a stop is no result: nothing is kept
-            guarded.raise_fault()
-            if not result.ok:
-                problem = _engine_problem(backend)
-                if problem:
-                    raise InfrastructureFault(f"{spec.role} on {dc.name}: the run failed and the engine is gone: "
-                                              f"{problem}")
+    with ExitStack() as locks:
+        for key in sorted({key for _, _, key in keyed}):     # one order everywhere: no deadlock between gates
+            locks.enter_context(key_lock(key))
+        pending: dict[str, RunSpec] = {}
+        for i, spec, key in keyed:
+            folder = root / key
+            if key in pending:                  # the same artifact in two roles (a model against itself)
+                continue
+            if caches and (verified(folder) or (not spec.profile and _fetch_recorded(registry, spec, data, folder))):
+                _say(progress, f"cached: {spec.role} on {dc.name}")
+                done[i] = RunDone(spec.role, dc.name, folder, cached=True, started=False)
             else:
-                result.outputs_sha256 = file_sha256(work / results.OUTPUTS_FILE)
-                results.save(result, work)
-            _replace_dir(work, folder)
-        except OSError as exc:
-            shutil.rmtree(work, ignore_errors=True)
-            if is_disk_full(exc):
-                raise disk_full(exc, folder.parent) from None
-            raise
-        except BaseException:
-            shutil.rmtree(work, ignore_errors=True)
-            raise
+                pending[key] = spec
+        started = _run_pending(pending, data, backend, shards, root, progress, slots) if pending else {}
+        for i, spec, key in keyed:
+            if i not in done:
+                first = started[key] is not None and started[key].role == spec.role
+                reused = bool(first and started[key].reused)
+                done[i] = RunDone(spec.role, dc.name, root / key, cached=not first or reused,
+                                  started=first and not reused)
     janitor.note_finished()
-    reused = bool(result.extra.get("reused"))     # a backend whose far side reused a recorded run says so
-    return RunDone(spec.role, dc.name, folder, cached=reused, started=not reused)
+    return [done[i] for i in range(len(specs))]
+
+
+@dataclass
+class _Started:
+    role: str
+    reused: bool          # a backend whose far side reused a recorded run says so
+
+
+def _run_pending(pending: dict[str, RunSpec], data: EvalData, backend, shards: int | None, root: Path,
+                 progress: Progress | None, slots) -> dict[str, _Started | None]:
+    """Run the pending keys (their locks held) over shards; every key's folder is in place on return."""
+    from tiergate.execution.base import Job
+    from tiergate.execution.run import execute_group
+
+    first = next(iter(pending.values()))
+    dc = first.device_class
+    ev = dc.evaluation
+    count = ev.shard_count(dc, data.n_samples, shards) if getattr(backend, "takes_samples", False) else 1
+    ranges = shard_ranges(data.n_samples, count)
+    sharded = len(ranges) > 1
+    latency_calls = max(-(-ev.latency_calls // len(ranges)), min(4, ev.latency_calls))
+    tag = f"{os.getpid()}-{threading.get_ident()}"
+    works = {key: root / f"{key}.part-{tag}" for key in pending}
+
+    def part_dir(key: str, span: tuple[int, int]) -> Path:
+        return root / f"{key}{results.SHARDS_SUFFIX}" / f"{span[0]}-{span[1]}"
+
+    todo = [(span, [key for key in pending if not (sharded and verified(part_dir(key, span), quiet=True))])
+            for span in ranges]
+    todo = [(span, keys) for span, keys in todo if keys]
+    guarded = _HostFaults(backend)
+
+    def run_span(item) -> list[results.TargetResult]:
+        span, keys = item
+        outs = {key: works[key] if not sharded else part_dir(key, span).with_name(f"{span[0]}-{span[1]}.part-{tag}")
+                for key in keys}
+        jobs = [Job(dc, data.path, outs[key], image=pending[key].image, artifact_path=pending[key].intake.artifact.path,
+                    artifact_sha256=pending[key].intake.sha256, data_sha256=data.sha256, role=pending[key].role,
+                    profile=pending[key].profile, samples=span if sharded else None, eval_batch=ev.batch,
+                    latency_calls=latency_calls) for key in keys]
+        for job in jobs:
+            shutil.rmtree(job.out_dir, ignore_errors=True)
+        roles = ", ".join(job.role for job in jobs)
+        where = f" samples {span[0]}-{span[1]}" if sharded else ""
+        with slots if slots is not None else _no_slot():
+            janitor.check_stop()
+            _say(progress, f"running {roles} on {dc.name}{where}")
+            ran = execute_group(jobs, guarded)
+        janitor.check_stop()               # a run cut short by a stop is no result: nothing is kept
+        guarded.raise_fault()
+        for key, job, result in zip(keys, jobs, ran):
+            if result.ok:
+                result.outputs_sha256 = file_sha256(job.out_dir / results.OUTPUTS_FILE)
+                results.save(result, job.out_dir)
+                if sharded:                # a finished shard is kept, whatever happens to the others
+                    job.out_dir.parent.mkdir(parents=True, exist_ok=True)
+                    _replace_dir(job.out_dir, part_dir(key, span))
+        return ran
+
+    try:
+        outcome = _map_threads(run_span, todo)
+        failures = {}
+        for (span, keys), ran in zip(todo, outcome):
+            for key, result in zip(keys, ran):
+                if not result.ok:
+                    failures.setdefault(key, (span, result))
+        if failures:
+            problem = _engine_problem(backend)
+            if problem:
+                raise InfrastructureFault(f"on {dc.name}: the run failed and the engine is gone: {problem}")
+        started: dict[str, _Started | None] = {}
+        for key, spec in pending.items():
+            if key in failures:
+                span, result = failures[key]
+                if sharded:
+                    result.reason = f"shard {ranges.index(span) + 1} of {len(ranges)} (samples {span[0]}-{span[1]}): " \
+                                    f"{result.reason}"
+                    result.extra = {**result.extra, "shards_kept": [f"{a}-{b}" for a, b in ranges
+                                                                    if verified(part_dir(key, (a, b)), quiet=True)]}
+                shutil.rmtree(works[key], ignore_errors=True)
+                results.save(result, works[key])
+            elif sharded:
+                merge_shards([part_dir(key, span) for span in ranges], works[key])
+            _replace_dir(works[key], root / key)
+            if sharded and key not in failures:
+                shutil.rmtree(root / f"{key}{results.SHARDS_SUFFIX}", ignore_errors=True)
+            ran_any = any(key in keys for _, keys in todo)
+            started[key] = _Started(spec.role, bool(results.load(root / key).extra.get("reused"))) if ran_any else None
+        return started
+    except OSError as exc:
+        for work in works.values():
+            shutil.rmtree(work, ignore_errors=True)
+        if is_disk_full(exc):
+            raise disk_full(exc, root) from None
+        raise
+    except BaseException:
+        for work in works.values():
+            shutil.rmtree(work, ignore_errors=True)
+        for span, keys in todo:
+            for key in keys:
+                shutil.rmtree(part_dir(key, span).with_name(f"{span[0]}-{span[1]}.part-{tag}"), ignore_errors=True)
+        raise
+
+
+@contextmanager
+def _no_slot():
+    yield
+
+
+def _map_threads(fn, items: list) -> list:
+    """fn over items on threads, results in order; the first failure raised once all have ended."""
+    if len(items) <= 1:
+        return [fn(item) for item in items]
+    with ThreadPoolExecutor(max_workers=len(items), thread_name_prefix="tiergate-shard") as pool:
+        futures = [pool.submit(fn, item) for item in items]
+        wait_all(futures)
+    return [future.result() for future in futures]
+
+
+def merge_shards(parts: list[Path], work: Path) -> results.TargetResult:
+    """One artifact's run from its shards' folders (in sample order): outputs concatenated per sample, latencies
+    of every shard's timed calls, device figures of the first shard; extra.shards says what each did."""
+    loaded = [results.load(part) for part in parts]
+    first = loaded[0]
+    mixed = [r for r in loaded[1:] if (r.machine, r.versions, r.image_id) != (first.machine, first.versions,
+                                                                             first.image_id)]
+    if mixed:
+        result = results.failed(first.device_class, f"shards ran on different machines or runtimes "
+                                f"({first.machine} {first.versions} vs {mixed[0].machine} {mixed[0].versions})",
+                                tier=first.tier, artifact_sha256=first.artifact_sha256)
+        results.save(result, work)
+        return result
+    outputs = [results.load_outputs(part) for part in parts]
+    merged = {name: np.concatenate([o[name] for o in outputs]) for name in outputs[0]}
+    evaluations = [r.extra.get("evaluation", {}) for r in loaded]
+    evaluation = {**evaluations[0],
+                  "batched": all(e.get("batched", False) for e in evaluations),
+                  "latency_calls": sum(len(r.latencies_ns) for r in loaded)}
+    if all("eval_calls" in e for e in evaluations):
+        evaluation.update(eval_calls=sum(e["eval_calls"] for e in evaluations),
+                          checked_samples=sum(e.get("checked_samples", 0) for e in evaluations),
+                          max_abs_diff=max(e.get("max_abs_diff", 0.0) for e in evaluations),
+                          eval_ms_per_sample=sum(e["eval_ms_per_sample"] * r.n_samples
+                                                 for e, r in zip(evaluations, loaded)) / sum(r.n_samples for r in loaded))
+    reasons = [e["reason"] for e in evaluations if e.get("reason")]
+    if reasons:
+        evaluation["reason"] = reasons[0]
+    shards = [{"samples": [int(a), int(b)], "wall_s": r.wall_s, "started_at": r.started_at,
+               "latency_calls": len(r.latencies_ns)}
+              for r, (a, b) in zip(loaded, (map(int, part.name.split("-")) for part in parts))]
+    result = dataclasses.replace(
+        first, n_samples=sum(r.n_samples for r in loaded), latencies_ns=[x for r in loaded for x in r.latencies_ns],
+        started_at=min(r.started_at for r in loaded), wall_s=max(r.wall_s for r in loaded),
+        extra={**first.extra, "evaluation": evaluation, "shards": shards}, outputs_sha256="")
+    results.save(result, work, merged)
+    result.outputs_sha256 = file_sha256(work / results.OUTPUTS_FILE)
+    results.save(result, work)
+    return result
 
 
 class _HostFaults:
@@ -448,10 +620,15 @@ class _HostFaults:
     def __init__(self, backend):
         self.backend, self.fault = backend, None
         self.name = getattr(backend, "name", "backend")
+        if hasattr(backend, "run_many"):
+            self.run_many = lambda jobs: self._guard(lambda: backend.run_many(jobs), jobs[0])
 
     def run(self, job):
+        return self._guard(lambda: self.backend.run(job), job)
+
+    def _guard(self, call, job):
         try:
-            return self.backend.run(job)
+            return call()
         except OSError as exc:
             if is_disk_full(exc):
                 self.fault = disk_full(exc, job.out_dir.parent)
@@ -462,8 +639,9 @@ class _HostFaults:
             raise self.fault
 
 
-def verified(folder: Path) -> bool:
-    """A saved ok result whose outputs are the ones it names; anything else is discarded (with a warning)."""
+def verified(folder: Path, *, quiet: bool = False) -> bool:
+    """A saved ok result whose outputs are the ones it names; anything else is discarded (with a warning,
+    unless `quiet`)."""
     if not (folder / results.RESULT_FILE).exists():
         return False
     try:
@@ -473,8 +651,9 @@ def verified(folder: Path) -> bool:
     except (TiergateError, OSError):
         ok = False
     if not ok:
-        print(f"tiergate: warning: discarding the saved run {folder.name} (failed, or it does not verify); "
-              "running it again", file=sys.stderr)
+        if not quiet:
+            print(f"tiergate: warning: discarding the saved run {folder.name} (failed, or it does not verify); "
+                  "running it again", file=sys.stderr)
         shutil.rmtree(folder, ignore_errors=True)
     return ok
 
@@ -532,14 +711,22 @@ def _replace_dir(work: Path, folder: Path) -> None:
 
 
 def run_specs(specs: list[RunSpec], data: EvalData, seams: Seams, *, root: Path | None = None, registry=None,
-              max_parallel: int = 2, progress: Progress | None = None) -> list[RunDone]:
-    """Run every spec (verified saved results are reused), `max_parallel` at a time."""
-    def one(spec: RunSpec) -> RunDone:
-        return run_one(spec, data, seams.backend_for(spec.device_class), root=root, registry=registry,
-                       progress=progress)
+              max_parallel: int = 2, progress: Progress | None = None, shards: int | None = None) -> list[RunDone]:
+    """Run every spec (verified saved results are reused): one step per device class (run_tier), every tier at
+    once, at most `max_parallel` containers (or processes) running at a time; RunDones in the specs' order."""
+    tiers: dict[str, list[RunSpec]] = {}
+    for spec in specs:
+        tiers.setdefault(spec.device_class.name, []).append(spec)
+    slots = threading.BoundedSemaphore(max(1, max_parallel))
 
-    return seams.steps.map("run", one, specs, limit=max_parallel,
-                           name=lambda s: f"{s.role} on {s.device_class.name}")
+    def one(group: list[RunSpec]) -> list[RunDone]:
+        return run_tier(group, data, seams.backend_for(group[0].device_class), shards=shards, root=root,
+                        registry=registry, progress=progress, slots=slots)
+
+    groups = list(tiers.values())
+    ran = seams.steps.map("run", one, groups, limit=len(groups), name=lambda g: g[0].device_class.name)
+    by_spec = {id(spec): done for group, dones in zip(groups, ran) for spec, done in zip(group, dones)}
+    return [by_spec[id(spec)] for spec in specs]
 
 
 def load_outcomes(folders: dict[tuple[str, str], Path]) -> dict[str, dict[str, RunOutcome]]:
@@ -557,14 +744,15 @@ def gate(candidate: Path, reference: Path, data_path: Path | str, device_classes
          ca_bundle: Path | None = None, registry=None, root: Path | None = None,
          max_parallel: int = 2, progress: Progress | None = None, seams: Seams | None = None,
          sample_axes: dict[str, int] | None = None, metrics: list[str] | None = None,
-         profile: bool = False) -> GateRun:
+         profile: bool = False, shards: int | None = None) -> GateRun:
     """Intake, signature check, build, run, compare and decide; user errors raise before anything runs.
 
     `data_path`: an .npz or a loader FILE.py:FUNCTION; `sample_axes`: explicit {name: axis};
     `metrics`: task metrics by name, built-in or FILE.py:FUNCTION (tiergate.metrics.task).
     A candidate (or incumbent) whose signature differs from the reference's is rejected with
     the differences named, before anything is built or run. `profile`: every run also records
-    per-op time (a run of its own, cached apart).
+    per-op time (a run of its own, cached apart). `shards`: containers per tier run (default: each class's
+    `[evaluation] shards`); the decision never depends on it.
     """
     seams = seams or Seams()
     builder = seams.builder or DockerBuilder(base_image, ca_bundle)
@@ -595,14 +783,14 @@ def gate(candidate: Path, reference: Path, data_path: Path | str, device_classes
                                 name=lambda group: group[0].device_class.name)
     if labels_known:
         done = run_specs(specs, data, seams, root=root, registry=registry, max_parallel=max_parallel,
-                         progress=progress)
+                         progress=progress, shards=shards)
     else:   # dynamic output shape: the class count is known from the reference's first run, before candidates
         first = [s for s in specs if s.role == "reference"][:1]
         done = run_specs(first, data, seams, root=root, registry=registry, max_parallel=max_parallel,
-                         progress=progress)
+                         progress=progress, shards=shards)
         check_labels_after(data, done[0].folder)
         done += run_specs([s for s in specs if s not in first], data, seams, root=root, registry=registry,
-                          max_parallel=max_parallel, progress=progress)
+                          max_parallel=max_parallel, progress=progress, shards=shards)
     folders = {(d.role, d.device_class): d.folder for d in done}
     run = decide_saved(folders, intakes, device_classes, policy, data,
                        cache_hits=sum(d.cached for d in done), started=sum(d.started for d in done), metrics=task)

@@ -22,6 +22,7 @@ from tiergate.errors import InputError
 SCHEMA = 1
 RESULT_FILE = "result.json"
 OUTPUTS_FILE = "outputs.npz"
+SHARDS_SUFFIX = ".shards"      # runs/<key>.shards/<start>-<stop>/: finished shards of a run, kept until merged
 
 
 @dataclass

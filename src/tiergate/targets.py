@@ -46,6 +46,10 @@ class RuntimeBuild:
         return requirements_path(self.requirements)
 
 
+def default_evaluation(execution: str) -> Evaluation:
+    return Evaluation(batch=DEFAULT_EMULATED_EVAL_BATCH if execution == "emulated" else 0)
+
+
 def requirements_path(name: str) -> Path:
     return containers_dir() / "requirements" / f"{name}.txt"
 
@@ -84,6 +88,49 @@ def memory_bytes(size: str) -> int:
     return int(match.group(1)) * _UNITS[match.group(2).lower()]
 
 
+DEFAULT_EMULATED_EVAL_BATCH = 64
+DEFAULT_LATENCY_CALLS = 16
+AUTO_SHARD_MIN_SAMPLES = 64     # automatic shards: at least this many samples each
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """How a run of this class evaluates its samples (its `[evaluation]` table).
+
+    batch          samples per call for the outputs (accuracy, drift) where the model's batch dimension
+                   is dynamic; latency is then timed on `latency_calls` calls at the class's batch_size,
+                   and the batched outputs of those samples must equal their single-call outputs (else
+                   every sample runs at batch_size). 0 turns it off: every call is timed. Default: 64 on
+                   emulated classes (their latency is never gated), 0 on the others.
+    latency_calls  calls timed for latency when batched, spread over the shards (default 16).
+    shards         containers a tier's samples are split over, merged in sample order; 0: automatic
+                   (emulated: the cores available / threads, at most one per 64 samples; others: 1).
+    """
+
+    batch: int = 0
+    latency_calls: int = DEFAULT_LATENCY_CALLS
+    shards: int = 0
+
+    def shard_count(self, device_class: "DeviceClass", n_samples: int, requested: int | None = None) -> int:
+        """Containers for a run of n samples: `requested` (--shards), else the class's, else automatic."""
+        wanted = requested or self.shards
+        if not wanted:
+            if not device_class.emulated:
+                return 1
+            wanted = max(1, min(available_cores() // max(device_class.threads, 1),
+                                n_samples // AUTO_SHARD_MIN_SAMPLES))
+        return max(1, min(wanted, n_samples))
+
+
+def available_cores() -> int:
+    import os
+
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 @dataclass(frozen=True)
 class DeviceClass:
     name: str
@@ -103,10 +150,13 @@ class DeviceClass:
     cost_tags: dict[str, str] = field(default_factory=dict)
     source: Path | None = None
     build: RuntimeBuild | None = None  # None: the runtime's defaults (filled in on creation)
+    evaluation: Evaluation | None = None  # None: the execution's defaults (filled in on creation)
 
     def __post_init__(self):
         if self.build is None:
             object.__setattr__(self, "build", default_build(self.runtime))
+        if self.evaluation is None:
+            object.__setattr__(self, "evaluation", default_evaluation(self.execution))
 
     @property
     def emulated(self) -> bool:
@@ -145,8 +195,10 @@ _FIELDS: dict[str, tuple[type | tuple[type, ...], bool]] = {
     "container": (dict, False),
     "cost_tags": (dict, False),
     "build": (dict, False),
+    "evaluation": (dict, False),
 }
 _BUILD_FIELDS = {"requirements": str, "env": dict}
+_EVALUATION_FIELDS = {"batch": int, "latency_calls": int, "shards": int}
 _LIMIT_FIELDS = {"memory": str, "pids_limit": int, "timeout_s": int}
 _CHOICES = {"arch": ARCHES, "runtime": RUNTIMES, "execution": EXECUTIONS}
 
@@ -204,6 +256,7 @@ def parse_device_class(path: Path, data: dict) -> DeviceClass:
         raise _bad(path, "gpu", "must be true for the onnxruntime-gpu runtime")
     limits = _parse_limits(path, data.get("container", {}), data.get("memory_limit_mb"))
     build = _parse_build(path, data["runtime"], data.get("build", {}))
+    evaluation = _parse_evaluation(path, data["execution"], data.get("evaluation", {}))
     tags = data.get("cost_tags", {})
     for key, value in tags.items():
         if not isinstance(value, str):
@@ -226,7 +279,24 @@ def parse_device_class(path: Path, data: dict) -> DeviceClass:
         cost_tags=dict(tags),
         source=path,
         build=build,
+        evaluation=evaluation,
     )
+
+
+def _parse_evaluation(path: Path, execution: str, table: dict) -> Evaluation:
+    """The [evaluation] table: omitted fields take the execution's defaults."""
+    for key, value in table.items():
+        if key not in _EVALUATION_FIELDS:
+            raise _bad(path, f"evaluation.{key}", f"is unknown (known: {', '.join(_EVALUATION_FIELDS)})")
+        _check_type(path, f"evaluation.{key}", value, int)
+        if value < 0:
+            raise _bad(path, f"evaluation.{key}", "must not be negative")
+    if table.get("latency_calls", 1) < 1:
+        raise _bad(path, "evaluation.latency_calls", "must be at least 1")
+    default = default_evaluation(execution)
+    return Evaluation(batch=table.get("batch", default.batch),
+                      latency_calls=table.get("latency_calls", default.latency_calls),
+                      shards=table.get("shards", default.shards))
 
 
 def _parse_limits(path: Path, table: dict, memory_limit_mb: int | None) -> ContainerLimits:

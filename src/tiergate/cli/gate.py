@@ -40,7 +40,10 @@ def gate(
                                             help="Record runs and the decision in this registry."),
     base_image: str | None = typer.Option(None, "--base-image", help="Base image for runtime images."),
     ca_bundle: Path | None = typer.Option(None, "--ca-bundle", help="Extra CA bundle for builds behind a proxy."),
-    max_parallel: int = typer.Option(2, "--max-parallel", min=1, help="Target runs at a time."),
+    max_parallel: int = typer.Option(2, "--max-parallel", min=1, help="Containers running at a time."),
+    shards: int | None = typer.Option(None, "--shards", min=1, help="Split each tier's samples over N containers "
+                                      "(merged in sample order; default: the class's [evaluation] shards, "
+                                      "automatic on emulated classes). Never changes the decision."),
     profile: bool = typer.Option(False, "--profile", help="Also record per-op time (op type and node) per run."),
     explain: bool = typer.Option(False, "--explain", help="On REJECT, name the first divergent layer per tier "
                                  "(tiergate explain; the cached decision is unchanged)."),
@@ -71,7 +74,7 @@ def gate(
     registry = _registry(registry_url)
     run = pipeline.gate(candidate, reference, data, device_classes, loaded_policy, incumbent=incumbent,
                         base_image=base_image, ca_bundle=ca_bundle, registry=registry,
-                        max_parallel=max_parallel, progress=progress, profile=profile,
+                        max_parallel=max_parallel, progress=progress, profile=profile, shards=shards,
                         sample_axes=parse_sample_axes(sample_axis), metrics=list(metric))
     if registry is not None:
         pipeline.record_or_reuse(registry, run)

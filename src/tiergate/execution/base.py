@@ -1,9 +1,12 @@
 """The one interface every backend implements, and what all of them share.
 
-A `Job` is one artifact + one evaluation set on one device class. A backend's
-`run(job)` runs the harness, leaves the harness's outputs.npz in `job.out_dir`
-and returns a `TargetResult` (never raises for a failed run: a crash, an
-out-of-memory kill or a timeout is a failed result with a reason and a log tail).
+A `Job` is one artifact + one evaluation set (or a range of its samples, a shard)
+on one device class. A backend's `run(job)` runs the harness, leaves the harness's
+outputs.npz in `job.out_dir` and returns a `TargetResult` (never raises for a failed
+run: a crash, an out-of-memory kill or a timeout is a failed result with a reason
+and a log tail). A backend may also have `run_many(jobs)`: several artifacts on the
+same class and samples in ONE harness start (one container, one import, one data
+load), a result per job; `run_group` uses it where there is one.
 """
 
 from __future__ import annotations
@@ -42,14 +45,43 @@ class Job:
     compare_rounds: int = 0                             # harness vs bare loop rounds (bench/bench_harness.py)
     role: str = ""                                      # candidate / reference / incumbent (for remote runs, logs)
     profile: bool = False                               # per-op time in device.op_profile (harness --profile)
+    samples: tuple[int, int] | None = None              # [start, stop) of the data (a shard); None: all
+    eval_batch: int = 0                                 # samples per call for outputs (0: the class's batch size)
+    latency_calls: int = 0                              # with eval_batch: calls timed for latency
 
     def harness_args(self, model: str, data: str, out: str) -> list[str]:
-        dc = self.device_class
-        args = ["--runtime", dc.runtime, "--model", model, "--data", data, "--out", out,
-                "--threads", str(dc.threads), "--batch-size", str(dc.batch_size),
-                "--warmup", str(self.warmup)]
-        args += ["--compare-rounds", str(self.compare_rounds)] if self.compare_rounds else []
-        return args + (["--profile"] if self.profile else [])
+        return harness_command([self], [model], data, [out])
+
+
+def harness_command(jobs: list[Job], models: list[str], data: str, outs: list[str]) -> list[str]:
+    """The harness's arguments for jobs that share a class, data and samples: one (model, out) pair per job."""
+    job, dc = jobs[0], jobs[0].device_class
+    args = ["--runtime", dc.runtime]
+    for model, out in zip(models, outs):
+        args += ["--model", model, "--out", out]
+    args += ["--data", data, "--threads", str(dc.threads), "--batch-size", str(dc.batch_size),
+             "--warmup", str(job.warmup)]
+    args += ["--samples", f"{job.samples[0]}:{job.samples[1]}"] if job.samples else []
+    if job.eval_batch > dc.batch_size:
+        args += ["--eval-batch", str(job.eval_batch), "--latency-calls", str(max(job.latency_calls, 1))]
+    args += ["--compare-rounds", str(job.compare_rounds)] if job.compare_rounds else []
+    return args + (["--profile"] if job.profile else [])
+
+
+def groupable(jobs: list[Job]) -> bool:
+    """Jobs one harness start can run: same class, data, samples, evaluation, options and environment."""
+    def shape(j: Job):
+        return (j.device_class.name, j.data_npz, j.samples, j.eval_batch, j.latency_calls, j.warmup, j.profile,
+                j.compare_rounds, tuple(sorted(j.env.items())))
+    return len({shape(j) for j in jobs}) == 1
+
+
+def run_group(backend, jobs: list[Job]) -> list[TargetResult]:
+    """Every job's result: in one harness start where the backend can (`run_many`), else one run each."""
+    many = getattr(backend, "run_many", None)
+    if many is not None and len(jobs) > 1 and groupable(jobs):
+        return many(jobs)
+    return [backend.run(job) for job in jobs]
 
 
 class Backend(Protocol):
@@ -77,9 +109,16 @@ def host_fields(job: Job) -> dict:
     return fields
 
 
-def read_harness_result(job: Job, host: dict, log_tail: str) -> TargetResult:
-    """The harness's result.json merged with the host's fields, or a failed result saying why."""
+FAILED_FILE = "failed.json"      # the harness's word on an artifact whose child process failed (several per start)
+
+
+def read_harness_result(job: Job, host: dict, log_tail: str, *, oom: bool = False) -> TargetResult:
+    """The harness's result.json merged with the host's fields, or a failed result saying why.
+
+    `oom`: the container was killed at its memory limit (a child killed by SIGKILL is then out of memory)."""
     path = job.out_dir / RESULT_FILE
+    if (job.out_dir / FAILED_FILE).is_file():
+        return child_failure(job, host, log_tail, oom=oom)
     if not path.is_file() or not (job.out_dir / OUTPUTS_FILE).is_file():
         return failed(job.device_class.name, "the harness exited 0 but wrote no result", log_tail=log_tail, **host)
     try:
@@ -97,6 +136,29 @@ def read_harness_result(job: Job, host: dict, log_tail: str) -> TargetResult:
     if result.device is not None:
         result.device.emulated = bool(result.emulated)
     return result
+
+
+def harness_spoke(job: Job) -> bool:
+    """The harness finished this job (result written) or said why it failed, before its process ended: a
+    process that fails later (a timeout, a crash) does not lose what it already measured."""
+    out = job.out_dir
+    return (out / FAILED_FILE).is_file() or ((out / RESULT_FILE).is_file() and (out / OUTPUTS_FILE).is_file())
+
+
+def child_failure(job: Job, host: dict, log_tail: str, *, oom: bool = False) -> TargetResult:
+    """A failed result from the harness's failed.json (one artifact of several in one start)."""
+    dc = job.device_class
+    try:
+        said = json.loads((job.out_dir / FAILED_FILE).read_text())
+        code, text = int(said.get("code", 1)), str(said.get("reason", ""))
+    except (OSError, ValueError, TypeError, AttributeError):
+        code, text = 1, "the harness wrote an unreadable failed.json"
+    killed = code == -signal.SIGKILL and oom
+    reason = exit_reason(code, oom=killed, memory=dc.limits.memory if code < 0 else "")
+    if code > 0:
+        reason += f": {text}"
+    return failed(dc.name, reason, log_tail=log_tail,
+                  oom_limit_bytes=dc.limits.memory_bytes if killed else None, **host)
 
 
 def exit_reason(code: int, *, oom: bool = False, memory: str = "") -> str:
@@ -118,7 +180,7 @@ def exit_reason(code: int, *, oom: bool = False, memory: str = "") -> str:
 
 def clear_outputs(out_dir: Path) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
-    for name in (RESULT_FILE, OUTPUTS_FILE):
+    for name in (RESULT_FILE, OUTPUTS_FILE, FAILED_FILE):
         (out_dir / name).unlink(missing_ok=True)
 
 

@@ -10,7 +10,14 @@ limit is an out-of-memory finding: a failed result naming the limit, with
 Data travel through two job volumes, not bind mounts, so the same code serves a
 remote engine whose filesystem is not ours: the evaluation .npz is copied into
 the input volume (mounted read-only at /data), the harness writes to the output
-volume (/out), and the host copies result.json and outputs.npz back.
+volume (/out/<n>/ for the n-th job), and the host copies result.json and
+outputs.npz back.
+
+Several artifacts on one class (`run_many`: candidate, reference, incumbent) run in
+ONE container: the first job's image, with the other artifacts' files copied into
+the input volume (/data/m<n>/): one start, one runtime import, one data load. The
+harness forks a child per artifact, so each keeps its own memory figures and its
+own crash; what one child finished is kept when a later one (or the container) fails.
 """
 
 from __future__ import annotations
@@ -29,8 +36,8 @@ import requests
 
 from tiergate.images import LABEL
 from tiergate.errors import InfrastructureFault, InputError
-from tiergate.execution.base import (LOG_TAIL_LINES, Job, clear_outputs, exit_reason, host_fields,
-                                     last_line, read_harness_result, tail)
+from tiergate.execution.base import (FAILED_FILE, LOG_TAIL_LINES, Job, clear_outputs, exit_reason, harness_command,
+                                     harness_spoke, host_fields, last_line, read_harness_result, tail)
 from tiergate.execution import janitor
 from tiergate.execution.engine import DEFAULT_ATTEMPTS, DEFAULT_BACKOFF_S, connect, with_retries
 from tiergate.results import OUTPUTS_FILE, RESULT_FILE, TargetResult, failed
@@ -46,6 +53,7 @@ OUTPUT_LIMIT_BYTES = int(os.environ.get("TIERGATE_MAX_OUTPUT_BYTES") or 4 * 1024
 
 class DockerBackend:
     name = "docker"
+    takes_samples = True      # runs a range of the samples (Job.samples): shards
 
     def __init__(self, docker_host: str = "local", *, gpu: bool = False, attempts: int = DEFAULT_ATTEMPTS,
                  backoff_s: float = DEFAULT_BACKOFF_S, use_ssh_client: bool = False):
@@ -56,15 +64,22 @@ class DockerBackend:
         self.use_ssh_client = use_ssh_client
 
     def run(self, job: Job) -> TargetResult:
-        dc = job.device_class
-        if job.image is None:
-            raise InputError(f"{dc.name}: the Docker backend needs a built image (tiergate.build.build_image)")
-        host = host_fields(job)
+        return self.run_many([job])[0]
+
+    def run_many(self, jobs: list[Job]) -> list[TargetResult]:
+        """Jobs of one class on the same samples in one container (see the module's docstring); a result each."""
+        dc = jobs[0].device_class
+        for job in jobs:
+            if job.image is None:
+                raise InputError(f"{dc.name}: the Docker backend needs a built image (tiergate.build.build_image)")
+        if len(jobs) > 1 and not _shareable(jobs):     # artifacts of different runtime images: one start each
+            return [result for job in jobs for result in self.run_many([job])]
+        hosts = [host_fields(job) for job in jobs]
         try:
-            return with_retries(lambda: self._attempt(job, host), attempts=self.attempts,
+            return with_retries(lambda: self._attempt(jobs, hosts), attempts=self.attempts,
                                 backoff_s=self.backoff_s, what=f"{dc.name} on {self.docker_host}")
         except InfrastructureFault as exc:
-            return failed(dc.name, exc.message, **host)
+            return [failed(dc.name, exc.message, **host) for host in hosts]
 
     def engine_problem(self) -> str | None:
         """Why this backend's engine does not answer, or None when it does (asked after a failed run)."""
@@ -74,41 +89,51 @@ class DockerBackend:
             return exc.one_line()
         return None
 
-    # one attempt: any engine fault raised from here is retried by run()
-    def _attempt(self, job: Job, host: dict) -> TargetResult:
-        clear_outputs(job.out_dir)
+    # one attempt: any engine fault raised from here is retried by run_many()
+    def _attempt(self, jobs: list[Job], hosts: list[dict]) -> list[TargetResult]:
+        for job in jobs:
+            clear_outputs(job.out_dir)
         janitor.check_stop()
         client = connect(self.docker_host, use_ssh_client=self.use_ssh_client)
         janitor.note_engine(self.docker_host)
+        first = jobs[0]
         try:
             info = client.info()
             engine_machine = info.get("Architecture", "")
             with _job_volumes(client) as (data_volume, out_volume):
-                _upload(client, job.image.tag, data_volume, job.data_npz)
+                models = _upload_job(client, first.image.tag, data_volume, jobs)
                 janitor.check_stop()
-                container = client.containers.create(**self.spec(job, data_volume, out_volume,
-                                                                 engine_cpus=info.get("NCPU")))
+                container = client.containers.create(**self.spec(first, data_volume, out_volume,
+                                                                 engine_cpus=info.get("NCPU"), models=models))
                 try:
                     janitor.check_stop()   # a stop between create and here: the finally removes it
-                    reason, log_tail, oom = _run(container, job)
-                    if reason is None:
-                        _download(container, job.out_dir)
+                    reason, log_tail, oom = _run(container, first, runs=len(jobs))
+                    if reason is None or len(jobs) > 1:   # what finished before a failure is kept
+                        _download(container, jobs)
                 finally:
                     container.remove(force=True)
         finally:
             client.close()
-        if reason is not None:
-            return failed(job.device_class.name, reason, log_tail=log_tail,
-                          oom_limit_bytes=job.device_class.limits.memory_bytes if oom else None, **host)
-        return _check_machine(read_harness_result(job, host, log_tail), job, engine_machine)
+        done = []
+        for job, host in zip(jobs, hosts):
+            if reason is not None and (len(jobs) == 1 or not harness_spoke(job)):
+                done.append(failed(job.device_class.name, reason, log_tail=log_tail,
+                                   oom_limit_bytes=job.device_class.limits.memory_bytes if oom else None, **host))
+            else:
+                done.append(_check_machine(read_harness_result(job, host, log_tail, oom=oom), job, engine_machine))
+        return done
 
-    def spec(self, job: Job, data_volume: str, out_volume: str, *, engine_cpus: int | None = None) -> dict:
-        """The container's create() arguments: the confinement lives here."""
+    def spec(self, job: Job, data_volume: str, out_volume: str, *, engine_cpus: int | None = None,
+             models: list[tuple[Job, str]] | None = None) -> dict:
+        """The container's create() arguments: the confinement lives here. `models`: (job, model path in the
+        container) per job run in it (default: the job alone, its artifact in its image)."""
         dc = job.device_class
         cpus = min(dc.threads, engine_cpus) if engine_cpus else dc.threads
+        models = models or [(job, job.image.model_path)]
         spec = dict(
             image=job.image.tag,
-            command=job.harness_args(job.image.model_path, f"/data/{DATA_NAME}", "/out"),
+            command=harness_command([j for j, _ in models], [m for _, m in models], f"/data/{DATA_NAME}",
+                                    [f"/out/{n}" for n in range(len(models))]),
             user=USER, read_only=True, tmpfs={"/tmp": TMPFS}, network_mode="none",
             cap_drop=["ALL"], security_opt=["no-new-privileges"],
             # an init as PID 1: a harness (or QEMU) that dies of its own signal cannot as PID 1,
@@ -126,13 +151,15 @@ class DockerBackend:
         return spec
 
 
-def _run(container, job: Job) -> tuple[str | None, str, bool]:
-    """Start, wait with the class's timeout: (why it failed or None, log tail, killed out of memory)."""
+def _run(container, job: Job, runs: int = 1) -> tuple[str | None, str, bool]:
+    """Start, wait with the class's timeout (per artifact run in it): (why it failed or None, log tail, killed
+    out of memory)."""
     dc = job.device_class
+    timeout_s = dc.limits.timeout_s * runs
     container.start()
     timed_out = False
     try:
-        code = container.wait(timeout=dc.limits.timeout_s)["StatusCode"]
+        code = container.wait(timeout=timeout_s)["StatusCode"]
     except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError):
         container.reload()  # an engine that is gone raises here, and the attempt is retried
         if container.status != "running":
@@ -143,7 +170,7 @@ def _run(container, job: Job) -> tuple[str | None, str, bool]:
     container.reload()
     log_tail = tail(container.logs(tail=LOG_TAIL_LINES).decode("utf-8", "replace"))
     if timed_out:
-        return f"timed out after {dc.limits.timeout_s} s", log_tail, False
+        return f"timed out after {timeout_s} s", log_tail, False
     oom = bool(container.attrs["State"].get("OOMKilled"))
     if code == 128 + signal.SIGXFSZ and not oom:
         return f"the harness wrote more than the output limit ({OUTPUT_LIMIT_BYTES} bytes per file)", log_tail, False
@@ -205,13 +232,31 @@ def upload(client, image: str, volume: str, files: list[tuple[Path, str]], mount
         helper.remove(force=True)
 
 
-def _upload(client, image: str, volume: str, data: Path) -> None:
-    """The evaluation .npz into the data volume."""
-    upload(client, image, volume, [(data, DATA_NAME)])
+def _shareable(jobs: list[Job]) -> bool:
+    """One container can run them: one runtime image, and the files of every artifact but the first at hand."""
+    runtimes = {job.image.runtime_tag or job.image.tag for job in jobs}
+    return len(runtimes) == 1 and all(job.artifact_path is not None and Path(job.artifact_path).is_file()
+                                      for job in jobs[1:])
 
 
-def download(container, out_dir: Path, wanted) -> None:
-    """Copy the files of the (stopped) container's /out whose names `wanted(name)` accepts, within the output limit."""
+def _upload_job(client, image: str, volume: str, jobs: list[Job]) -> list[tuple[Job, str]]:
+    """The evaluation .npz, and the files of every artifact after the first (its own image holds the first),
+    into the data volume; (job, model path in the container) per job."""
+    from tiergate.build import artifact_files
+
+    files, models = [(jobs[0].data_npz, DATA_NAME)], [(jobs[0], jobs[0].image.model_path)]
+    for n, job in enumerate(jobs[1:], start=1):
+        paths = artifact_files(job.device_class, Path(job.artifact_path))   # the model and its external data
+        files += [(path, f"m{n}/{path.name}") for path in paths]
+        models.append((job, f"/data/m{n}/{paths[0].name}"))
+    upload(client, image, volume, files)
+    return models
+
+
+def download(container, out_dir: Path, wanted, folders: dict[str, Path] | None = None) -> None:
+    """Copy the files of the (stopped) container's /out whose names `wanted(name)` accepts, within the output limit.
+
+    `folders`: files of /out/<key>/ go to folders[key] (else every file goes to out_dir)."""
     stream, _ = container.get_archive("/out/.")
     with tempfile.TemporaryFile() as buf:
         for chunk in stream:
@@ -219,15 +264,23 @@ def download(container, out_dir: Path, wanted) -> None:
         buf.seek(0)
         with tarfile.open(fileobj=buf, mode="r") as tar:
             for member in tar.getmembers():
-                name = Path(member.name).name
+                parts = [p for p in Path(member.name).parts if p not in (".", "")]
+                name = parts[-1] if parts else ""
+                if folders is not None:
+                    if len(parts) != 2 or parts[0] not in folders:
+                        continue
+                    target = folders[parts[0]]
+                else:
+                    target = out_dir
                 if member.isfile() and wanted(name):
                     if member.size > OUTPUT_LIMIT_BYTES:
                         raise InputError(f"the harness's {name} holds {member.size} bytes, over the output "
                                          f"limit ({OUTPUT_LIMIT_BYTES})")
-                    with tar.extractfile(member) as src, open(out_dir / name, "wb") as dst:
+                    with tar.extractfile(member) as src, open(target / name, "wb") as dst:
                         shutil.copyfileobj(src, dst)
 
 
-def _download(container, out_dir: Path) -> None:
-    """result.json and outputs.npz."""
-    download(container, out_dir, lambda name: name in (RESULT_FILE, OUTPUTS_FILE))
+def _download(container, jobs: list[Job]) -> None:
+    """result.json, outputs.npz (or the harness's failed.json) of each job, from /out/<n>/."""
+    download(container, jobs[0].out_dir, lambda name: name in (RESULT_FILE, OUTPUTS_FILE, FAILED_FILE),
+             folders={str(n): job.out_dir for n, job in enumerate(jobs)})

@@ -10,7 +10,7 @@ from pathlib import Path
 from tiergate import results
 from tiergate.images import BuiltImage
 from tiergate.errors import InputError, TiergateError
-from tiergate.execution.base import DEFAULT_WARMUP, Backend, Job
+from tiergate.execution.base import DEFAULT_WARMUP, Backend, Job, run_group
 from tiergate.execution.docker_backend import DockerBackend
 from tiergate.execution.local import LocalProcessBackend
 from tiergate.results import TargetResult, failed
@@ -51,21 +51,28 @@ def check_job(job: Job) -> None:
 
 def execute(job: Job, backend: Backend | None = None) -> TargetResult:
     """Run a job on its backend, stamp time and wall time, save the folder; never raises for a run."""
+    return execute_group([job], backend)[0]
+
+
+def execute_group(jobs: list[Job], backend: Backend | None = None) -> list[TargetResult]:
+    """Run jobs of one class on the same samples (in one harness start where the backend can: run_group),
+    stamp time and wall time, save each folder; never raises for a run."""
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
     t0 = time.monotonic()
+    dc = jobs[0].device_class
     try:
-        result = (backend or backend_for(job)).run(job)
+        ran = run_group(backend or backend_for(jobs[0]), jobs)
     except TiergateError as exc:
-        result = failed(job.device_class.name, exc.one_line(), tier=job.device_class.tier)
+        ran = [failed(dc.name, exc.one_line(), tier=dc.tier) for _ in jobs]
     except Exception as exc:  # noqa: BLE001 - one target's bug must not lose the others
-        result = failed(job.device_class.name, f"internal error: {type(exc).__name__}: {exc}",
-                        tier=job.device_class.tier)
-    result.started_at = started
-    result.wall_s = round(time.monotonic() - t0, 3)
-    if not result.ok:
-        (job.out_dir / results.OUTPUTS_FILE).unlink(missing_ok=True)
-    results.save(result, job.out_dir)
-    return result
+        ran = [failed(dc.name, f"internal error: {type(exc).__name__}: {exc}", tier=dc.tier) for _ in jobs]
+    for job, result in zip(jobs, ran):
+        result.started_at = started
+        result.wall_s = round(time.monotonic() - t0, 3)
+        if not result.ok:
+            (job.out_dir / results.OUTPUTS_FILE).unlink(missing_ok=True)
+        results.save(result, job.out_dir)
+    return ran
 
 
 def run_targets(jobs: list[Job], max_parallel: int = 2) -> list[TargetResult]:

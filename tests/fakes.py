@@ -62,6 +62,7 @@ class FakeBackend:
     """One shared instance per test; `backend_for` returns it for every device class."""
 
     crash: set[tuple[str, str]] = field(default_factory=set)   # (role, device class) that segfault
+    crash_shards: set[tuple[str, int]] = field(default_factory=set)   # (device class, first sample) of a shard that does
     drift: dict[str, float] = field(default_factory=dict)      # device class -> noise added to outputs
     outputs_for: dict[str, dict] = field(default_factory=dict)  # role -> outputs that replace the computed ones
     engine_gone: str | None = None
@@ -91,7 +92,8 @@ class FakeBackend:
             self.jobs.append(job)
         host = dict(tier=dc.tier, runtime=dc.runtime, emulated=dc.emulated, image=job.image.tag,
                     image_id=job.image.image_id, artifact_sha256=job.artifact_sha256, data_sha256=job.data_sha256)
-        if self.engine_gone or (job.role, dc.name) in self.crash:
+        if self.engine_gone or (job.role, dc.name) in self.crash or \
+                (dc.name, job.samples[0] if job.samples else 0) in self.crash_shards:
             return failed(dc.name, "crashed (segfault)", log_tail="Segmentation fault", **host)
         if dc.name in self.oom:
             return failed(dc.name, f"out of memory: killed at the device class's memory limit ({self.oom[dc.name]}m)",

@@ -511,6 +511,8 @@ def _run_pending(pending: dict[str, RunSpec], data: EvalData, backend, shards: i
                 if sharded:                # a finished shard is kept, whatever happens to the others
                     job.out_dir.parent.mkdir(parents=True, exist_ok=True)
                     _replace_dir(job.out_dir, part_dir(key, span))
+            elif sharded:                  # the failure is reported with the artifact's run
+                shutil.rmtree(job.out_dir, ignore_errors=True)
         return ran
 
     try:

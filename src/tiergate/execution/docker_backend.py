@@ -105,6 +105,7 @@ class DockerBackend:
                 janitor.check_stop()
                 container = client.containers.create(**self.spec(first, data_volume, out_volume,
                                                                  engine_cpus=info.get("NCPU"), models=models))
+                container_id = container.id[:12]
                 try:
                     janitor.check_stop()   # a stop between create and here: the finally removes it
                     reason, log_tail, oom = _run(container, first, runs=len(jobs))
@@ -121,6 +122,7 @@ class DockerBackend:
                                    oom_limit_bytes=job.device_class.limits.memory_bytes if oom else None, **host))
             else:
                 done.append(_check_machine(read_harness_result(job, host, log_tail, oom=oom), job, engine_machine))
+            done[-1].extra = {**done[-1].extra, "container": {"id": container_id, "artifacts": len(jobs)}}
         return done
 
     def spec(self, job: Job, data_volume: str, out_volume: str, *, engine_cpus: int | None = None,

@@ -1,0 +1,124 @@
+"""Several artifacts in one harness start, ranges of the samples, batched evaluation (local process backend:
+the same harness as in the containers, no Docker)."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper
+
+import execution_kit as kit
+from tiergate import results
+from tiergate.execution import Job, LocalProcessBackend
+from tiergate.execution.base import harness_command, run_group
+from tiergate.execution.run import execute_group
+
+ONNX_CLASS = "x86_64-cpu-onnxruntime"
+TFLITE_CLASS = "x86_64-cpu-tflite"
+
+
+def _job(model, data, out, **fields):
+    return Job(kit.device_class(ONNX_CLASS), data, out, artifact_path=model, **fields)
+
+
+def _batch_coupled(path):
+    """y = x - mean(x over the batch): each sample's output depends on the others in its call."""
+    graph = helper.make_graph(
+        [helper.make_node("ReduceMean", ["x"], ["m"], axes=[0], keepdims=1), helper.make_node("Sub", ["x", "m"], ["y"])],
+        "coupled", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", kit.N_FEATURES])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", kit.N_FEATURES])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.save(model, path)
+    return path
+
+
+def test_batched_outputs_equal_single_calls_with_fewer_calls(models, tmp_path):
+    data = kit.eval_data(tmp_path / "eval.npz", n=100)
+    single = LocalProcessBackend().run(_job(models["mlp"], data, tmp_path / "single"))
+    batched = LocalProcessBackend().run(_job(models["mlp"], data, tmp_path / "batched", eval_batch=16,
+                                             latency_calls=5))
+    assert single.ok and batched.ok, (single.reason, batched.reason)
+    assert len(single.latencies_ns) == 100 and len(batched.latencies_ns) == 5
+    assert batched.batch_size == 1                       # latency is per call at the class's batch size
+    ev = batched.extra["evaluation"]
+    assert ev["batched"] and ev["eval_batch"] == 16 and ev["eval_calls"] == 7 and ev["checked_samples"] == 5
+    assert ev["max_abs_diff"] <= 1e-5
+    a, b = results.load_outputs(tmp_path / "single")["y"], results.load_outputs(tmp_path / "batched")["y"]
+    np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
+    assert single.extra["evaluation"] == {"batched": False, "latency_batch": 1, "latency_calls": 100}
+
+
+def test_batch_dependent_outputs_fall_back_to_single_calls(tmp_path):
+    model = _batch_coupled(tmp_path / "coupled.onnx")
+    data = kit.eval_data(tmp_path / "eval.npz", n=40)
+    single = LocalProcessBackend().run(_job(model, data, tmp_path / "single"))
+    batched = LocalProcessBackend().run(_job(model, data, tmp_path / "batched", eval_batch=8, latency_calls=4))
+    assert single.ok and batched.ok
+    ev = batched.extra["evaluation"]
+    assert ev["batched"] is False and "every sample evaluated at batch 1" in ev["reason"] and ev["max_abs_diff"] > 0.1
+    np.testing.assert_array_equal(results.load_outputs(tmp_path / "batched")["y"],
+                                  results.load_outputs(tmp_path / "single")["y"])
+
+
+def test_a_fixed_batch_dimension_is_never_batched(models, tmp_path):
+    data = kit.eval_data(tmp_path / "eval.npz", n=20)
+    result = LocalProcessBackend().run(_job(models["mlp_b1"], data, tmp_path / "out", eval_batch=16, latency_calls=4))
+    assert result.ok and result.extra["evaluation"]["batched"] is False and len(result.latencies_ns) == 20
+
+
+def test_a_range_of_the_samples(models, tmp_path):
+    data = kit.eval_data(tmp_path / "eval.npz", n=30)
+    result = LocalProcessBackend().run(_job(models["mlp"], data, tmp_path / "out", samples=(7, 19)))
+    assert result.ok and result.n_samples == 12 and len(result.latencies_ns) == 12
+    np.testing.assert_allclose(results.load_outputs(tmp_path / "out")["y"], kit.host_onnx(models["mlp"], data)["y"][7:19],
+                               rtol=1e-6)
+
+
+def test_several_artifacts_in_one_process_keep_their_own_results(models, tmp_path):
+    """One harness start: each artifact in its own child; one that fails does not lose the others."""
+    data = kit.eval_data(tmp_path / "eval.npz", n=12)
+    broken = tmp_path / "broken.onnx"
+    broken.write_bytes(models["mlp"].read_bytes()[:200])          # truncated: the runtime refuses it
+    jobs = [_job(models["mlp"], data, tmp_path / "a", role="candidate"),
+            _job(broken, data, tmp_path / "b", role="reference"),
+            _job(models["mlp_v2"], data, tmp_path / "c", role="incumbent")]
+    backend = LocalProcessBackend()
+    calls = []
+    backend_many = backend.run_many
+    backend.run_many = lambda js: calls.append(len(js)) or backend_many(js)
+    ran = execute_group(jobs, backend)
+    assert calls == [3]                                  # one harness start for all three
+    assert [r.ok for r in ran] == [True, False, True]
+    assert ran[1].reason.startswith("the harness exited with code 1") and "broken.onnx" in ran[1].reason
+    for name, result in (("mlp", ran[0]), ("mlp_v2", ran[2])):
+        assert result.n_samples == 12 and result.device.load_ms > 0 and result.device.peak_memory_bytes > 0
+        np.testing.assert_allclose(results.load_outputs(jobs[[0, 2][name == "mlp_v2"]].out_dir)["y"],
+                                   kit.host_onnx(models[name], data)["y"], rtol=1e-6)
+    assert results.load(tmp_path / "b").status == "failed"
+
+
+def test_run_group_runs_apart_what_cannot_share_a_start(models, tmp_path):
+    data = kit.eval_data(tmp_path / "eval.npz", n=6)
+    jobs = [_job(models["mlp"], data, tmp_path / "a"), _job(models["mlp_v2"], data, tmp_path / "b", samples=(0, 3))]
+    seen = []
+
+    class Recording(LocalProcessBackend):
+        def run_many(self, js):
+            seen.append(len(js))
+            return super().run_many(js)
+
+    ran = run_group(Recording(), jobs)
+    assert all(r.ok for r in ran) and [r.n_samples for r in ran] == [6, 3]
+    assert seen == [1, 1]                                # different ranges: one start each
+
+
+def test_harness_command_pairs_models_and_outputs():
+    dc = kit.device_class(ONNX_CLASS)
+    jobs = [Job(dc, "d.npz", "o1", samples=(2, 9), eval_batch=64, latency_calls=8), Job(dc, "d.npz", "o2")]
+    args = harness_command(jobs, ["m1", "m2"], "/data/d.npz", ["/out/0", "/out/1"])
+    assert args[:10] == ["--runtime", "onnxruntime", "--model", "m1", "--out", "/out/0", "--model", "m2", "--out",
+                         "/out/1"]
+    assert "--samples" in args and args[args.index("--samples") + 1] == "2:9"
+    assert args[args.index("--eval-batch") + 1] == "64" and args[args.index("--latency-calls") + 1] == "8"
+    assert "--eval-batch" not in harness_command([jobs[1]], ["m2"], "d", ["o"])

@@ -4,6 +4,7 @@
 
 Benchmarks are measurements, not tests: they print figures and never fail on a threshold.
 bench_pipeline's cold step removes tiergate's built images (not the base images) first.
+bench_gate_paddleocr fetches its model from a pinned wheel once (the tests' cache) and takes a few minutes.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-ORDER = ("fingerprint", "harness", "rebuild", "parallel", "pipeline")
+ORDER = ("fingerprint", "harness", "rebuild", "parallel", "pipeline", "gate_paddleocr")
 
 
 def main(names: list[str]) -> int:

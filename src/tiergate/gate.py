@@ -548,8 +548,11 @@ class _TargetEval:
                       "reported, not trusted")
         if m.emulated:
             if lat:
+                ev = cand.result.extra.get("evaluation") or {}
+                how = (f"; timed on {ev['latency_calls']} calls, outputs in calls of {ev['eval_batch']} samples "
+                       f"(checked equal to single calls)" if ev.get("batched") else "")
                 self.note("latency is emulated (QEMU): reported, used only relative to the FP32 reference, "
-                          "not gated; no cost computed")
+                          f"not gated; no cost computed{how}")
             return
         if cand.ok:
             self._latency_checks(m, lat)

@@ -508,12 +508,14 @@ def main(argv=None):
         return 0
     loaded = load_data(args.data, args.samples)          # once for every artifact
     importlib.import_module(_plugin("harness_memory").RUNTIME_MODULE[args.runtime])  # once, before the children
-    for model, out in zip(args.models, args.outs):
+    for n, (model, out) in enumerate(zip(args.models, args.outs)):
         run_child(argparse.Namespace(**{**vars(args), "model": model, "out": out}), loaded)
+        print(f"{DONE_MARK}{n}", flush=True)      # the host may collect this artifact's folder now
     return 0
 
 
 FAILED_FILE = "failed.json"
+DONE_MARK = "harness: finished artifact "     # + its index: its folder is complete (result or failed.json)
 
 
 def run_child(args, loaded):

@@ -29,6 +29,7 @@ import os
 import shutil
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import FIRST_EXCEPTION
@@ -452,7 +453,6 @@ def run_tier(specs: list[RunSpec], data: EvalData, backend, *, shards: int | Non
                 reused = bool(first and started[key].reused)
                 done[i] = RunDone(spec.role, dc.name, root / key, cached=not first or reused,
                                   started=first and not reused)
-    janitor.note_finished()
     return [done[i] for i in range(len(specs))]
 
 
@@ -485,26 +485,44 @@ def _run_pending(pending: dict[str, RunSpec], data: EvalData, backend, shards: i
             for span in ranges]
     todo = [(span, keys) for span, keys in todo if keys]
     guarded = _HostFaults(backend)
+    placed: set[tuple[str, tuple[int, int]]] = set()     # put in place as soon as the harness finished it
+    placed_guard = threading.Lock()
+
+    def place(key: str, span: tuple[int, int], out: Path, t0: float, started_at: str):
+        """Job.on_done: an artifact the backend read back while the others still run goes in place at once (a
+        stop, a later failure, even a killed gate, then lose nothing already measured)."""
+        def done(result: results.TargetResult) -> None:
+            stamp = {"started_at": started_at, "wall_s": round(time.monotonic() - t0, 3)}
+            if _keep_finished(out, part_dir(key, span) if sharded else root / key, stamp):
+                with placed_guard:
+                    placed.add((key, span))
+                if not sharded:
+                    janitor.note_finished()
+        return done
 
     def run_span(item) -> list[results.TargetResult]:
         span, keys = item
         outs = {key: works[key] if not sharded else part_dir(key, span).with_name(f"{span[0]}-{span[1]}.part-{tag}")
                 for key in keys}
-        jobs = [Job(dc, data.path, outs[key], image=pending[key].image, artifact_path=pending[key].intake.artifact.path,
-                    artifact_sha256=pending[key].intake.sha256, data_sha256=data.sha256, role=pending[key].role,
-                    profile=pending[key].profile, samples=span if sharded else None, eval_batch=ev.batch,
-                    latency_calls=latency_calls) for key in keys]
-        for job in jobs:
-            shutil.rmtree(job.out_dir, ignore_errors=True)
-        roles = ", ".join(job.role for job in jobs)
+        for out in outs.values():
+            shutil.rmtree(out, ignore_errors=True)
+        roles = ", ".join(pending[key].role for key in keys)
         where = f" samples {span[0]}-{span[1]}" if sharded else ""
         with slots if slots is not None else _no_slot():
             janitor.check_stop()
             _say(progress, f"running {roles} on {dc.name}{where}")
+            t0, started_at = time.monotonic(), datetime.now(timezone.utc).isoformat(timespec="seconds")
+            jobs = [Job(dc, data.path, outs[key], image=pending[key].image,
+                        artifact_path=pending[key].intake.artifact.path, artifact_sha256=pending[key].intake.sha256,
+                        data_sha256=data.sha256, role=pending[key].role, profile=pending[key].profile,
+                        samples=span if sharded else None, eval_batch=ev.batch, latency_calls=latency_calls,
+                        on_done=place(key, span, outs[key], t0, started_at)) for key in keys]
             ran = execute_group(jobs, guarded)
-        janitor.check_stop()               # a run cut short by a stop is no result: nothing is kept
+        janitor.check_stop()               # a run cut short by a stop is no result: only what finished is kept
         guarded.raise_fault()
         for key, job, result in zip(keys, jobs, ran):
+            if (key, span) in placed:
+                continue
             if result.ok:
                 result.outputs_sha256 = file_sha256(job.out_dir / results.OUTPUTS_FILE)
                 results.save(result, job.out_dir)
@@ -539,25 +557,48 @@ def _run_pending(pending: dict[str, RunSpec], data: EvalData, backend, shards: i
                 results.save(result, works[key])
             elif sharded:
                 merge_shards([part_dir(key, span) for span in ranges], works[key])
-            _replace_dir(works[key], root / key)
+            if key in failures or (key, ranges[0]) not in placed or sharded:
+                _replace_dir(works[key], root / key)
+                janitor.note_finished()
             if sharded and key not in failures:
                 shutil.rmtree(root / f"{key}{results.SHARDS_SUFFIX}", ignore_errors=True)
             ran_any = any(key in keys for _, keys in todo)
             started[key] = _Started(spec.role, bool(results.load(root / key).extra.get("reused"))) if ran_any else None
         return started
-    except OSError as exc:
-        for work in works.values():
-            shutil.rmtree(work, ignore_errors=True)
-        if is_disk_full(exc):
-            raise disk_full(exc, root) from None
-        raise
-    except BaseException:
-        for work in works.values():
-            shutil.rmtree(work, ignore_errors=True)
+    except BaseException as exc:
+        disk = isinstance(exc, OSError) and is_disk_full(exc)
+        for key, work in works.items():           # an interrupted start keeps what it finished (and verifies it)
+            if not disk and _keep_finished(work, root / key):
+                janitor.note_finished()
         for span, keys in todo:
             for key in keys:
-                shutil.rmtree(part_dir(key, span).with_name(f"{span[0]}-{span[1]}.part-{tag}"), ignore_errors=True)
+                part = part_dir(key, span).with_name(f"{span[0]}-{span[1]}.part-{tag}")
+                if not disk and _keep_finished(part, part_dir(key, span)):
+                    continue
+                shutil.rmtree(part, ignore_errors=True)
+        for work in works.values():
+            shutil.rmtree(work, ignore_errors=True)
+        if disk:
+            raise disk_full(exc, root) from None
         raise
+
+
+def _keep_finished(work: Path, folder: Path, stamp: dict | None = None) -> bool:
+    """Put in place an artifact's run that its backend finished and saved before the whole start ended (the
+    harness finished it, the host read it back): a stop or a failure of a later artifact does not lose it."""
+    try:
+        result = results.load(work)
+        if not (result.ok and result.image_id and result.data_sha256 and (work / results.OUTPUTS_FILE).is_file()):
+            return False
+        for name, value in (stamp or {}).items():
+            setattr(result, name, value)
+        result.outputs_sha256 = file_sha256(work / results.OUTPUTS_FILE)
+        results.save(result, work)
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        _replace_dir(work, folder)
+        return True
+    except (TiergateError, OSError):
+        return False
 
 
 @contextmanager

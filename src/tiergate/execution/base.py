@@ -15,7 +15,7 @@ import json
 import signal
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Callable, Protocol
 
 from tiergate.hashing import file_sha256
 from tiergate.images import LABEL, BuiltImage
@@ -48,6 +48,9 @@ class Job:
     samples: tuple[int, int] | None = None              # [start, stop) of the data (a shard); None: all
     eval_batch: int = 0                                 # samples per call for outputs (0: the class's batch size)
     latency_calls: int = 0                              # with eval_batch: calls timed for latency
+    # called with the result when a backend has this job's folder complete before the whole start ends
+    # (several artifacts in one container): the orchestrator puts it in place at once
+    on_done: Callable[[TargetResult], None] | None = field(default=None, compare=False, repr=False)
 
     def harness_args(self, model: str, data: str, out: str) -> list[str]:
         return harness_command([self], [model], data, [out])

@@ -23,8 +23,10 @@ own crash; what one child finished is kept when a later one (or the container) f
 from __future__ import annotations
 
 import os
+import re
 import signal
 import shutil
+import time
 import tarfile
 import tempfile
 import uuid
@@ -41,8 +43,10 @@ from tiergate.execution.base import (FAILED_FILE, LOG_TAIL_LINES, Job, clear_out
 from tiergate.execution import janitor
 from tiergate.execution.engine import DEFAULT_ATTEMPTS, DEFAULT_BACKOFF_S, connect, with_retries
 from tiergate.results import OUTPUTS_FILE, RESULT_FILE, TargetResult, failed
+from tiergate.results import save as results_save
 
 USER = "65534:65534"  # nobody:nogroup
+_DONE = re.compile(r"^harness: finished artifact (\d+)$", re.MULTILINE)   # the harness's DONE_MARK
 CONTAINER_ENV = "TIERGATE_IN_CONTAINER"   # tells the harness the cgroup is the run's own (harness_memory.py)
 DATA_NAME = "data.npz"
 TMPFS = "rw,nosuid,nodev,size=64m,mode=1777"
@@ -106,17 +110,40 @@ class DockerBackend:
                 container = client.containers.create(**self.spec(first, data_volume, out_volume,
                                                                  engine_cpus=info.get("NCPU"), models=models))
                 container_id = container.id[:12]
+                collected: dict[int, TargetResult] = {}
+
+                def collect(oom: bool = False) -> None:
+                    """Read back each artifact the harness says it finished, while the container runs on: a
+                    stop (or a later artifact's failure) then loses nothing already measured."""
+                    logs = container.logs().decode("utf-8", "replace")
+                    for n in sorted({int(m) for m in _DONE.findall(logs)} - set(collected)):
+                        job = jobs[n]
+                        download(container, job.out_dir, _wanted, folders={str(n): job.out_dir}, path=f"/out/{n}")
+                        result = _check_machine(read_harness_result(job, hosts[n], "", oom=oom), job, engine_machine)
+                        result.extra = {**result.extra, "container": {"id": container_id, "artifacts": len(jobs)}}
+                        collected[n] = result
+                        if result.ok:
+                            results_save(result, job.out_dir)
+                            if job.on_done is not None:
+                                job.on_done(result)
+
                 try:
                     janitor.check_stop()   # a stop between create and here: the finally removes it
-                    reason, log_tail, oom = _run(container, first, runs=len(jobs))
+                    reason, log_tail, oom = _run(container, first, runs=len(jobs),
+                                                 poll=collect if len(jobs) > 1 else None)
                     if reason is None or len(jobs) > 1:   # what finished before a failure is kept
-                        _download(container, jobs)
+                        _download(container, [job for n, job in enumerate(jobs) if n not in collected],
+                                  [n for n in range(len(jobs)) if n not in collected])
                 finally:
                     container.remove(force=True)
         finally:
             client.close()
         done = []
-        for job, host in zip(jobs, hosts):
+        for n, (job, host) in enumerate(zip(jobs, hosts)):
+            if n in collected:
+                done.append(collected[n])
+                done[-1].log_tail = log_tail if not done[-1].ok else ""
+                continue
             if reason is not None and (len(jobs) == 1 or not harness_spoke(job)):
                 done.append(failed(job.device_class.name, reason, log_tail=log_tail,
                                    oom_limit_bytes=job.device_class.limits.memory_bytes if oom else None, **host))
@@ -153,15 +180,18 @@ class DockerBackend:
         return spec
 
 
-def _run(container, job: Job, runs: int = 1) -> tuple[str | None, str, bool]:
+POLL_S = 1.0      # how often a container of several artifacts is asked which it finished
+
+
+def _run(container, job: Job, runs: int = 1, poll=None) -> tuple[str | None, str, bool]:
     """Start, wait with the class's timeout (per artifact run in it): (why it failed or None, log tail, killed
-    out of memory)."""
+    out of memory). `poll()` is called every POLL_S while it runs (and once at the end)."""
     dc = job.device_class
     timeout_s = dc.limits.timeout_s * runs
     container.start()
     timed_out = False
     try:
-        code = container.wait(timeout=timeout_s)["StatusCode"]
+        code = _wait(container, timeout_s, poll)
     except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError):
         container.reload()  # an engine that is gone raises here, and the attempt is retried
         if container.status != "running":
@@ -171,6 +201,8 @@ def _run(container, job: Job, runs: int = 1) -> tuple[str | None, str, bool]:
         code, timed_out = None, True
     container.reload()
     log_tail = tail(container.logs(tail=LOG_TAIL_LINES).decode("utf-8", "replace"))
+    if poll is not None and not timed_out:
+        poll(bool(container.attrs["State"].get("OOMKilled")))
     if timed_out:
         return f"timed out after {timeout_s} s", log_tail, False
     oom = bool(container.attrs["State"].get("OOMKilled"))
@@ -182,6 +214,23 @@ def _run(container, job: Job, runs: int = 1) -> tuple[str | None, str, bool]:
             reason += f": {last_line(log_tail)}"
         return reason, log_tail, oom
     return None, log_tail, False
+
+
+def _wait(container, timeout_s: float, poll) -> int:
+    """The container's exit code; ReadTimeout after timeout_s (polling between, when asked)."""
+    if poll is None:
+        return container.wait(timeout=timeout_s)["StatusCode"]
+    deadline = time.monotonic() + timeout_s
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise requests.exceptions.ReadTimeout("the container's timeout")
+        try:
+            return container.wait(timeout=min(POLL_S, left))["StatusCode"]
+        except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError):
+            container.reload()             # the SDK's wait timeout is a ConnectionError; a gone engine raises here
+            if container.status == "running":
+                poll()
 
 
 def _check_machine(result: TargetResult, job: Job, engine_machine: str) -> TargetResult:
@@ -255,11 +304,13 @@ def _upload_job(client, image: str, volume: str, jobs: list[Job]) -> list[tuple[
     return models
 
 
-def download(container, out_dir: Path, wanted, folders: dict[str, Path] | None = None) -> None:
-    """Copy the files of the (stopped) container's /out whose names `wanted(name)` accepts, within the output limit.
+def download(container, out_dir: Path, wanted, folders: dict[str, Path] | None = None, path: str = "/out") -> None:
+    """Copy the files of the container's `path` (default /out) whose names `wanted(name)` accepts, within the
+    output limit.
 
-    `folders`: files of /out/<key>/ go to folders[key] (else every file goes to out_dir)."""
-    stream, _ = container.get_archive("/out/.")
+    `folders`: files of /out/<key>/ go to folders[key] (else every file goes to out_dir); a `path` /out/<n>
+    fetches that folder only (its archive holds the folder <n>/ itself)."""
+    stream, _ = container.get_archive("/out/." if path == "/out" else path.rstrip("/"))
     with tempfile.TemporaryFile() as buf:
         for chunk in stream:
             buf.write(chunk)
@@ -282,7 +333,12 @@ def download(container, out_dir: Path, wanted, folders: dict[str, Path] | None =
                         shutil.copyfileobj(src, dst)
 
 
-def _download(container, jobs: list[Job]) -> None:
+def _wanted(name: str) -> bool:
+    return name in (RESULT_FILE, OUTPUTS_FILE, FAILED_FILE)
+
+
+def _download(container, jobs: list[Job], numbers: list[int] | None = None) -> None:
     """result.json, outputs.npz (or the harness's failed.json) of each job, from /out/<n>/."""
-    download(container, jobs[0].out_dir, lambda name: name in (RESULT_FILE, OUTPUTS_FILE, FAILED_FILE),
-             folders={str(n): job.out_dir for n, job in enumerate(jobs)})
+    if jobs:
+        numbers = numbers if numbers is not None else list(range(len(jobs)))
+        download(container, jobs[0].out_dir, _wanted, folders={str(n): job.out_dir for n, job in zip(numbers, jobs)})

@@ -67,6 +67,8 @@ def execute_group(jobs: list[Job], backend: Backend | None = None) -> list[Targe
     except Exception as exc:  # noqa: BLE001 - one target's bug must not lose the others
         ran = [failed(dc.name, f"internal error: {type(exc).__name__}: {exc}", tier=dc.tier) for _ in jobs]
     for job, result in zip(jobs, ran):
+        if result.ok and not job.out_dir.exists():     # put in place as it finished (Job.on_done)
+            continue
         result.started_at = started
         result.wall_s = round(time.monotonic() - t0, 3)
         if not result.ok:

@@ -25,7 +25,8 @@ Written to result.json's device table:
   baseline_memory_bytes   RSS before loading (Python, numpy, the runtime library, the data)
   load_memory_bytes       added by loading: peak during load - RSS before it
   inference_memory_bytes  added by inference: peak during inference - RSS after loading
-  cgroup_peak_bytes       the container's cgroup peak (includes page cache), or null
+  cgroup_peak_bytes       the container's cgroup peak (includes page cache), or null (no container of its
+                          own: a local process, or several artifacts in one container)
   memory_source           where the figures come from
 """
 
@@ -68,9 +69,13 @@ def in_container() -> bool:
     return bool(os.environ.get("TIERGATE_IN_CONTAINER"))
 
 
+SHARED_ENV = "TIERGATE_SHARED_CONTAINER"   # set by the harness when several artifacts run in one container
+
+
 def cgroup_peak() -> tuple[int | None, str]:
-    """The container's cgroup memory peak and its file; (None, "") outside a container or without one."""
-    if not in_container():
+    """The container's cgroup memory peak and its file; (None, "") outside a container or without one, and
+    when several artifacts share the container (its peak is theirs together, not this artifact's)."""
+    if not in_container() or os.environ.get(SHARED_ENV):
         return None, ""
     for path in CGROUP_PEAK:
         try:

@@ -507,6 +507,7 @@ def main(argv=None):
         say(runner, n, latencies)
         return 0
     loaded = load_data(args.data, args.samples)          # once for every artifact
+    os.environ[_plugin("harness_memory").SHARED_ENV] = "1"     # the cgroup's peak is no one artifact's
     importlib.import_module(_plugin("harness_memory").RUNTIME_MODULE[args.runtime])  # once, before the children
     for n, (model, out) in enumerate(zip(args.models, args.outs)):
         run_child(argparse.Namespace(**{**vars(args), "model": model, "out": out}), loaded)

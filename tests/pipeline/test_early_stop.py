@@ -157,3 +157,33 @@ def test_early_stop_keys_are_validated(tmp_path, text, problem):
 
     with pytest.raises(InputError, match=problem):
         _policy(tmp_path, f"[defaults]\n{text}\n")
+
+
+def test_a_crashing_candidate_is_rejected_at_the_first_chunk(tmp_path, tiergate_home):
+    case = _case(tmp_path, 2400, "near")
+    backend = FakeBackend(crash={("candidate", X86)})
+    run, _ = _gate(case, load_policy(None), targets=(X86, ARM), backend=backend, early_stop=True)
+    d = run.decision
+    assert d.verdict == REJECT
+    assert (d.early_stop[X86].look, d.early_stop[X86].samples_used) == (1, 600)   # a crash needs no statistics
+    assert d.early_stop[ARM].verdict == PROMOTE and d.early_stop[ARM].look == 2
+    shas = {name: [j.data_sha256 for j in backend.jobs if j.device_class.name == name] for name in (X86, ARM)}
+    assert len(set(shas[X86])) == 1 and set(shas[X86]) < set(shas[ARM]) and len(set(shas[ARM])) == 2
+    assert len(_chunks_run(backend)) == 2 + 2 * 2      # x86: chunk 1 of both roles; arm64: chunks 1 and 2
+
+
+def test_the_cli_says_how_many_samples_each_tier_used(tmp_path, tiergate_home, monkeypatch, capsys):
+    from tiergate.cli.main import main
+
+    cand, ref, data = _case(tmp_path, 2400, "near")
+    real_gate = pipeline.gate
+    monkeypatch.setattr(pipeline, "gate", lambda *a, **kw: real_gate(
+        *a, **kw, seams=pipeline.Seams(builder=FakeBuilder(), backend_for=FakeBackend())))
+    base = ["gate", "--candidate", str(cand), "--reference", str(ref), "--data", str(data), "--targets", X86]
+    assert main(base + ["--early-stop"]) == 0
+    out = capsys.readouterr().out
+    assert f"early stop: {X86}: settled PROMOTE at look 2 of 4, 1200 of 2400 samples used" in out
+    assert main(base + ["--early-stop", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["early_stop"][X86]["samples_used"] == 1200
+    assert main(base) == 0
+    assert "early stop" not in capsys.readouterr().out

@@ -952,11 +952,20 @@ def _early_decision(tiers: dict[str, _Tier], intakes: dict[str, Intake], policy:
         looks[name] = TierLooks(verdict_of(t.decided.decision.checks), t.look, len(t.ranges), look.samples, n,
                                 t.look < len(t.ranges), t.setting.spending,
                                 look.confidence if look.taken else t.confidence, list(t.plan))
-    runs = {f"{role}/{dc}": f"{folder.name}:{hashlib.sha256((folder / results.RESULT_FILE).read_bytes()).hexdigest()}"
-            for (role, dc), folder in sorted(folders.items())}
-    inputs = {"early_stop": {name: t.to_json() for name, t in looks.items()},
+    named = dict(folders)       # the chunk runs too: what a re-run reuses (and tiergate gc keeps)
+    for t in tiers.values():
+        for role, parts in t.chunks.items():
+            named.update({(role, f"{t.dc.name}/chunk-{i}"): part for i, part in enumerate(parts, 1)})
+        named.update({(role, f"{t.dc.name}/failed-chunk"): part for role, part in t.failed.items()})
+    runs, images = {}, {}
+    for (role, where), folder in sorted(named.items()):
+        raw = (folder / results.RESULT_FILE).read_bytes()
+        runs[f"{role}/{where}"] = f"{folder.name}:{hashlib.sha256(raw).hexdigest()}"
+        images[f"{role}/{where}"] = json.loads(raw).get("image_id", "")
+    inputs = {"candidate": intakes["candidate"].sha256,
+              "early_stop": {name: t.to_json() for name, t in looks.items()},
               "tiers": {name: t.decided.decision_key for name, t in tiers.items()},
-              "runs": runs, "code": _deciding_code_hash()}
+              "runs": runs, "images": images, "code": _deciding_code_hash()}
     key = decision_key_of(inputs)
     decision = cached_decision(key, inputs)
     cached = decision is not None

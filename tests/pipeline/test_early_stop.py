@@ -187,3 +187,23 @@ def test_the_cli_says_how_many_samples_each_tier_used(tmp_path, tiergate_home, m
     assert json.loads(capsys.readouterr().out)["early_stop"][X86]["samples_used"] == 1200
     assert main(base) == 0
     assert "early stop" not in capsys.readouterr().out
+
+
+def test_gc_keeps_the_chunk_runs_a_kept_decision_names(tmp_path, tiergate_home):
+    from datetime import datetime, timedelta, timezone
+
+    from tiergate import gc
+
+    case = _case(tmp_path, 400, "near")
+    policy = _policy(tmp_path, "[defaults]\nearly_stop = true\nmin_accuracy_ratio = 0.999\n")
+    run, _ = _gate(case, policy)
+    plan = gc.plan(tiergate_home, gc.Needs(), None, now=datetime.now(timezone.utc) + timedelta(days=30),
+                   pid_alive=lambda pid: False, keep_last=20)     # every decision of the gate kept
+    runs = {item.name: item for item in plan.items if item.kind == "run"}
+    assert len(runs) == 2 * 4 + 2 * 3            # chunks, and prefixes of 2, 3 and 4 chunks, per role
+    named = json.loads(pipeline.decision_path(run.decision_key).read_text())["inputs"]["runs"]
+    chunks = {v.split(":")[0] for k, v in named.items() if "/chunk-" in k}
+    assert len(chunks) == 8 and all(not runs[c].remove for c in chunks)
+    assert all(not runs[v.split(":")[0]].remove for v in named.values())
+    again, backend = _gate(case, policy)
+    assert not backend.jobs and again.decision_cached

@@ -379,6 +379,15 @@ def settled(checks: list[Check]) -> str | None:
     return None
 
 
+EARLY_METHOD = ("group-sequential looks at growing prefixes of the samples (K disjoint chunks, each run once); "
+                "every interval at a taken look is judged at that look's share of alpha = 1 - confidence under "
+                "Lan-DeMets alpha spending, so by the union bound all looks together err with at most alpha; a look "
+                "whose samples cannot resolve its share (fewer than 1/share samples, or fewer than 10 bootstrap "
+                "resamples beyond a bound) is not taken and passes its share on; a tier stops at the first look "
+                "whose verdict is settled (an interval wholly on one side, or a failure that more samples cannot "
+                "undo); the last look decides whatever it shows")
+
+
 def combine_tiers(per_tier: dict[str, Decision], looks: dict[str, TierLooks], drift: dict[str, DriftMatrix],
                   policy: Policy, on_inconclusive: set[str], method: str) -> Decision:
     """One decision from each tier's own (an early decision: tiers stop at different looks): their checks,

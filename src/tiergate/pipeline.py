@@ -49,8 +49,8 @@ from tiergate.evaldata import (EvalData, check_labels_within, check_sample_count
                                load_eval_data, normalised, run_loader, subset, validate_against)
 from tiergate.execution import janitor
 from tiergate.fingerprint import Fingerprint, fingerprint
-from tiergate.gate import (Decision, RunOutcome, TierLooks, combine_tiers, cross_tier_drift, evaluate, settled,
-                           signature_decision, verdict_of)
+from tiergate.gate import (EARLY_METHOD, Decision, RunOutcome, TierLooks, combine_tiers, cross_tier_drift, evaluate,
+                           settled, signature_decision, verdict_of)
 from tiergate.hashing import file_sha256
 from tiergate.images import BuiltImage
 from tiergate.lint import Finding, lint
@@ -826,14 +826,6 @@ def _gate_whole(specs: list[RunSpec], data: EvalData, intakes: dict[str, Intake]
                         cache_hits=sum(d.cached for d in done), started=sum(d.started for d in done), metrics=task)
 
 # --- early decision: sequential looks at growing sample prefixes ---------------------------------
-
-EARLY_METHOD = ("group-sequential looks at growing prefixes of the samples (K disjoint chunks, each run once); "
-                "every interval at a taken look is judged at that look's share of alpha = 1 - confidence under "
-                "Lan-DeMets alpha spending, so by the union bound all looks together err with at most alpha; a look "
-                "whose samples cannot resolve its share (fewer than 1/share samples, or fewer than 10 bootstrap "
-                "resamples beyond a bound) is not taken and passes its share on; a tier stops at the first look "
-                "whose verdict is settled (an interval wholly on one side, or a failure that more samples cannot "
-                "undo); the last look decides whatever it shows")
 
 
 def early_settings(policy: Policy, device_classes: list[DeviceClass], early_stop: bool | None) -> dict[str, EarlyStop]:

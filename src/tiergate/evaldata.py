@@ -388,6 +388,20 @@ def write_archive(arrays: dict[str, np.ndarray], meta: dict | None = None, folde
     return path
 
 
+def subset(data: EvalData, start: int, stop: int) -> EvalData:
+    """Samples [start, stop) as their own content-hashed archive (sample axes and constants kept); the whole
+    range is `data` itself (its file, its hash, its cached runs)."""
+    if (start, stop) == (0, data.n_samples):
+        return data
+    if not 0 <= start < stop <= data.n_samples:
+        raise ValueError(f"samples {start}-{stop} are outside 0-{data.n_samples}")
+    arrays = {name: take(data.arrays[name], data.axis(name), start, stop) for name in data.info}
+    if data.labels is not None:
+        arrays[LABELS] = data.labels[start:stop]
+    meta = {"inputs": data.axes, "outputs": data.output_axes} if needs_axes_member(data) else None
+    return load_eval_data(write_archive(arrays, meta))
+
+
 # --- data loaders: FILE.py:FUNCTION -----------------------------------------------------------------
 
 

@@ -213,6 +213,28 @@ class DriftMatrix:
     __json_decode__ = from_json
 
 
+@dataclass(frozen=True)
+class TierLooks:
+    """How an early decision (sequential evaluation) went on one device class."""
+
+    verdict: str                  # the tier's own verdict at the look it stopped at
+    look: int                     # that look (1-based)
+    looks: int                    # looks planned
+    samples_used: int
+    samples_total: int
+    stopped_early: bool           # settled before its last look
+    spending: str                 # alpha spending (tiergate.stats.alpha_spent)
+    confidence: float             # every interval's confidence at that look
+    plan: list[stats.Look] = field(default_factory=list)   # every look: samples, taken, confidence
+
+    def to_json(self) -> dict:
+        return encode(self)
+
+    @classmethod
+    def from_json(cls, data: dict) -> "TierLooks":
+        return decode(cls, data)
+
+
 @dataclass
 class Decision:
     verdict: str
@@ -223,6 +245,7 @@ class Decision:
     quantized: bool
     policy_sources: list[str]
     warnings: list[str] = field(default_factory=list)    # evidence that did not decide (e.g. agreement)
+    early_stop: dict[str, TierLooks] = field(default_factory=dict)   # device class -> its looks (early stop on)
 
     @property
     def passed(self) -> bool:
@@ -253,7 +276,7 @@ class Decision:
             "drift": {side: matrix.to_json() for side, matrix in self.drift.items()},
             "policy_sources": list(self.policy_sources),
             "warnings": list(self.warnings),
-        }
+        } | ({"early_stop": {name: t.to_json() for name, t in self.early_stop.items()}} if self.early_stop else {})
 
     @classmethod
     def from_json(cls, data: dict) -> "Decision":
@@ -264,7 +287,8 @@ class Decision:
                    {name: TargetMetrics.from_json(m) for name, m in data["metrics"].items()},
                    {side: DriftMatrix.from_json(d) for side, d in data["drift"].items()},
                    list(data["notes"]), bool(data["quantized"]), list(data["policy_sources"]),
-                   list(data.get("warnings", [])))
+                   list(data.get("warnings", [])),
+                   {name: TierLooks.from_json(t) for name, t in data.get("early_stop", {}).items()})
 
     def dumps(self) -> str:
         """Canonical JSON text: two decisions are equal when these are."""
@@ -327,6 +351,68 @@ def verdict_of(checks: list[Check], on_inconclusive: set[str] | str = "inconclus
     if "reject" in modes:
         return REJECT
     return INCONCLUSIVE if "inconclusive" in modes else PROMOTE
+
+
+# A failed check of these on some samples fails on every superset of them (a crash, a NaN, a wrong shape, a
+# largest error, the artifact's size): an early look may stop on it. Other checks without an interval are
+# estimates on the samples used (a mean cosine, a percentile): an early look never stops on their failure.
+SETTLED_WHEN_FAILED = frozenset({"run", "reference_run", "memory_limit", "output_present", "output_shape", "finite",
+                                 "reference_finite", "max_abs_error", "artifact_mb", "artifact_ratio",
+                                 "artifact_ratio_vs_incumbent"})
+_INTERVAL_CHECKS = frozenset({"noninferior_accuracy", "noninferior_latency"})   # judged on an interval's bound
+
+
+def settled(checks: list[Check]) -> str | None:
+    """The verdict an early look may stop a tier on, or None (look further).
+
+    REJECT when a check failed decisively: its interval (at the look's share of alpha) lies wholly on the wrong
+    side, or it is one of SETTLED_WHEN_FAILED. PROMOTE when every check passed and at least one is judged on an
+    interval (a tier whose checks are all point estimates has no error to control: it never stops early on a
+    PROMOTE). Anything else (an inconclusive check, an estimate that failed on the samples so far) looks further.
+    """
+    if any(not c.passed and not c.inconclusive and (c.interval is not None or c.name in SETTLED_WHEN_FAILED)
+           for c in checks):
+        return REJECT
+    if checks and all(c.passed for c in checks) and any(c.interval is not None or c.name in _INTERVAL_CHECKS
+                                                        for c in checks):
+        return PROMOTE
+    return None
+
+
+EARLY_METHOD = ("group-sequential looks at growing prefixes of the samples (K disjoint chunks, each run once); "
+                "every interval at a taken look is judged at that look's share of alpha = 1 - confidence under "
+                "Lan-DeMets alpha spending, so by the union bound all looks together err with at most alpha; a look "
+                "whose samples cannot resolve its share (fewer than 1/share samples, or fewer than 10 bootstrap "
+                "resamples beyond a bound) is not taken and passes its share on; a tier stops at the first look "
+                "whose verdict is settled (an interval wholly on one side, or a failure that more samples cannot "
+                "undo); the last look decides whatever it shows")
+
+
+def combine_tiers(per_tier: dict[str, Decision], looks: dict[str, TierLooks], drift: dict[str, DriftMatrix],
+                  policy: Policy, on_inconclusive: set[str], method: str) -> Decision:
+    """One decision from each tier's own (an early decision: tiers stop at different looks): their checks,
+    metrics, notes and warnings in tier order, the verdict over all checks as `evaluate` gives it."""
+    checks, notes, warnings, metrics = [], [], [], {}
+    inconclusive_note = "inconclusive task metrics decided as"
+    for name, decision in per_tier.items():
+        checks += decision.checks
+        metrics.update(decision.metrics)
+        notes += [n for n in decision.notes if not n.startswith(inconclusive_note)]
+        warnings += decision.warnings
+    verdict = verdict_of(checks, on_inconclusive)
+    if verdict != INCONCLUSIVE and any(c.inconclusive for c in checks) and not any(
+            not c.passed and not c.inconclusive for c in checks):
+        notes.append(f"{inconclusive_note} {verdict} by the policy's on_inconclusive")
+    notes.append(f"early stop: {method}")
+    for name, t in looks.items():
+        if t.stopped_early:
+            notes.append(f"{name}: early stop: {t.verdict} settled at look {t.look} of {t.looks}, on {t.samples_used} "
+                         f"of {t.samples_total} samples (intervals at {t.confidence:.4%})")
+        else:
+            notes.append(f"{name}: early stop: no earlier look settled it; decided at look {t.look} of {t.looks} on "
+                         f"{t.samples_used} samples (intervals at {t.confidence:.4%})")
+    quantized = next(iter(per_tier.values())).quantized if per_tier else False
+    return Decision(verdict, checks, metrics, drift, notes, quantized, list(policy.sources), warnings, dict(looks))
 
 
 def signature_decision(differences: list[tuple[str, str]], device_classes, policy: Policy, *,

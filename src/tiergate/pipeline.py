@@ -47,15 +47,17 @@ from tiergate.artifact import Artifact, load_artifact
 from tiergate.errors import (EnvironmentProblem, InfrastructureFault, InputError, Interrupted, TiergateError, disk_full,
                              is_disk_full)
 from tiergate.evaldata import (EvalData, check_labels_within, check_sample_count, is_loader, label_classes,
-                               load_eval_data, normalised, run_loader, validate_against)
+                               load_eval_data, normalised, run_loader, subset, validate_against)
 from tiergate.execution import janitor
 from tiergate.fingerprint import Fingerprint, fingerprint
-from tiergate.gate import Decision, RunOutcome, evaluate, signature_decision
+from tiergate.gate import (EARLY_METHOD, Decision, RunOutcome, TierLooks, combine_tiers, cross_tier_drift, evaluate,
+                           settled, signature_decision, verdict_of)
 from tiergate.hashing import file_sha256
 from tiergate.images import BuiltImage
 from tiergate.lint import Finding, lint
 from tiergate.paths import home
-from tiergate.policy import Policy
+from tiergate.policy import EarlyStop, Policy
+from tiergate.stats import CUSTOM_MAX_RESAMPLES, Look, look_plan
 from tiergate.targets import DeviceClass
 
 Progress = Callable[[str], None]
@@ -616,9 +618,10 @@ def _map_threads(fn, items: list) -> list:
     return [future.result() for future in futures]
 
 
-def merge_shards(parts: list[Path], work: Path) -> results.TargetResult:
+def merge_shards(parts: list[Path], work: Path, spans: list[tuple[int, int]] | None = None) -> results.TargetResult:
     """One artifact's run from its shards' folders (in sample order): outputs concatenated per sample, latencies
-    of every shard's timed calls, device figures of the first shard; extra.shards says what each did."""
+    of every shard's timed calls, device figures of the first shard; extra.shards says what each did.
+    `spans`: the samples of each part (default: from the parts' names, START-STOP)."""
     loaded = [results.load(part) for part in parts]
     first = loaded[0]
     mixed = [r for r in loaded[1:] if (r.machine, r.versions, r.image_id) != (first.machine, first.versions,
@@ -646,7 +649,7 @@ def merge_shards(parts: list[Path], work: Path) -> results.TargetResult:
         evaluation["reason"] = reasons[0]
     shards = [{"samples": [int(a), int(b)], "wall_s": r.wall_s, "started_at": r.started_at,
                "latency_calls": len(r.latencies_ns)}
-              for r, (a, b) in zip(loaded, (map(int, part.name.split("-")) for part in parts))]
+              for r, (a, b) in zip(loaded, spans or (map(int, part.name.split("-")) for part in parts))]
     result = dataclasses.replace(
         first, n_samples=sum(r.n_samples for r in loaded), latencies_ns=[x for r in loaded for x in r.latencies_ns],
         started_at=min(r.started_at for r in loaded), wall_s=max(r.wall_s for r in loaded),
@@ -753,17 +756,20 @@ def _replace_dir(work: Path, folder: Path) -> None:
     work.rename(folder)
 
 
-def run_specs(specs: list[RunSpec], data: EvalData, seams: Seams, *, root: Path | None = None, registry=None,
-              max_parallel: int = 2, progress: Progress | None = None, shards: int | None = None) -> list[RunDone]:
+def run_specs(specs: list[RunSpec], data: EvalData | dict[str, EvalData], seams: Seams, *, root: Path | None = None,
+              registry=None, max_parallel: int = 2, progress: Progress | None = None,
+              shards: int | None = None) -> list[RunDone]:
     """Run every spec (verified saved results are reused): one step per device class (run_tier), every tier at
-    once, at most `max_parallel` containers (or processes) running at a time; RunDones in the specs' order."""
+    once, at most `max_parallel` containers (or processes) running at a time; RunDones in the specs' order.
+    `data`: the samples of every tier, or per device class name (an early decision's chunks)."""
     tiers: dict[str, list[RunSpec]] = {}
     for spec in specs:
         tiers.setdefault(spec.device_class.name, []).append(spec)
     slots = threading.BoundedSemaphore(max(1, max_parallel))
 
     def one(group: list[RunSpec]) -> list[RunDone]:
-        return run_tier(group, data, seams.backend_for(group[0].device_class), shards=shards, root=root,
+        tier_data = data if isinstance(data, EvalData) else data[group[0].device_class.name]
+        return run_tier(group, tier_data, seams.backend_for(group[0].device_class), shards=shards, root=root,
                         registry=registry, progress=progress, slots=slots)
 
     groups = list(tiers.values())
@@ -787,7 +793,7 @@ def gate(candidate: Path, reference: Path, data_path: Path | str, device_classes
          ca_bundle: Path | None = None, registry=None, root: Path | None = None,
          max_parallel: int = 2, progress: Progress | None = None, seams: Seams | None = None,
          sample_axes: dict[str, int] | None = None, metrics: list[str] | None = None,
-         profile: bool = False, shards: int | None = None) -> GateRun:
+         profile: bool = False, shards: int | None = None, early_stop: bool | None = None) -> GateRun:
     """Intake, signature check, build, run, compare and decide; user errors raise before anything runs.
 
     `data_path`: an .npz or a loader FILE.py:FUNCTION; `sample_axes`: explicit {name: axis};
@@ -795,7 +801,9 @@ def gate(candidate: Path, reference: Path, data_path: Path | str, device_classes
     A candidate (or incumbent) whose signature differs from the reference's is rejected with
     the differences named, before anything is built or run. `profile`: every run also records
     per-op time (a run of its own, cached apart). `shards`: containers per tier run (default: each class's
-    `[evaluation] shards`); the decision never depends on it.
+    `[evaluation] shards`); the decision never depends on it. `early_stop`: decide each tier at the first look
+    (a growing prefix of the samples) whose verdict is settled (see gate_early); None: as the policy says
+    (`early_stop`, off by default), True / False: on / off for every tier.
     """
     seams = seams or Seams()
     builder = seams.builder or DockerBuilder(base_image, ca_bundle)
@@ -824,6 +832,26 @@ def gate(candidate: Path, reference: Path, data_path: Path | str, device_classes
 
     described = seams.steps.map("build", build_and_describe, per_class, limit=1,
                                 name=lambda group: group[0].device_class.name)
+    early = early_settings(policy, device_classes, early_stop)
+    if early:
+        run = gate_early(specs, data, intakes, device_classes, policy, early, seams, metrics=task,
+                         labels_known=labels_known, root=root, registry=registry, max_parallel=max_parallel,
+                         progress=progress, shards=shards)
+    else:
+        run = _gate_whole(specs, data, intakes, device_classes, policy, seams, metrics=task,
+                          labels_known=labels_known, root=root, registry=registry, max_parallel=max_parallel,
+                          progress=progress, shards=shards)
+    for dc, item in zip(device_classes, described):
+        if item is not None:
+            run.runtime[dc.name], run.runtime_findings[dc.name] = item
+    return run
+
+
+def _gate_whole(specs: list[RunSpec], data: EvalData, intakes: dict[str, Intake], device_classes: list[DeviceClass],
+                policy: Policy, seams: Seams, *, metrics, labels_known: bool, root: Path | None, registry,
+                max_parallel: int, progress: Progress | None, shards: int | None) -> GateRun:
+    """Every spec on every sample, then the decision (the gate without early stop)."""
+    task = metrics
     if labels_known:
         done = run_specs(specs, data, seams, root=root, registry=registry, max_parallel=max_parallel,
                          progress=progress, shards=shards)
@@ -835,12 +863,202 @@ def gate(candidate: Path, reference: Path, data_path: Path | str, device_classes
         done += run_specs([s for s in specs if s not in first], data, seams, root=root, registry=registry,
                           max_parallel=max_parallel, progress=progress, shards=shards)
     folders = {(d.role, d.device_class): d.folder for d in done}
-    run = decide_saved(folders, intakes, device_classes, policy, data,
-                       cache_hits=sum(d.cached for d in done), started=sum(d.started for d in done), metrics=task)
-    for dc, item in zip(device_classes, described):
-        if item is not None:
-            run.runtime[dc.name], run.runtime_findings[dc.name] = item
-    return run
+    return decide_saved(folders, intakes, device_classes, policy, data,
+                        cache_hits=sum(d.cached for d in done), started=sum(d.started for d in done), metrics=task)
+
+# --- early decision: sequential looks at growing sample prefixes ---------------------------------
+
+
+def early_settings(policy: Policy, device_classes: list[DeviceClass], early_stop: bool | None) -> dict[str, EarlyStop]:
+    """Each class's early-decision settings when any class has it on (`early_stop` True/False: every class);
+    {} when it is off everywhere (the gate as it always was)."""
+    settings = {dc.name: policy.early_stop_for(dc) for dc in device_classes}
+    if early_stop is not None:
+        settings = {name: dataclasses.replace(e, enabled=early_stop) for name, e in settings.items()}
+    return settings if any(e.enabled for e in settings.values()) else {}
+
+
+@dataclass
+class _Tier:
+    """One device class through its looks."""
+
+    dc: DeviceClass
+    specs: list[RunSpec]
+    setting: EarlyStop
+    confidence: float                   # the policy's, for this class
+    ranges: list[tuple[int, int]]       # its chunks
+    plan: list[Look]
+    chunks: dict[str, list[Path]] = field(default_factory=dict)     # role -> its ok chunk folders, in order
+    failed: dict[str, Path] = field(default_factory=dict)           # role -> the chunk run that failed
+    decided: GateRun | None = None
+    look: int = 0                       # the look it was decided at (1-based)
+
+
+def gate_early(specs: list[RunSpec], data: EvalData, intakes: dict[str, Intake], device_classes: list[DeviceClass],
+               policy: Policy, early: dict[str, EarlyStop], seams: Seams, *, metrics, labels_known: bool = True,
+               root: Path | None = None, registry=None, max_parallel: int = 2, progress: Progress | None = None,
+               shards: int | None = None) -> GateRun:
+    """Run and decide in looks: a class with early stop on splits the samples into `looks` chunks; after chunk k
+    its runs of chunks 1..k are merged (merge_shards) into prefix folders and judged on the first m_k samples
+    (decide_saved, at the look's confidence, tiergate.stats.look_plan). A class stops at the first look whose
+    verdict is settled (tiergate.gate.settled), or at its last; only classes still undecided run the next chunk.
+    A class with early stop off runs all samples at once (one look at the policy's confidence). Every chunk is an
+    ordinary run (its own content-hashed .npz, cached by the run cache); every look's decision is cached."""
+    root = root or runs_root()
+    n = data.n_samples
+    custom = any(getattr(m, "kind", "") == "custom" for m in metrics or ())
+    tiers: dict[str, _Tier] = {}
+    for dc in device_classes:
+        setting, t = early[dc.name], policy.for_target(dc)
+        ranges = shard_ranges(n, setting.looks if setting.enabled else 1)
+        resamples = min(t.bootstrap_resamples, CUSTOM_MAX_RESAMPLES) if custom else t.bootstrap_resamples
+        plan = look_plan([b for _, b in ranges], t.confidence, setting.spending, resamples)
+        tiers[dc.name] = _Tier(dc, [s for s in specs if s.device_class.name == dc.name], setting, t.confidence,
+                               ranges, plan)
+    chunk_data: dict[tuple[int, int], EvalData] = {}
+    hits = started = 0
+    for k in range(max(len(t.ranges) for t in tiers.values())):
+        active = [t for t in tiers.values() if t.decided is None and k < len(t.ranges)]
+        if not active:
+            break
+        datas = {}
+        for t in active:
+            span = t.ranges[k]
+            if span not in chunk_data:
+                chunk_data[span] = subset(data, *span)
+            datas[t.dc.name] = chunk_data[span]
+        todo = [s for t in active for s in t.specs if s.role not in t.failed]
+        kw = dict(root=root, registry=registry, max_parallel=max_parallel, progress=progress, shards=shards)
+        if k == 0 and not labels_known:     # the class count is known from the reference's first run
+            first = [s for s in todo if s.role == "reference"][:1]
+            done = run_specs(first, datas, seams, **kw)
+            check_labels_after(data, done[0].folder)
+            done += run_specs([s for s in todo if s not in first], datas, seams, **kw)
+            todo = first + [s for s in todo if s not in first]
+        else:
+            done = run_specs(todo, datas, seams, **kw)
+        hits += sum(d.cached for d in done)
+        started += sum(d.started for d in done)
+        for spec, d in zip(todo, done):
+            t = tiers[spec.device_class.name]
+            if results.load(d.folder).ok:
+                t.chunks.setdefault(spec.role, []).append(d.folder)
+            else:
+                t.failed[spec.role] = d.folder
+        for t in active:
+            look = t.plan[k]
+            forced = "candidate" in t.failed or "reference" in t.failed     # a failed run is settled at any look
+            last = k == len(t.ranges) - 1
+            if not (look.taken or forced or last):
+                continue
+            judged = _judge_look(t, k, data, intakes, policy, metrics, root)
+            verdict = settled(judged.decision.checks)
+            if verdict is not None or forced or last:
+                t.decided, t.look = judged, k + 1
+                if len(t.ranges) > 1:
+                    _say(progress, f"{t.dc.name}: {verdict or verdict_of(judged.decision.checks)} at look {k + 1} "
+                                   f"of {len(t.ranges)} ({look.samples} of {n} samples)")
+    return _early_decision(tiers, intakes, policy, n, hits, started)
+
+
+def _judge_look(t: _Tier, k: int, data: EvalData, intakes: dict[str, Intake], policy: Policy, metrics,
+                root: Path) -> GateRun:
+    """One class's decision on its first m_k samples (at the look's confidence), from prefix folders."""
+    look = t.plan[k]
+    folders = {(s.role, t.dc.name): t.failed.get(s.role) or _prefix_folder(t.chunks[s.role], t.ranges[:k + 1], root)
+               for s in t.specs}
+    confidence = look.confidence if look.taken else t.confidence
+    extra = {"early_stop": {"look": k + 1, "looks": len(t.ranges), "spending": t.setting.spending,
+                            "samples": look.samples, "confidence": confidence}}
+    return decide_saved(folders, intakes, [t.dc], _at_confidence(policy, confidence), _prefix_data(data, look.samples),
+                        metrics=metrics, extra_inputs=extra)
+
+
+def _early_decision(tiers: dict[str, _Tier], intakes: dict[str, Intake], policy: Policy, n: int, hits: int,
+                    started: int) -> GateRun:
+    """The gate's decision from each class's own (decided at its look), cached as one decision naming them."""
+    folders = {key: folder for t in tiers.values() for key, folder in t.decided.run_dirs.items()}
+    outcomes = load_outcomes(folders)
+    looks = {}
+    for name, t in tiers.items():
+        look = t.plan[t.look - 1]
+        looks[name] = TierLooks(verdict_of(t.decided.decision.checks), t.look, len(t.ranges), look.samples, n,
+                                t.look < len(t.ranges), t.setting.spending,
+                                look.confidence if look.taken else t.confidence, list(t.plan))
+    named = dict(folders)       # the chunk runs too: what a re-run reuses (and tiergate gc keeps)
+    for t in tiers.values():
+        for role, parts in t.chunks.items():
+            named.update({(role, f"{t.dc.name}/chunk-{i}"): part for i, part in enumerate(parts, 1)})
+        named.update({(role, f"{t.dc.name}/failed-chunk"): part for role, part in t.failed.items()})
+    runs, images = {}, {}
+    for (role, where), folder in sorted(named.items()):
+        raw = (folder / results.RESULT_FILE).read_bytes()
+        runs[f"{role}/{where}"] = f"{folder.name}:{hashlib.sha256(raw).hexdigest()}"
+        images[f"{role}/{where}"] = json.loads(raw).get("image_id", "")
+    inputs = {"candidate": intakes["candidate"].sha256,
+              "early_stop": {name: t.to_json() for name, t in looks.items()},
+              "tiers": {name: t.decided.decision_key for name, t in tiers.items()},
+              "runs": runs, "images": images, "code": _deciding_code_hash()}
+    key = decision_key_of(inputs)
+    decision = cached_decision(key, inputs)
+    cached = decision is not None
+    if decision is None:
+        common = min(t.samples_used for t in looks.values())
+        drift = {side: cross_tier_drift(_first_samples(outcomes.get(side, {}), common))
+                 for side in ("candidate", "reference")}
+        on_inconclusive = {policy.for_target(t.dc).on_inconclusive for t in tiers.values()}
+        decision = combine_tiers({name: t.decided.decision for name, t in tiers.items()}, looks, drift, policy,
+                                 on_inconclusive, EARLY_METHOD)
+        if len(tiers) > 1 and common < max(t.samples_used for t in looks.values()):
+            decision.notes.append(f"cross-tier drift compared on the first {common} samples (those every "
+                                  "device class used)")
+        save_decision(key, inputs, decision)
+    return GateRun(decision, intakes, outcomes, folders, hits, started, decision_cached=cached, decision_key=key)
+
+
+def _at_confidence(policy: Policy, confidence: float) -> Policy:
+    """The policy with every interval at `confidence` (for one look of one device class)."""
+    overrides = {name: {k: v for k, v in table.items() if k != "confidence"}
+                 for name, table in policy.overrides.items()}
+    return dataclasses.replace(policy, defaults=dataclasses.replace(policy.defaults, confidence=confidence),
+                               overrides=overrides)
+
+
+def _prefix_data(data: EvalData, m: int) -> EvalData:
+    """The first m samples as the decision sees them: their labels, and an identity of their own."""
+    if m == data.n_samples:
+        return data
+    return dataclasses.replace(data, sha256=hashlib.sha256(f"{data.sha256}[0:{m}]".encode()).hexdigest(),
+                               n_samples=m, labels=None if data.labels is None else data.labels[:m])
+
+
+def _prefix_folder(parts: list[Path], spans: list[tuple[int, int]], root: Path) -> Path:
+    """One artifact's run on the first chunks: their folders merged in sample order (itself for one chunk),
+    named by the chunks' run keys, reused while it verifies."""
+    if len(parts) == 1:
+        return parts[0]
+    key = hashlib.sha256(("prefix\0" + "\0".join(p.name for p in parts)).encode()).hexdigest()[:24]
+    folder = root / key
+    with key_lock(key):
+        if not verified(folder, quiet=True):
+            work = folder.with_name(f"{key}.part-{os.getpid()}-{threading.get_ident()}")
+            shutil.rmtree(work, ignore_errors=True)
+            try:
+                merge_shards(parts, work, spans)
+                _replace_dir(work, folder)
+            except OSError as exc:
+                shutil.rmtree(work, ignore_errors=True)
+                if is_disk_full(exc):
+                    raise disk_full(exc, root) from None
+                raise
+    return folder
+
+
+def _first_samples(outcomes: dict[str, RunOutcome], m: int) -> dict[str, RunOutcome]:
+    """The outcomes cut to their first m samples (outputs have the sample axis first, as merged shards)."""
+    return {name: o if not o.ok else RunOutcome(o.result, {k: v[:m] for k, v in o.outputs.items()})
+            for name, o in outcomes.items()}
+
 
 
 def describe_candidate(group: list[RunSpec], builder: Builder, *, progress: Progress | None = None):
@@ -863,11 +1081,12 @@ def describe_candidate(group: list[RunSpec], builder: Builder, *, progress: Prog
 
 def decide_saved(folders: dict[tuple[str, str], Path], intakes: dict[str, Intake],
                  device_classes: list[DeviceClass], policy: Policy, data: EvalData, *,
-                 cache_hits: int = 0, started: int = 0, metrics=None) -> GateRun:
-    """The decision from saved run folders: from the decision cache when every input it names matches."""
+                 cache_hits: int = 0, started: int = 0, metrics=None, extra_inputs: dict | None = None) -> GateRun:
+    """The decision from saved run folders: from the decision cache when every input it names matches.
+    `extra_inputs`: more that the decision's identity includes (an early decision's look)."""
     outcomes = load_outcomes(folders)
     metrics = metrics if metrics is not None else resolve_metrics(None, policy)
-    inputs = decision_inputs(folders, intakes, device_classes, policy, data, metrics)
+    inputs = decision_inputs(folders, intakes, device_classes, policy, data, metrics) | (extra_inputs or {})
     key = decision_key_of(inputs)
     decision = cached_decision(key, inputs)
     cached = decision is not None

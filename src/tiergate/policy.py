@@ -25,6 +25,7 @@ from typing import Iterable
 import tomllib
 
 from tiergate.errors import InputError
+from tiergate.stats import SPENDING
 from tiergate.targets import DeviceClass
 
 DEFAULT_POLICY = "default-policy.toml"
@@ -32,6 +33,20 @@ _TABLES = ("defaults", "override", "metrics")
 ON_INCONCLUSIVE = ("inconclusive", "reject", "promote")
 AGREEMENT = ("auto", "gate", "evidence")
 _CHOICES = {"on_inconclusive": ON_INCONCLUSIVE, "agreement": AGREEMENT}
+# Early decision (docs/policy.md): not thresholds, so they are kept apart from Thresholds (and the decision's
+# thresholds JSON); [defaults] and [override.NAME] take them like any other key.
+EARLY_KEYS = ("early_stop", "early_looks", "early_spending")
+MAX_EARLY_LOOKS = 20
+
+
+@dataclass(frozen=True)
+class EarlyStop:
+    """Sequential evaluation of one device class: `looks` looks at growing sample prefixes, alpha spent by
+    `spending`; a tier stops at the first look whose verdict is settled. Off unless `enabled`."""
+
+    enabled: bool = False
+    looks: int = 4
+    spending: str = "obrien-fleming"
 
 
 @dataclass(frozen=True)
@@ -104,6 +119,7 @@ class Policy:
     overrides: dict[str, dict[str, float | int | str | None]]
     sources: tuple[str, ...] = ()
     metrics: dict[str, dict] = field(default_factory=dict)     # [metrics.NAME] tables
+    early: dict[str, dict] = field(default_factory=dict)       # early_* keys: "defaults" and "override.NAME"
 
     def for_target(self, device_class: DeviceClass) -> Thresholds:
         """Defaults, then the tier's override, then the device class's own override."""
@@ -111,6 +127,13 @@ class Policy:
         for key in (device_class.tier, device_class.name):
             if key in self.overrides:
                 merged = replace(merged, **self.overrides[key])
+        return merged
+
+    def early_stop_for(self, device_class: DeviceClass) -> EarlyStop:
+        """The early-decision settings of one device class: defaults, then its tier's, then its own."""
+        merged = EarlyStop(**self.early.get("defaults", {}))
+        for key in (device_class.tier, device_class.name):
+            merged = replace(merged, **self.early.get(f"override.{key}", {}))
         return merged
 
     def check_override_names(self, device_classes: Iterable[DeviceClass]) -> None:
@@ -125,8 +148,11 @@ class Policy:
             )
 
     def to_json(self) -> dict:
-        return {"sources": list(self.sources), "defaults": asdict(self.defaults),
-                "overrides": self.overrides, "metrics": self.metrics}
+        doc = {"sources": list(self.sources), "defaults": asdict(self.defaults),
+               "overrides": self.overrides, "metrics": self.metrics}
+        if self.early:
+            doc["early"] = self.early
+        return doc
 
 
 def load_policy(path: str | Path | None = None) -> Policy:
@@ -144,13 +170,16 @@ def load_policy(path: str | Path | None = None) -> Policy:
         raise InputError(f"policy {path}: cannot be read ({exc})") from None
     user = _parse(str(path), text)
     merged_defaults = {**base["defaults"], **user["defaults"]}
-    return _build({"defaults": merged_defaults, "metrics": {**base["metrics"], **user["metrics"]}},
+    early = {**base["early"], **user["early"]}
+    if "defaults" in base["early"] or "defaults" in user["early"]:
+        early["defaults"] = {**base["early"].get("defaults", {}), **user["early"].get("defaults", {})}
+    return _build({"defaults": merged_defaults, "metrics": {**base["metrics"], **user["metrics"]}, "early": early},
                   user["override"], (f"builtin:{DEFAULT_POLICY}", str(path)))
 
 
 def _build(base: dict, overrides: dict, sources: tuple[str, ...]) -> Policy:
     return Policy(defaults=Thresholds(**base["defaults"]), overrides=overrides, sources=sources,
-                  metrics=base.get("metrics", {}))
+                  metrics=base.get("metrics", {}), early=base.get("early", {}))
 
 
 def _parse(name: str, text: str) -> dict:
@@ -162,7 +191,8 @@ def _parse(name: str, text: str) -> dict:
         if key not in _TABLES:
             raise InputError(f"policy {name}: unknown key '{key}' (known tables: [defaults], [override.NAME], "
                              "[metrics.NAME])")
-    defaults = _section(name, "defaults", data.get("defaults", {}))
+    early: dict[str, dict] = {}
+    defaults = _section(name, "defaults", data.get("defaults", {}), early)
     overrides = data.get("override", {})
     if not isinstance(overrides, dict):
         raise InputError(f"policy {name}: 'override' must be tables [override.NAME]")
@@ -170,9 +200,10 @@ def _parse(name: str, text: str) -> dict:
     if not isinstance(metrics, dict):
         raise InputError(f"policy {name}: 'metrics' must be tables [metrics.NAME]")
     return {"defaults": defaults,
-            "override": {target: _section(name, f"override.{target}", table)
+            "override": {target: _section(name, f"override.{target}", table, early)
                          for target, table in overrides.items()},
-            "metrics": {metric: _metric_table(name, metric, table) for metric, table in metrics.items()}}
+            "metrics": {metric: _metric_table(name, metric, table) for metric, table in metrics.items()},
+            "early": early}
 
 
 _METRIC_KEYS = {"min_ratio": float, "max_ratio": float, "threshold": float, "k": int, "positive": int,
@@ -201,15 +232,34 @@ def _metric_table(name: str, metric: str, table) -> dict:
     return out
 
 
-def _section(name: str, where: str, table) -> dict:
+def _section(name: str, where: str, table, early: dict[str, dict]) -> dict:
+    """A table's thresholds; its early_* keys go to `early[where]`."""
     if not isinstance(table, dict):
         raise InputError(f"policy {name}: '{where}' must be a table")
-    return {key: _value(name, where, key, value) for key, value in table.items()}
+    found = dict(_early_value(name, where, key, value) for key, value in table.items() if key in EARLY_KEYS)
+    if found:
+        early[where] = found
+    return {key: _value(name, where, key, value) for key, value in table.items() if key not in EARLY_KEYS}
+
+
+def _early_value(name: str, where: str, key: str, value):
+    bad = f"policy {name}: [{where}] {key}"
+    if key == "early_stop":
+        if not isinstance(value, bool):
+            raise InputError(f"{bad} must be true or false, got {value!r}")
+        return "enabled", value
+    if key == "early_spending":
+        if value not in SPENDING:
+            raise InputError(f"{bad} must be one of {', '.join(repr(c) for c in SPENDING)}, got {value!r}")
+        return "spending", value
+    if isinstance(value, bool) or not isinstance(value, int) or not 2 <= value <= MAX_EARLY_LOOKS:
+        raise InputError(f"{bad} must be a whole number from 2 to {MAX_EARLY_LOOKS}, got {value!r}")
+    return "looks", value
 
 
 def _value(name: str, where: str, key: str, value):
     if key not in _KNOWN:
-        raise InputError(f"policy {name}: unknown key '{key}' in [{where}] (known: {', '.join(_KNOWN)})")
+        raise InputError(f"policy {name}: unknown key '{key}' in [{where}] (known: {', '.join(_KNOWN + EARLY_KEYS)})")
     bad = f"policy {name}: [{where}] {key}"
     if key in _CHOICES:
         if value not in _CHOICES[key]:

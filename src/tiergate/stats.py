@@ -205,3 +205,79 @@ def samples_needed(interval: Interval, threshold: float, n: int) -> int | None:
         return None
     half = (est - low) if gap > 0 else (high - est)
     return max(n, math.ceil(n * (half / abs(gap)) ** 2))
+
+
+# --- early decision: looks at growing sample prefixes, alpha spent across them -------------------------
+
+SPENDING = ("obrien-fleming", "pocock")
+MIN_TAIL_RESAMPLES = 10     # a look's bootstrap needs this many resamples beyond each bound to place it
+
+
+def alpha_spent(t: float, alpha: float, spending: str = "obrien-fleming") -> float:
+    """Lan-DeMets alpha spending: the share of the two-sided error `alpha` spent by information fraction t.
+
+    "obrien-fleming": 2 - 2 Phi(z_{1-alpha/2} / sqrt(t)) (almost nothing early, nearly all of alpha at the end);
+    "pocock": alpha ln(1 + (e - 1) t) (spread evenly). Both are 0 at t = 0 and alpha at t = 1.
+    """
+    if t <= 0:
+        return 0.0
+    if t >= 1:
+        return float(alpha)
+    if spending == "obrien-fleming":
+        norm = _scipy_stats().norm
+        return float(2.0 * norm.sf(norm.isf(alpha / 2.0) / math.sqrt(t)))    # 2 - 2 Phi(z / sqrt t), exact tail
+    if spending == "pocock":
+        return float(alpha * math.log(1.0 + (math.e - 1.0) * t))
+    raise ValueError(f"unknown alpha spending {spending!r} (known: {', '.join(SPENDING)})")
+
+
+@dataclass(frozen=True)
+class Look:
+    """One planned look at the first `samples` samples; a taken look judges every interval at `confidence`."""
+
+    index: int                       # 1-based
+    samples: int
+    taken: bool
+    confidence: float | None = None  # 1 - the alpha spent at this look (taken looks only)
+
+
+def resolvable(samples: int, alpha: float, resamples: int) -> bool:
+    """Whether a look can place a bound at error `alpha`: at least 1 / alpha samples (Thresholds.min_samples)
+    and MIN_TAIL_RESAMPLES bootstrap resamples beyond each bound."""
+    return alpha > 0 and samples >= math.ceil(1.0 / alpha - 1e-9) and resamples * alpha / 2.0 >= MIN_TAIL_RESAMPLES
+
+
+def look_plan(sizes: list[int], confidence: float, spending: str = "obrien-fleming",
+              resamples: int = 9999) -> list[Look]:
+    """The looks at prefix sizes `sizes` (increasing, the last = every sample) and the confidence of each.
+
+    Look k spends alpha(t_k) - alpha(t_prev) of alpha = 1 - confidence (t = samples / all samples, t_prev that
+    of the previous taken look); by the union bound the chance that any taken look's interval misses is at most
+    alpha, whatever the intervals' method. A look whose sample count (or the bootstrap's resamples) cannot
+    resolve its share is not taken: its share moves to the next look (this depends on the design only, never
+    on the data). The last look is always taken; if its share is not resolvable, the latest earlier look is
+    dropped until it is (with no earlier look, the last is the ordinary gate at `confidence`).
+    """
+    if not sizes or any(b <= a for a, b in zip(sizes, sizes[1:])) or sizes[0] < 1:
+        raise ValueError(f"look sizes must increase from 1: {sizes}")
+    n, alpha = sizes[-1], 1.0 - confidence
+    taken, spent = [], 0.0
+    for k, m in enumerate(sizes):
+        share = alpha_spent(m / n, alpha, spending) - spent
+        if k == len(sizes) - 1 or resolvable(m, share, resamples):
+            taken.append(k)
+            spent += share
+    while len(taken) > 1:
+        final = alpha - alpha_spent(sizes[taken[-2]] / n, alpha, spending)
+        if resolvable(n, final, resamples):
+            break
+        del taken[-2]
+    looks, before = [], 0.0
+    for k, m in enumerate(sizes):
+        if k in taken:
+            upto = alpha if k == len(sizes) - 1 else alpha_spent(m / n, alpha, spending)
+            looks.append(Look(k + 1, m, True, 1.0 - (upto - before)))
+            before = upto
+        else:
+            looks.append(Look(k + 1, m, False))
+    return looks

@@ -44,6 +44,11 @@ def gate(
     shards: int | None = typer.Option(None, "--shards", min=1, help="Split each tier's samples over N containers "
                                       "(merged in sample order; default: the class's [evaluation] shards, "
                                       "automatic on emulated classes). Never changes the decision."),
+    early_stop: bool | None = typer.Option(None, "--early-stop/--no-early-stop",
+                                           help="Decide each tier at the first look (a growing share of the "
+                                                "samples) whose verdict is settled, alpha spent across looks "
+                                                "(docs/policy.md, early_looks); default: the policy's early_stop, "
+                                                "off."),
     profile: bool = typer.Option(False, "--profile", help="Also record per-op time (op type and node) per run."),
     explain: bool = typer.Option(False, "--explain", help="On REJECT, name the first divergent layer per tier "
                                  "(tiergate explain; the cached decision is unchanged)."),
@@ -75,6 +80,7 @@ def gate(
     run = pipeline.gate(candidate, reference, data, device_classes, loaded_policy, incumbent=incumbent,
                         base_image=base_image, ca_bundle=ca_bundle, registry=registry,
                         max_parallel=max_parallel, progress=progress, profile=profile, shards=shards,
+                        early_stop=early_stop,
                         sample_axes=parse_sample_axes(sample_axis), metrics=list(metric))
     if registry is not None:
         pipeline.record_or_reuse(registry, run)
@@ -153,6 +159,11 @@ def _print(run, explained=None) -> None:
         console.print(f"[red]reason:[/] explain: {line}", highlight=False)
     for name, files in run.report_files.items():
         console.print(f"{name}: {files}", highlight=False)
+    for name, t in decision.early_stop.items():
+        how = (f"settled {t.verdict} at look {t.look} of {t.looks}" if t.stopped_early
+               else f"{t.verdict} at its last look ({t.look} of {t.looks})")
+        console.print(f"early stop: {name}: {how}, {t.samples_used} of {t.samples_total} samples used "
+                      f"(intervals at {t.confidence:.4%})", highlight=False)
     console.print(f"runs: {run.containers_started} started, {run.cache_hits} reused from cache", highlight=False)
     style = "bold green" if decision.passed else ("bold yellow" if decision.verdict == "INCONCLUSIVE" else "bold red")
     console.print(f"[{style}]{decision.verdict}[/]")

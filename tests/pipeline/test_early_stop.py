@@ -1,0 +1,223 @@
+"""Early decision (sequential looks at growing sample prefixes; FakeBackend: no Docker): off by default and
+then nothing changes; a clearly bad candidate is rejected at the first look, a near-identical one promoted before
+the last, a borderline one runs every look; every chunk runs once, and a re-run is a cache hit."""
+
+from __future__ import annotations
+
+import collections
+import json
+
+import numpy as np
+import pytest
+
+from tiergate import pipeline, results
+from tiergate.gate import INCONCLUSIVE, PROMOTE, REJECT, Decision
+from tiergate.policy import load_policy
+from tiergate.targets import resolve
+
+import modelkit
+from fakes import FakeBackend, FakeBuilder
+
+X86, ARM = "x86_64-cpu-onnxruntime", "arm64-cpu-onnxruntime"
+
+
+def _case(tmp_path, n: int, candidate: str):
+    rng = np.random.default_rng(5)
+    w = rng.normal(size=(8, 4))
+    x = rng.normal(size=(n, 8)).astype(np.float32)
+    data = tmp_path / f"eval-{n}.npz"
+    np.savez(data, x=x, labels=(x @ w).argmax(1).astype(np.int64))
+    ref = modelkit.write(modelkit.linear(w, softmax=True, output_name="probs"), tmp_path / "ref.onnx")
+    weights = {"near": w + rng.normal(0, 1e-5, w.shape), "random": rng.normal(size=w.shape)}[candidate]
+    cand = modelkit.write(modelkit.linear(weights, softmax=True, output_name="probs"), tmp_path / f"{candidate}.onnx")
+    return cand, ref, data
+
+
+def _policy(tmp_path, text: str = ""):
+    path = tmp_path / "policy.toml"
+    path.write_text(text)
+    return load_policy(path)
+
+
+def _gate(case, policy, *, targets=(X86,), backend=None, **kw):
+    backend = backend or FakeBackend()
+    seams = pipeline.Seams(builder=FakeBuilder(), backend_for=backend)
+    cand, ref, data = case
+    return pipeline.gate(cand, ref, data, resolve(list(targets)), policy, seams=seams, **kw), backend
+
+
+def _chunks_run(backend):
+    return collections.Counter((j.role, j.device_class.name, j.data_sha256) for j in backend.jobs)
+
+
+def test_off_by_default_the_decision_is_unchanged(tmp_path, tiergate_home, monkeypatch):
+    case = _case(tmp_path, 400, "near")
+    default, backend = _gate(case, load_policy(None), targets=(X86, ARM))
+    assert "early_stop" not in default.decision.to_json()
+    assert not any("early stop" in note for note in default.decision.notes)
+    assert {j.data_sha256 for j in backend.jobs} == {pipeline.load_eval_data(case[2]).sha256}
+    monkeypatch.setenv("TIERGATE_HOME", str(tmp_path / "home-off"))
+    off, _ = _gate(case, _policy(tmp_path, "[defaults]\nearly_stop = false\nearly_looks = 3\n"),
+                   targets=(X86, ARM), early_stop=None)
+    monkeypatch.setenv("TIERGATE_HOME", str(tmp_path / "home-flag-off"))
+    flag_off, _ = _gate(case, load_policy(None), targets=(X86, ARM), early_stop=False)
+    assert default.decision.dumps() == flag_off.decision.dumps()
+    off.decision.policy_sources = default.decision.policy_sources      # the same but for the file it came from
+    assert off.decision.dumps() == default.decision.dumps()
+
+
+def test_a_bad_candidate_is_rejected_at_the_first_look(tmp_path, tiergate_home):
+    case = _case(tmp_path, 400, "random")
+    run, backend = _gate(case, _policy(tmp_path, "[defaults]\nearly_looks = 2\n"), targets=(X86, ARM),
+                         early_stop=True)
+    d = run.decision
+    assert d.verdict == REJECT
+    for name in (X86, ARM):
+        tier = d.early_stop[name]
+        assert (tier.look, tier.looks, tier.samples_used, tier.samples_total) == (1, 2, 200, 400)
+        assert tier.stopped_early and tier.verdict == REJECT and tier.confidence == tier.plan[0].confidence
+        assert d.metrics[name].task["top1_accuracy"].n == 200
+        assert any(n.startswith(f"{name}: early stop: REJECT settled at look 1 of 2, on 200 of 400") for n in d.notes)
+    failed = [c for c in d.checks if c.name == "accuracy_ratio"]
+    assert failed and all(not c.passed and not c.inconclusive for c in failed)
+    assert all(results.load(f).n_samples == 200 for f in run.run_dirs.values())
+    assert len({j.data_sha256 for j in backend.jobs}) == 1          # only the first chunk ran
+    assert Decision.from_json(json.loads(d.dumps())) == d
+
+
+def test_a_near_identical_candidate_is_promoted_before_the_last_look(tmp_path, tiergate_home):
+    case = _case(tmp_path, 2400, "near")
+    run, backend = _gate(case, load_policy(None), early_stop=True)      # 4 looks, O'Brien-Fleming spending
+    d = run.decision
+    tier = d.early_stop[X86]
+    assert d.verdict == PROMOTE, d.reasons
+    assert [look.taken for look in tier.plan] == [False, True, True, True]     # 600 samples cannot resolve 9e-5
+    assert (tier.look, tier.samples_used, tier.stopped_early) == (2, 1200, True)
+    assert abs(sum(1 - look.confidence for look in tier.plan if look.taken) - 0.05) < 1e-12
+    interval = next(c.interval for c in d.checks if c.name == "accuracy_ratio")
+    assert interval.method == "exact-no-disagreement" and interval.confidence == tier.plan[1].confidence
+    assert len({j.data_sha256 for j in backend.jobs}) == 2                     # chunks 1 and 2, never 3 and 4
+    merged = results.load(run.run_dirs[("candidate", X86)])
+    assert merged.n_samples == 1200 and [s["samples"] for s in merged.extra["shards"]] == [[0, 600], [600, 1200]]
+    assert pipeline.verified(run.run_dirs[("candidate", X86)])
+
+
+def test_a_borderline_candidate_runs_every_look_and_each_chunk_once(tmp_path, tiergate_home):
+    case = _case(tmp_path, 400, "near")
+    policy = _policy(tmp_path, "[defaults]\nearly_stop = true\nmin_accuracy_ratio = 0.999\n")
+    run, backend = _gate(case, policy, targets=(X86, ARM))
+    d = run.decision
+    assert d.verdict == INCONCLUSIVE
+    for name in (X86, ARM):
+        tier = d.early_stop[name]
+        assert (tier.look, tier.looks, tier.samples_used, tier.stopped_early) == (4, 4, 400, False)
+        assert tier.confidence == tier.plan[-1].confidence > 0.95      # the last look spends only what is left
+    counts = _chunks_run(backend)
+    assert len(counts) == 2 * 2 * 4 and set(counts.values()) == {1}    # roles x classes x chunks, once each
+    assert run.containers_started == 16
+
+    again, rerun_backend = _gate(case, policy, targets=(X86, ARM))
+    assert not rerun_backend.jobs and again.containers_started == 0 and again.cache_hits == 16
+    assert again.decision_cached and again.decision.dumps() == d.dumps()
+
+
+def test_early_stop_per_class_from_the_policy(tmp_path, tiergate_home):
+    case = _case(tmp_path, 2400, "near")
+    policy = _policy(tmp_path, "[defaults]\nearly_stop = true\n[override.cortex-a]\nearly_stop = false\n")
+    run, backend = _gate(case, policy, targets=(X86, ARM))
+    d = run.decision
+    assert d.verdict == PROMOTE, d.reasons
+    assert (d.early_stop[X86].samples_used, d.early_stop[X86].stopped_early) == (1200, True)
+    assert (d.early_stop[ARM].samples_used, d.early_stop[ARM].looks, d.early_stop[ARM].confidence) == (2400, 1, 0.95)
+    whole = pipeline.load_eval_data(case[2]).sha256
+    assert {j.data_sha256 for j in backend.jobs if j.device_class.name == ARM} == {whole}
+    assert any("cross-tier drift compared on the first 1200 samples" in n for n in d.notes)
+    assert d.drift["candidate"].pairs                   # compared on the common samples
+
+
+def test_the_decision_cache_names_the_early_stop_settings(tmp_path, tiergate_home):
+    case = _case(tmp_path, 400, "near")
+    policy = _policy(tmp_path, "[defaults]\nmin_accuracy_ratio = 0.999\n")
+    four, _ = _gate(case, policy, early_stop=True)
+    three, _ = _gate(case, _policy(tmp_path, "[defaults]\nmin_accuracy_ratio = 0.999\nearly_looks = 3\n"),
+                     early_stop=True)
+    assert four.decision_key != three.decision_key and not three.decision_cached
+    saved = json.loads(pipeline.decision_path(four.decision_key).read_text())
+    assert saved["inputs"]["early_stop"][X86]["looks"] == 4
+
+
+@pytest.mark.parametrize("text, problem", [
+    ("early_stop = 1", "must be true or false"),
+    ("early_looks = 1", "from 2 to 20"),
+    ("early_looks = 2.5", "from 2 to 20"),
+    ("early_spending = 'haybittle'", "must be one of"),
+])
+def test_early_stop_keys_are_validated(tmp_path, text, problem):
+    from tiergate.errors import InputError
+
+    with pytest.raises(InputError, match=problem):
+        _policy(tmp_path, f"[defaults]\n{text}\n")
+
+
+def test_a_crashing_candidate_is_rejected_at_the_first_chunk(tmp_path, tiergate_home):
+    case = _case(tmp_path, 2400, "near")
+    backend = FakeBackend(crash={("candidate", X86)})
+    run, _ = _gate(case, load_policy(None), targets=(X86, ARM), backend=backend, early_stop=True)
+    d = run.decision
+    assert d.verdict == REJECT
+    assert (d.early_stop[X86].look, d.early_stop[X86].samples_used) == (1, 600)   # a crash needs no statistics
+    assert d.early_stop[ARM].verdict == PROMOTE and d.early_stop[ARM].look == 2
+    shas = {name: [j.data_sha256 for j in backend.jobs if j.device_class.name == name] for name in (X86, ARM)}
+    assert len(set(shas[X86])) == 1 and set(shas[X86]) < set(shas[ARM]) and len(set(shas[ARM])) == 2
+    assert len(_chunks_run(backend)) == 2 + 2 * 2      # x86: chunk 1 of both roles; arm64: chunks 1 and 2
+
+
+def test_the_cli_says_how_many_samples_each_tier_used(tmp_path, tiergate_home, monkeypatch, capsys):
+    from tiergate.cli.main import main
+
+    cand, ref, data = _case(tmp_path, 2400, "near")
+    real_gate = pipeline.gate
+    monkeypatch.setattr(pipeline, "gate", lambda *a, **kw: real_gate(
+        *a, **kw, seams=pipeline.Seams(builder=FakeBuilder(), backend_for=FakeBackend())))
+    base = ["gate", "--candidate", str(cand), "--reference", str(ref), "--data", str(data), "--targets", X86]
+    assert main(base + ["--early-stop"]) == 0
+    out = capsys.readouterr().out
+    assert f"early stop: {X86}: settled PROMOTE at look 2 of 4, 1200 of 2400 samples used" in out
+    assert main(base + ["--early-stop", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["early_stop"][X86]["samples_used"] == 1200
+    assert main(base) == 0
+    assert "early stop" not in capsys.readouterr().out
+
+
+def test_gc_keeps_the_chunk_runs_a_kept_decision_names(tmp_path, tiergate_home):
+    from datetime import datetime, timedelta, timezone
+
+    from tiergate import gc
+
+    case = _case(tmp_path, 400, "near")
+    policy = _policy(tmp_path, "[defaults]\nearly_stop = true\nmin_accuracy_ratio = 0.999\n")
+    run, _ = _gate(case, policy)
+    plan = gc.plan(tiergate_home, gc.Needs(), None, now=datetime.now(timezone.utc) + timedelta(days=30),
+                   pid_alive=lambda pid: False, keep_last=20)     # every decision of the gate kept
+    runs = {item.name: item for item in plan.items if item.kind == "run"}
+    assert len(runs) == 2 * 4 + 2 * 3            # chunks, and prefixes of 2, 3 and 4 chunks, per role
+    named = json.loads(pipeline.decision_path(run.decision_key).read_text())["inputs"]["runs"]
+    chunks = {v.split(":")[0] for k, v in named.items() if "/chunk-" in k}
+    assert len(chunks) == 8 and all(not runs[c].remove for c in chunks)
+    assert all(not runs[v.split(":")[0]].remove for v in named.values())
+    again, backend = _gate(case, policy)
+    assert not backend.jobs and again.decision_cached
+
+
+@pytest.mark.docker
+def test_early_stop_on_the_real_engine_x86(tmp_path, tiergate_home):
+    """Chunks as ordinary container runs: a near-identical candidate is promoted at look 2 of 4 on 1,200 of
+    2,400 samples, two chunks per role started; the re-run starts nothing."""
+    cand, ref, data = _case(tmp_path, 2400, "near")
+    classes = resolve([X86])
+    run = pipeline.gate(cand, ref, data, classes, load_policy(None), early_stop=True)
+    tier = run.decision.early_stop[X86]
+    assert run.decision.verdict == PROMOTE, run.decision.reasons
+    assert (tier.look, tier.samples_used, run.containers_started) == (2, 1200, 4)
+    again = pipeline.gate(cand, ref, data, classes, load_policy(None), early_stop=True)
+    assert again.containers_started == 0 and again.decision_cached and again.decision.dumps() == run.decision.dumps()

@@ -46,12 +46,10 @@ def gate(
                                  "(tiergate explain; the cached decision is unchanged)."),
 ) -> None:
     """Gate a candidate: PROMOTE (exit 0), REJECT (exit 1) or INCONCLUSIVE (exit 3), every check listed."""
-    from tiergate import pipeline
-    from tiergate.evaldata import parse_sample_axes
+    from tiergate import quickgate
     from tiergate.policy import load_policy
-    from tiergate.targets import resolve
-
-    from tiergate.targets import catalogue
+    from tiergate.reports.gate_files import write_reports
+    from tiergate.targets import catalogue, resolve
 
     device_classes = resolve(targets)
     loaded_policy = load_policy(policy)
@@ -62,20 +60,20 @@ def gate(
         if junit.is_dir():
             raise InputError(f"--junit {junit}: is a folder; give a file name")
         writable_folder(junit.parent, "--junit")
-    if threading.current_thread() is threading.main_thread():
-        from tiergate.execution import janitor
-
-        janitor.install_signal_handlers()
     err = Console(stderr=True)
     progress = None if as_json else (lambda text: err.print(f"[dim]… {text}[/]", highlight=False))
-    registry = _registry(registry_url)
-    run = pipeline.gate(candidate, reference, data, device_classes, loaded_policy, incumbent=incumbent,
-                        base_image=base_image, ca_bundle=ca_bundle, registry=registry,
-                        max_parallel=max_parallel, progress=progress, profile=profile,
-                        sample_axes=parse_sample_axes(sample_axis), metrics=list(metric))
-    if registry is not None:
-        pipeline.record_or_reuse(registry, run)
-    pipeline.write_reports(run, report_dir, junit)
+    request = quickgate.Request(candidate, reference, data, tuple(device_classes), loaded_policy, incumbent=incumbent,
+                                metrics=tuple(metric), sample_axes=tuple(sample_axis), base_image=base_image,
+                                ca_bundle=ca_bundle, profile=profile)
+    # an unchanged request is answered from the decision cache before anything heavy is imported (no fast
+    # path with a registry: recording needs the normal path's runs)
+    run = quickgate.lookup(request) if not registry_url else None
+    if run is not None:
+        if progress is not None:
+            progress("unchanged: the decision from the cache (nothing loaded, built or run)")
+    else:
+        run = _gate(request, registry_url, max_parallel, progress)
+    write_reports(run, report_dir, junit)
     explained = _explain(run, candidate, reference, data, device_classes, loaded_policy, base_image, ca_bundle,
                          progress) if explain else None
     if as_json:
@@ -92,6 +90,32 @@ def gate(
     else:
         _print(run, explained)
     raise typer.Exit(run.decision.exit_code)
+
+
+def _gate(request, registry_url: str | None, max_parallel: int, progress):
+    """The normal path: intake, build, run (or reuse), decide; then remember it for the fast path."""
+    from tiergate import pipeline, quickgate
+    from tiergate.evaldata import parse_sample_axes
+
+    if threading.current_thread() is threading.main_thread():
+        from tiergate.execution import janitor
+
+        janitor.install_signal_handlers()
+    registry = _registry(registry_url)
+    seams = pipeline.Seams()
+    builder = seams.builder = quickgate.Recorder(seams.builder or pipeline.DockerBuilder(request.base_image,
+                                                                                         request.ca_bundle))
+    run = pipeline.gate(request.candidate, request.reference, request.data, list(request.device_classes),
+                        request.policy, incumbent=request.incumbent, base_image=request.base_image,
+                        ca_bundle=request.ca_bundle, registry=registry, max_parallel=max_parallel,
+                        progress=progress, profile=request.profile,
+                        sample_axes=parse_sample_axes(list(request.sample_axes)), metrics=list(request.metrics),
+                        seams=seams)
+    if registry is not None:
+        pipeline.record_or_reuse(registry, run)
+    else:
+        quickgate.remember(request, run, builder.images)
+    return run
 
 
 def writable_folder(folder: Path, option: str) -> None:

@@ -50,6 +50,8 @@ DECISION_SCHEMA = 1              # pipeline.DECISION_SCHEMA: the decision cache 
 RESULT_FILE, OUTPUTS_FILE = "result.json", "outputs.npz"      # results.RESULT_FILE, results.OUTPUTS_FILE
 HOST_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")     # build.HOST_CA_BUNDLE: in the runtime image tag
 HOST_PIP_CONF = Path("/etc/pip.conf")                           # build.HOST_PIP_CONF: in the runtime image tag
+DESCRIBER = "harness/tiergate_describe.py"   # execution.describe.DESCRIBER, under containers/
+GRAPHS = "runtime-graphs"                     # execution.describe.CACHE_DIR, under TIERGATE_HOME
 DEFAULT_SOCKET = "/var/run/docker.sock"
 DOCKER_TIMEOUT_S = 5.0
 PACKAGE = Path(__file__).resolve().parent
@@ -338,6 +340,8 @@ def _lookup(request: Request) -> Answer | None:
     current = image_ids(wanted, _engine_socket(request.device_classes))
     if any(current.get(name) != image_id for name, image_id in wanted.items()):
         return None
+    if not all(Path(folder).is_dir() for folder in entry["runtime_graph_folders"]):
+        return None          # the normal path would describe again: its runtime section would differ
     findings = {dc: [StoredFinding(f) for f in found] for dc, found in entry["findings"].items()}
     return Answer(decision, runs, entry["decision_key"], entry["runtime"], findings)
 
@@ -367,11 +371,11 @@ def _run_verifies(folder: Path, inputs: dict, label: str) -> bool:
             and _file_sha(folder / OUTPUTS_FILE) == result["outputs_sha256"])
 
 
-def remember(request: Request, gate_run, images: dict) -> Path | None:
+def remember(request: Request, gate_run, recorder: Recorder) -> Path | None:
     """After the normal path: save what `lookup` needs to answer this request next time (or nothing, when
-    some part cannot be verified later). `images`: Recorder.images of this gate's builder."""
+    some part cannot be verified later). `recorder`: the Recorder that wrapped this gate's builder."""
     try:
-        return _remember(request, gate_run, images)
+        return _remember(request, gate_run, recorder)
     except NoFastPath:
         return None
     except Exception:  # noqa: BLE001 - the gate has answered; a fast path is only an optimisation
@@ -380,7 +384,7 @@ def remember(request: Request, gate_run, images: dict) -> Path | None:
         return None
 
 
-def _remember(request: Request, gate_run, images: dict) -> Path | None:
+def _remember(request: Request, gate_run, recorder: Recorder) -> Path | None:
     if not gate_run.decision_key or not gate_run.run_dirs:
         return None          # e.g. a signature difference: decided before anything ran, never cached
     doc, hashers = identity(request)
@@ -401,7 +405,7 @@ def _remember(request: Request, gate_run, images: dict) -> Path | None:
     runs, wanted = [], {}
     for (role, dc), folder in gate_run.run_dirs.items():
         label = f"{role}/{dc}"
-        image = images.get((dc, gate_run.intakes[role].sha256))
+        image = recorder.images.get((dc, gate_run.intakes[role].sha256))
         if image is None or not _run_verifies(Path(folder), inputs, label) \
                 or inputs["images"].get(label) != image.image_id:
             return None
@@ -415,14 +419,42 @@ def _remember(request: Request, gate_run, images: dict) -> Path | None:
     for name, image_id in wanted.items():
         if current.get(name) is None or (image_id is not None and current[name] != image_id):
             return None
+    runtime, findings, graphs = _runtime_as_cached(request, gate_run, recorder)
     entry = {
         "schema": SCHEMA, "key": key, "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "request": doc, "artifacts": artifacts, "decision_key": gate_run.decision_key,
-        "decision_inputs": inputs, "runs": runs, "images": current,
-        "runtime": gate_run.runtime,
-        "findings": {dc: [f.to_json() for f in found] for dc, found in gate_run.runtime_findings.items()},
+        "decision_inputs": inputs, "runs": runs, "images": current, "runtime_graph_folders": graphs,
+        "runtime": runtime, "findings": findings,
     }
     return _write(entry_path(key), entry)
+
+
+def _runtime_as_cached(request: Request, gate_run, recorder: Recorder):
+    """The candidate's runtime graphs and findings as the next normal run prints them: from the describe
+    cache (its `cached` and `seconds` say so), with the cache folders that must still be there."""
+    runtime, findings, graphs = {}, {}, []
+    candidate = gate_run.intakes["candidate"]
+    for dc in request.device_classes:
+        if dc.name not in gate_run.runtime:
+            continue
+        image = recorder.images[(dc.name, candidate.sha256)]
+        graph, found = recorder.builder.describe(dc, candidate, image)
+        folder = graph_folder(candidate.sha256, graph.get("image_id", ""))
+        if graph.get("cached") is not True or not folder.is_dir():
+            raise NoFastPath(f"the runtime graph on {dc.name} is not in the describe cache")
+        runtime[dc.name] = graph
+        findings[dc.name] = [f.to_json() for f in found]
+        graphs.append(str(folder))
+    if list(runtime) != list(gate_run.runtime):
+        raise NoFastPath("the runtime graphs differ from the gate's")
+    return runtime, findings, graphs
+
+
+def graph_folder(artifact_sha256: str, image_id: str) -> Path:
+    """The describe cache's folder of an artifact's runtime graph in a runtime image (execution.describe)."""
+    describer = _file_sha(containers_dir() / DESCRIBER) or ""
+    image = image_id.split(":")[-1]
+    return home() / GRAPHS / f"{artifact_sha256[:24]}-{image[:16]}-{describer[:8]}"
 
 
 def _write(path: Path, doc: dict) -> Path:

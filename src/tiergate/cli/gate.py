@@ -114,7 +114,7 @@ def _gate(request, registry_url: str | None, max_parallel: int, progress):
     if registry is not None:
         pipeline.record_or_reuse(registry, run)
     else:
-        quickgate.remember(request, run, builder.images)
+        quickgate.remember(request, run, builder)
     return run
 
 

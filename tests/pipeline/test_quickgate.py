@@ -120,6 +120,31 @@ def test_options_that_do_not_change_a_decision_are_not_in_the_request():
     assert "max_parallel" in options and "max_parallel" not in request
 
 
+def test_the_fast_parser_knows_the_gate_commands_options_and_nothing_else():
+    """cli/fastgate.py parses `tiergate gate` without typer: the same options, flags and repeatable ones."""
+    from typer.main import get_command
+
+    from tiergate.cli import fastgate
+    from tiergate.cli.main import _register_all, app
+
+    _register_all()
+    params = get_command(app).commands["gate"].params
+    typer_side = {opt: (p.name, "flag" if p.is_flag else ("many" if p.multiple else "value"))
+                  for p in params for opt in p.opts}
+    assert typer_side == fastgate.OPTIONS
+    assert {p.name: p.envvar for p in params if p.envvar} == {"registry_url": fastgate.REGISTRY_ENV}
+    assert set(fastgate.REQUIRED) == {p.name for p in params if p.required}
+    base = ["-c", "a.onnx", "--reference=b.onnx", "-d", "d.npz", "-t", X86]
+    parsed = fastgate.parse(base + ["--metric", "f1", "--metric", "mae", "--json", "--max-parallel", "3"])
+    assert parsed["candidate"] == Path("a.onnx") and parsed["reference"] == Path("b.onnx")
+    assert parsed["metric"] == ["f1", "mae"] and parsed["as_json"] is True
+    for unsure in (["--help"], ["--max-parallel", "0"], ["--max-parallel", "x"], ["--bogus"], ["-c", "again.onnx"],
+                   ["--json=1"], ["--policy"], ["extra"]):
+        assert fastgate.parse(base + unsure) is None, unsure
+    assert fastgate.parse(base[2:]) is None                     # a required option missing
+    assert fastgate.answer(base + ["--explain"]) is None and fastgate.answer(base + ["--registry", "x"]) is None
+
+
 def test_no_fast_path_for_a_loader_or_another_engine(files, monkeypatch):
     with pytest.raises(quickgate.NoFastPath):
         quickgate.identity(_request(files, data=f"{files / 'metric.py'}:load"))
@@ -228,7 +253,7 @@ def test_unchanged_rerun_imports_nothing_heavy_and_answers_as_the_cache_hit(mode
 
     proc, imported = _subprocess_gate(tiergate_home, args + ["--report-dir", str(tmp_path / "fast")])
     assert proc.returncode == code, proc.stderr[-2000:]
-    assert "tiergate.quickgate" in imported
+    assert "tiergate.quickgate" in imported and "typer" not in imported     # cli/fastgate.py answered
     heavy = sorted(m for m in imported if m.split(".")[0] in HEAVY)
     assert not heavy, heavy
     fast = json.loads(proc.stdout)

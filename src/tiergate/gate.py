@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -42,7 +42,7 @@ from tiergate.metrics.drift import OutputDrift, compare_outputs, non_finite_coun
 from tiergate.metrics.latency import LatencyStats, latency_stats
 from tiergate.metrics.task import MetricSpec
 from tiergate.policy import Policy, Thresholds
-from tiergate.results import MB, DeviceFigures, TargetResult
+from tiergate.results import MB, TargetResult
 from tiergate.targets import DeviceClass
 
 @dataclass

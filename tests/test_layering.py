@@ -28,7 +28,7 @@ CORE = (
     "tiergate.artifact", "tiergate.fingerprint", "tiergate.diff", "tiergate.lint", "tiergate.evaldata",
     "tiergate.metrics", "tiergate.stats", "tiergate.policy", "tiergate.gate", "tiergate.results",
     "tiergate.reports", "tiergate.hashing", "tiergate.errors", "tiergate.paths", "tiergate.targets",
-    "tiergate.images",
+    "tiergate.images", "tiergate.figures", "tiergate.decision", "tiergate.quickgate",
 )
 EVERYONE = ("tiergate",)
 

@@ -6,7 +6,9 @@ object from the dataclass's own type hints. Floats JSON cannot hold are written
 as the strings "nan", "inf" and "-inf" and read back as floats wherever the field
 is typed float, so `decode(type(x), encode(x))` gives x back, NaN and infinities
 included. A class may take over its own shape with `__json_encode__(self)` and a
-classmethod `__json_decode__(cls, data)` (e.g. for tuple-keyed dicts).
+classmethod `__json_decode__(cls, data)` (e.g. for tuple-keyed dicts). Numpy values are
+encoded when numpy is loaded; this module never imports it (a saved decision decodes
+without numpy).
 """
 
 from __future__ import annotations
@@ -14,11 +16,10 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import sys
 import types
 import typing
 from pathlib import Path
-
-import numpy as np
 
 NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
 
@@ -33,10 +34,12 @@ def encode(obj):
         return {str(k): encode(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return [encode(v) for v in obj]
-    if isinstance(obj, np.generic):
-        obj = obj.item()
-    if isinstance(obj, np.ndarray):
-        return encode(obj.tolist())
+    np = sys.modules.get("numpy")      # never imported here: without numpy loaded, nothing is a numpy value
+    if np is not None:
+        if isinstance(obj, np.generic):
+            obj = obj.item()
+        if isinstance(obj, np.ndarray):
+            return encode(obj.tolist())
     if isinstance(obj, Path):
         return str(obj)
     if isinstance(obj, float) and not math.isfinite(obj):

@@ -57,6 +57,7 @@ from tiergate.images import BuiltImage
 from tiergate.lint import Finding, lint
 from tiergate.paths import home
 from tiergate.policy import EarlyStop, Policy
+from tiergate.reports.gate_files import runtime_markdown, runtime_summary, write_reports  # noqa: F401
 from tiergate.stats import CUSTOM_MAX_RESAMPLES, Look, look_plan
 from tiergate.targets import DeviceClass
 
@@ -107,13 +108,7 @@ class GateRun:
 
     def runtime_summary(self) -> dict[str, dict]:
         """Per device class, what its runtime executes of the candidate: ops at the tier's own level."""
-        summary = {}
-        for name, graph in self.runtime.items():
-            level = graph.get("default_level") or ""
-            ops = graph.get("ops", {})
-            summary[name] = {"ok": graph.get("ok", False), "error": graph.get("error", ""), "level": level,
-                             "ops": ops.get(level, {}) if level else ops, "placement": graph.get("placement", {})}
-        return summary
+        return runtime_summary(self.runtime)
 
 
 # --- the seams --------------------------------------------------------------------------------
@@ -1251,35 +1246,6 @@ def record_or_reuse(registry, gate_run: GateRun, *, cost_tags: dict[str, str] | 
     # checked again inside the write: a concurrent gate of the same input may have just recorded it
     recorded = record(registry, gate_run, cost_tags=cost_tags, reuse_same=True)
     return recorded, recorded.reused
-
-
-def write_reports(gate_run: GateRun, report_dir: Path | None, junit: Path | None) -> dict[str, Path]:
-    """decision.json, summary.md (and JUnit XML) for CD; returns what was written."""
-    from tiergate.reports.junit import write_junit
-    from tiergate.reports.markdown import write_summary
-
-    written: dict[str, Path] = {}
-    if report_dir is not None:
-        written.update(write_summary(gate_run.decision, report_dir))
-        if gate_run.runtime:
-            with written["markdown"].open("a", encoding="utf-8") as md:
-                md.write(runtime_markdown(gate_run.runtime_summary()))
-    if junit is not None:
-        written["junit"] = write_junit(gate_run.decision, junit)
-    gate_run.report_files = written
-    return written
-
-
-def runtime_markdown(summary: dict[str, dict]) -> str:
-    """Op counts of the candidate's runtime graph per tier, side by side (Markdown)."""
-    names = list(summary)
-    ops = sorted({op for item in summary.values() for op in item["ops"]})
-    lines = ["", "### What each tier's runtime executes (candidate, optimized graph)", "",
-             "| op | " + " | ".join(f"`{n}` ({summary[n]['level'] or 'as loaded'})" for n in names) + " |",
-             "|---|" + "---|" * len(names)]
-    lines += [f"| `{op}` | " + " | ".join(str(summary[n]["ops"].get(op, "")) for n in names) + " |" for op in ops]
-    refused = [f"- `{n}`: refused by the runtime: {summary[n]['error']}" for n in names if not summary[n]["ok"]]
-    return "\n".join(lines + [""] + refused) + "\n"
 
 
 def _say(progress: Progress | None, text: str) -> None:

@@ -17,80 +17,13 @@ from pathlib import Path
 import numpy as np
 
 from tiergate.codec import decode, encode
+from tiergate.figures import MB, DeviceFigures, NodeTime, OpProfile, OpTime  # noqa: F401 - re-exported
 from tiergate.errors import InputError
 
 SCHEMA = 1
 RESULT_FILE = "result.json"
 OUTPUTS_FILE = "outputs.npz"
 SHARDS_SUFFIX = ".shards"      # runs/<key>.shards/<start>-<stop>/: finished shards of a run, kept until merged
-
-
-@dataclass
-class OpTime:
-    """Time of one op type, summed over the profiled calls."""
-
-    total_ms: float = 0.0
-    calls: int = 0                   # kernel executions summed
-    nodes: int = 0                   # nodes of this op type
-
-
-@dataclass
-class NodeTime:
-    name: str
-    op_type: str
-    total_ms: float = 0.0
-    provider: str = ""
-
-
-@dataclass
-class OpProfile:
-    """Per-op time of one run (harness --profile); `available` False says why in `reason`."""
-
-    available: bool = False
-    source: str = ""                 # "onnxruntime profiling JSON", "ai-edge-litert"
-    reason: str = ""
-    calls: int = 0                   # profiled calls (after one warm-up call)
-    by_op_type: dict[str, OpTime] = field(default_factory=dict)   # slowest first
-    nodes: list[NodeTime] = field(default_factory=list)           # slowest first
-
-    def top_ops(self, n: int = 5) -> list[tuple[str, float]]:
-        """(op type, mean ms per call) of the n op types that take the most time."""
-        per_call = max(self.calls, 1)
-        ranked = sorted(self.by_op_type.items(), key=lambda kv: -kv[1].total_ms)
-        return [(op, t.total_ms / per_call) for op, t in ranked[:n]]
-
-
-@dataclass
-class DeviceFigures:
-    """What an edge team sizes a device with, measured by the harness in the run's own process.
-
-    Memory is read from the kernel (VmHWM of the harness process; the container's cgroup
-    peak where the run had a container). On an emulated class (QEMU user mode) memory is
-    the emulator's process and times are emulated: `emulated` labels them.
-    """
-
-    peak_memory_bytes: int | None = None       # peak resident memory of the process, whole run
-    baseline_memory_bytes: int | None = None   # before loading: Python, numpy, runtime library, data
-    load_memory_bytes: int | None = None       # added by loading the model
-    inference_memory_bytes: int | None = None  # added by inference (first call, warm-up, timed loop)
-    cgroup_peak_bytes: int | None = None       # the container's cgroup peak (page cache included)
-    memory_source: str = ""
-    load_ms: float | None = None               # session / interpreter creation incl. EP / delegate set-up
-    first_inference_ms: float | None = None    # the cold first call
-    artifact_bytes: int | None = None
-    emulated: bool = False
-    op_profile: OpProfile | None = None
-
-    @property
-    def peak_memory_mb(self) -> float | None:
-        return None if self.peak_memory_bytes is None else self.peak_memory_bytes / MB
-
-    @property
-    def artifact_mb(self) -> float | None:
-        return None if self.artifact_bytes is None else self.artifact_bytes / MB
-
-
-MB = 1024 * 1024
 
 
 @dataclass

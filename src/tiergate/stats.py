@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import math
 import warnings
-from dataclasses import asdict, dataclass
 
 import numpy as np
+
+from tiergate.figures import Interval, Look, McNemar  # noqa: F401 - re-exported (stdlib-only types)
 
 
 def _scipy_stats():
@@ -25,29 +26,6 @@ _MAX_BATCH_ELEMENTS = 1_000_000   # bound bootstrap memory: resamples per batch 
 # mean is symmetric enough that BCa and percentile agree (measured: to 1e-4 at n = 50,000,
 # where BCa took 85 s and percentile 14 s on one core).
 BCA_MAX_SAMPLES = 10_000
-
-
-@dataclass(frozen=True)
-class McNemar:
-    n: int
-    only_a: int          # pairs where A is right and B wrong
-    only_b: int          # pairs where B is right and A wrong
-    p_value: float       # exact two-sided: binomial test on the discordant pairs
-
-    def to_json(self) -> dict:
-        return asdict(self)
-
-
-@dataclass(frozen=True)
-class Interval:
-    estimate: float
-    low: float
-    high: float
-    confidence: float
-    method: str
-
-    def to_json(self) -> dict:
-        return asdict(self)
 
 
 def mcnemar_exact(correct_a, correct_b) -> McNemar:
@@ -229,16 +207,6 @@ def alpha_spent(t: float, alpha: float, spending: str = "obrien-fleming") -> flo
     if spending == "pocock":
         return float(alpha * math.log(1.0 + (math.e - 1.0) * t))
     raise ValueError(f"unknown alpha spending {spending!r} (known: {', '.join(SPENDING)})")
-
-
-@dataclass(frozen=True)
-class Look:
-    """One planned look at the first `samples` samples; a taken look judges every interval at `confidence`."""
-
-    index: int                       # 1-based
-    samples: int
-    taken: bool
-    confidence: float | None = None  # 1 - the alpha spent at this look (taken looks only)
 
 
 def resolvable(samples: int, alpha: float, resamples: int) -> bool:

@@ -11,39 +11,56 @@ from __future__ import annotations
 import os
 import sys
 
-import click
-import typer
-
 from tiergate.errors import EXIT_UNUSABLE, Interrupted, TiergateError, disk_full, is_disk_full
 
-try:  # typer 0.25+ runs on its own copy of click: its errors are not click's
-    from typer._click import exceptions as _typer_click
-except ImportError:  # pragma: no cover - older typer uses click itself
-    _typer_click = click.exceptions
-_USAGE_ERRORS = (click.UsageError, _typer_click.UsageError)
-_CLICK_ERRORS = (click.ClickException, _typer_click.ClickException)
-_ABORTS = (click.exceptions.Abort, getattr(_typer_click, "Abort", click.exceptions.Abort))
-_EXITS = (click.exceptions.Exit, getattr(_typer_click, "Exit", click.exceptions.Exit))
-
-app = typer.Typer(
-    name="tiergate",
-    help="Edge deployment revalidation: fingerprint, lint, run on every device tier, compare, gate.\n\n"
-    "Exit codes: 0 pass, 1 gate rejected or lint errors, 2 unusable input or environment, "
-    "3 gate inconclusive (collect more samples, or set on_inconclusive in the policy).",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    rich_markup_mode=None,
-)
-
 _COMMAND_MODULES = ("doctor", "intake", "gate", "explain", "registry", "demo", "serve", "gc")
+_APP = None
+
+
+def _make_app():
+    """The typer app (made on first use: an unchanged `tiergate gate` is answered without typer)."""
+    global _APP
+    if _APP is None:
+        import typer
+
+        _APP = typer.Typer(
+            name="tiergate",
+            help="Edge deployment revalidation: fingerprint, lint, run on every device tier, compare, gate.\n\n"
+            "Exit codes: 0 pass, 1 gate rejected or lint errors, 2 unusable input or environment, "
+            "3 gate inconclusive (collect more samples, or set on_inconclusive in the policy).",
+            no_args_is_help=True,
+            add_completion=False,
+            pretty_exceptions_enable=False,
+            rich_markup_mode=None,
+        )
+    return _APP
+
+
+def __getattr__(name: str):
+    if name == "app":
+        return _make_app()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _register_all() -> None:
     import importlib
 
+    app = _make_app()
     for name in _COMMAND_MODULES:
         importlib.import_module(f"tiergate.cli.{name}").register(app)
+
+
+def _click_errors():
+    """(usage errors, click errors, aborts, exits): click's and typer's own copy of them."""
+    import click
+
+    try:  # typer 0.25+ runs on its own copy of click: its errors are not click's
+        from typer._click import exceptions as typer_click
+    except ImportError:  # pragma: no cover - older typer uses click itself
+        typer_click = click.exceptions
+    return ((click.UsageError, typer_click.UsageError), (click.ClickException, typer_click.ClickException),
+            (click.exceptions.Abort, getattr(typer_click, "Abort", click.exceptions.Abort)),
+            (click.exceptions.Exit, getattr(typer_click, "Exit", click.exceptions.Exit)))
 
 
 def _fail(message: str, code: int = EXIT_UNUSABLE) -> int:
@@ -53,23 +70,42 @@ def _fail(message: str, code: int = EXIT_UNUSABLE) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI and return its exit code (never raises for user errors)."""
+    args = sys.argv[1:] if argv is None else list(argv)
+    if args[:1] == ["gate"]:     # an unchanged re-run: answered before typer is imported (cli/fastgate.py)
+        from tiergate.cli.fastgate import answer
+
+        try:
+            code = answer(args[1:])
+        except TiergateError as exc:
+            return _fail(exc.one_line(), exc.exit_code)
+        except KeyboardInterrupt:
+            return _fail("interrupted", 130)
+        except OSError as exc:
+            if not is_disk_full(exc):
+                raise
+            return _fail(disk_full(exc).one_line(), EXIT_UNUSABLE)
+        if code is not None:
+            return code
+    import typer
+
     _register_all()
-    command = typer.main.get_command(app)
+    usage_errors, click_errors, aborts, exits = _click_errors()
+    command = typer.main.get_command(_make_app())
     try:
         result = command.main(args=argv, prog_name="tiergate", standalone_mode=False)
     except TiergateError as exc:
         return _fail(exc.one_line(), exc.exit_code)
     except Interrupted as exc:
         return _fail(interrupted_line(exc), exc.exit_code)
-    except _EXITS as exc:
+    except exits as exc:
         return exc.exit_code
-    except _USAGE_ERRORS as exc:
+    except usage_errors as exc:
         usage = exc.ctx.get_usage() if exc.ctx is not None else "Usage: tiergate [OPTIONS] COMMAND [ARGS]..."
         print(usage.splitlines()[0] if usage else "", file=sys.stderr)
         return _fail(exc.format_message(), EXIT_UNUSABLE)
-    except _CLICK_ERRORS as exc:
+    except click_errors as exc:
         return _fail(exc.format_message(), EXIT_UNUSABLE)
-    except _ABORTS:
+    except aborts:
         return _fail("aborted", 130)
     except KeyboardInterrupt:
         return _fail("interrupted", 130)

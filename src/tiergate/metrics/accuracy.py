@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
+
+from tiergate.figures import Estimate  # noqa: F401 - re-exported (stdlib-only type)
 
 
 def _scipy_stats():
@@ -12,17 +12,6 @@ def _scipy_stats():
     from scipy import stats
 
     return stats
-
-
-@dataclass(frozen=True)
-class Estimate:
-    """A proportion with its confidence interval."""
-
-    value: float
-    low: float
-    high: float
-    n: int
-    confidence: float
 
 
 def predictions(output: np.ndarray) -> np.ndarray:

@@ -8,10 +8,10 @@ Everything is computed in float64. SQNR follows onnxruntime's
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from tiergate.figures import OutputDrift  # noqa: F401 - re-exported (stdlib-only type)
 from tiergate.metrics.accuracy import is_classifier, predictions
 
 
@@ -24,23 +24,6 @@ def _scipy_special():
 EPS = float(np.finfo(float).eps)
 PROB_EPS = 1e-12
 PROB_SUM_TOLERANCE = 1e-3
-
-
-@dataclass(frozen=True)
-class OutputDrift:
-    n_samples: int
-    non_finite: int                      # NaN or Inf elements in the compared output
-    max_abs_error: float
-    p99_abs_error: float
-    relative_l2: float
-    sqnr_db: float
-    cosine: float                        # mean of per-sample cosine similarities
-    cosine_min: float
-    top1_agreement: float | None         # None when an output has fewer than two scores per sample
-    kl_divergence: float | None          # None unless the reference is a probability output
-
-    def to_json(self) -> dict:
-        return asdict(self)
 
 
 def as_float64(array: np.ndarray) -> np.ndarray:

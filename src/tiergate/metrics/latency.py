@@ -3,33 +3,15 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
 
 import numpy as np
+
+from tiergate.figures import LatencyStats  # noqa: F401 - re-exported (stdlib-only type)
 
 
 def p99_min_samples(confidence: float = 0.95) -> int:
     """Calls needed for the largest one to bound p99 from above with this confidence: 1 - 0.99^n >= c."""
     return math.ceil(math.log(1 - confidence) / math.log(0.99))
-
-
-@dataclass(frozen=True)
-class LatencyStats:
-    n_calls: int
-    batch_size: int
-    emulated: bool                      # emulated figures are labelled and never gated on absolutely
-    mean_ms: float
-    std_ms: float
-    cov: float                          # coefficient of variation, std / mean (ddof=1)
-    p50_ms: float
-    p90_ms: float
-    p99_ms: float
-    p99_reliable: bool                  # enough calls for p99 to mean something
-    unstable: bool                      # cov above the policy's limit: report, never trust
-    throughput_per_s: float             # single-stream inferences (samples) per second
-
-    def to_json(self) -> dict:
-        return asdict(self)
 
 
 def latency_stats(latencies_ns, batch_size: int = 1, *, emulated: bool = False,

@@ -2,6 +2,7 @@
 
 - `reports.junit.write_junit(decision, path)`: JUnit XML, one test case per check per device class.
 - `reports.markdown.render_markdown(decision)`, `write_summary(decision, folder)`: CD job summary.
+- `reports.gate_files.write_reports(gate_run, report_dir, junit)`: what `tiergate gate` writes.
 - `reports.drift.cross_tier_matrix(labels, outputs)`: the drift report's cross-tier matrix from given outputs.
 - `reports.html.write_report(report, folder)`: the drift report page + JSON.
 

@@ -5,8 +5,8 @@ One home for how the figures read: MB are MiB, times in ms, emulated runs labell
 
 from __future__ import annotations
 
-from tiergate.gate import Decision, TargetMetrics
-from tiergate.results import MB, DeviceFigures, OpProfile
+from tiergate.decision import Decision, TargetMetrics
+from tiergate.figures import MB, DeviceFigures, OpProfile
 
 SIDES = ("candidate", "reference", "incumbent")
 HEAD = ["peak MB", "load +MB", "inference +MB", "load ms", "first call ms", "size MB"]

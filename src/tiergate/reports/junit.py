@@ -5,7 +5,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from tiergate.gate import Check, Decision
+from tiergate.decision import Check, Decision
 
 
 def junit_tree(decision: Decision) -> ET.ElementTree:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 
 from tiergate.fmt import number
-from tiergate.gate import Check, Decision, DriftMatrix, TargetMetrics
+from tiergate.decision import Check, Decision, DriftMatrix, TargetMetrics
 
 SUMMARY_FILE = "gate-summary.md"
 DECISION_FILE = "gate-decision.json"
@@ -118,7 +118,7 @@ def _drift_section(drift: DriftMatrix | None) -> str:
         return ""
     parts = ["### Cross-tier drift of the candidate (max abs error; row = taken as reference)"]
     for output in drift.outputs:
-        table = drift.matrix("max_abs_error", output)
+        table = drift.rows("max_abs_error", output)
         rows = [[f"`{row}`"] + [_num(v) for v in table[i]] for i, row in enumerate(drift.device_classes)]
         parts.append(f"Output `{output}`:\n\n" + _table([""] + [f"`{c}`" for c in drift.device_classes], rows))
     return "\n\n".join(parts)

@@ -1,0 +1,147 @@
+"""What `tiergate gate` checks before anything runs, and what it prints: light (rich, no typer), shared by the
+typer command (cli/gate.py) and the fast path of an unchanged re-run (cli/fastgate.py)."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+
+from tiergate.errors import EnvironmentProblem, InputError
+
+_OK = {True: "[green]pass[/]", False: "[bold red]FAIL[/]"}
+
+
+def prepare(candidate: Path, reference: Path, data: str, targets: str, *, incumbent: Path | None = None,
+            policy: Path | None = None, junit: Path | None = None, report_dir: Path | None = None,
+            metric=(), sample_axis=(), base_image: str | None = None, ca_bundle: Path | None = None,
+            profile: bool = False, early_stop: bool | None = None):
+    """The gate's request (tiergate.quickgate.Request): device classes and policy loaded, report places
+    checked writable; unusable input raises before anything runs."""
+    from tiergate.policy import load_policy
+    from tiergate.quickgate import Request
+    from tiergate.targets import catalogue, resolve
+
+    device_classes = resolve(targets)
+    loaded_policy = load_policy(policy)
+    loaded_policy.check_override_names(list(catalogue().values()))
+    if report_dir is not None:
+        writable_folder(report_dir, "--report-dir")
+    if junit is not None:
+        if junit.is_dir():
+            raise InputError(f"--junit {junit}: is a folder; give a file name")
+        writable_folder(junit.parent, "--junit")
+    return Request(candidate, reference, data, tuple(device_classes), loaded_policy, incumbent=incumbent,
+                   metrics=tuple(metric), sample_axes=tuple(sample_axis), base_image=base_image,
+                   ca_bundle=ca_bundle, profile=profile, early_stop=early_stop)
+
+
+def writable_folder(folder: Path, option: str) -> None:
+    """Make sure a report can be written there before anything runs (else the verdict would be lost)."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".tiergate-probe-"):
+            pass
+    except OSError as exc:
+        raise EnvironmentProblem(f"{option} {folder}: cannot write there ({exc.strerror or exc})") from None
+
+
+def json_text(run, explained=None) -> str:
+    """The --json document: the decision, its runs and where it came from, the candidate's runtime graphs."""
+    doc = run.decision.to_json()
+    doc["runs"] = {f"{role}/{dc}": str(path) for (role, dc), path in run.run_dirs.items()}
+    doc["cache_hits"], doc["containers_started"] = run.cache_hits, run.containers_started
+    doc["decision_cached"] = run.decision_cached
+    doc["runtime"] = run.runtime
+    doc["findings"] = {dc: [f.to_json() for f in found] for dc, found in run.runtime_findings.items()}
+    if explained is not None:
+        doc["reasons"] = doc["reasons"] + [f"explain: {line}" for line in explained.reasons()]
+        doc["explain"] = explained.to_json()
+    return json.dumps(doc, indent=1)
+
+
+def print_run(run, explained=None) -> None:
+    """The human-readable answer: checks, device figures, runtime graphs, reasons, warnings, files, runs."""
+    from rich.table import Table
+
+    decision = run.decision
+    table = Table(title=f"tiergate gate: {decision.verdict}")
+    for column in ("device class", "tier", "check", "value", "interval", "threshold", "result"):
+        table.add_column(column, overflow="fold")
+    for c in decision.checks:
+        threshold = "" if c.threshold is None else f"{c.op} {_fmt(c.threshold)}"
+        interval = "" if c.interval is None else f"[{_fmt(c.interval.low)}, {_fmt(c.interval.high)}]"
+        result = "[yellow]INCONCLUSIVE[/]" if c.inconclusive else _OK[c.passed]
+        table.add_row(c.device_class, c.tier, c.label, _fmt(c.value), interval, threshold, result)
+    from rich.console import Console
+
+    console = Console(width=max(Console().width, 120))
+    console.print(table)
+    _print_device(console, decision)
+    _print_runtime(console, run)
+    for reason in decision.reasons:
+        console.print(f"[red]reason:[/] {reason}", highlight=False)
+    for warning in decision.warnings:
+        console.print(f"[yellow]warning:[/] {warning}", highlight=False)
+    for line in explained.reasons() if explained is not None else []:
+        console.print(f"[red]reason:[/] explain: {line}", highlight=False)
+    for name, files in run.report_files.items():
+        console.print(f"{name}: {files}", highlight=False)
+    for name, t in decision.early_stop.items():
+        how = (f"settled {t.verdict} at look {t.look} of {t.looks}" if t.stopped_early
+               else f"{t.verdict} at its last look ({t.look} of {t.looks})")
+        console.print(f"early stop: {name}: {how}, {t.samples_used} of {t.samples_total} samples used "
+                      f"(intervals at {t.confidence:.4%})", highlight=False)
+    console.print(f"runs: {run.containers_started} started, {run.cache_hits} reused from cache", highlight=False)
+    style = "bold green" if decision.passed else ("bold yellow" if decision.verdict == "INCONCLUSIVE" else "bold red")
+    console.print(f"[{style}]{decision.verdict}[/]")
+
+
+def _print_device(console, decision) -> None:
+    """The device figures of every run, candidate and reference, and the top ops where profiled."""
+    from tiergate.reports.device import device_rows
+
+    rows = device_rows(decision)
+    if not rows:
+        return
+    from rich.table import Table
+
+    table = Table(title="device figures (emulated: QEMU, memory includes the emulator; not gated)")
+    for column in ("device class", "run", "peak MB", "load +MB", "infer +MB", "load ms", "first call ms",
+                   "size MB", "top ops (ms/call)"):
+        table.add_column(column, overflow="fold")
+    for r in rows:
+        table.add_row(r["device_class"] + (" (emulated)" if r["emulated"] else ""), r["side"], *r["cells"],
+                      r["top_ops"])
+    console.print(table)
+
+
+def _print_runtime(console, run) -> None:
+    """What each tier's runtime executes of the candidate: the most frequent ops, and lint findings on it."""
+    summary = run.runtime_summary()
+    if not summary:
+        return
+    from rich.table import Table
+
+    table = Table(title="runtime graph of the candidate (what each tier executes)")
+    for column in ("device class", "level", "nodes", "top ops", "placement"):
+        table.add_column(column, overflow="fold")
+    for name, item in summary.items():
+        if not item["ok"]:
+            table.add_row(name, "", "", f"[red]refused: {item['error']}[/]", "")
+            continue
+        ops = sorted(item["ops"].items(), key=lambda kv: -kv[1])
+        table.add_row(name, item["level"] or "-", str(sum(item["ops"].values())),
+                      ", ".join(f"{op} {n}" for op, n in ops[:6]),
+                      ", ".join(f"{k} {v}" for k, v in item["placement"].items()))
+    console.print(table)
+    for name, found in run.runtime_findings.items():
+        for f in found:
+            if f.severity != "info":
+                console.print(f"[yellow]{f.severity}[/] {name}: {f.rule}: {f.message}", highlight=False)
+
+
+def _fmt(value) -> str:
+    from tiergate.fmt import number
+
+    return number(value, 4)

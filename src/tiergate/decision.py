@@ -1,0 +1,269 @@
+"""The gate decision's types: Decision, Check, TargetMetrics, TaskMetric, ABResult, DriftMatrix.
+
+Stdlib only (with tiergate.figures, codec, fmt and policy): a saved decision decodes and
+renders (reports.markdown, reports.junit, the CLI tables) without numpy or scipy, so an
+unchanged re-run answered from the decision cache (tiergate.quickgate) imports neither.
+The decision is computed in tiergate.gate, which re-exports everything here.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+
+from tiergate.codec import decode, encode
+from tiergate.errors import EXIT_FAIL, EXIT_INCONCLUSIVE, EXIT_OK, InputError
+from tiergate.figures import DeviceFigures, Estimate, Interval, LatencyStats, Look, McNemar, OutputDrift
+from tiergate.fmt import number
+from tiergate.policy import Thresholds
+
+PROMOTE, REJECT, INCONCLUSIVE = "PROMOTE", "REJECT", "INCONCLUSIVE"
+VERDICT_EXIT = {PROMOTE: EXIT_OK, REJECT: EXIT_FAIL, INCONCLUSIVE: EXIT_INCONCLUSIVE}
+ALL_CLASSES = "*"          # the device class of a check that is not about one (the signature)
+SCHEMA = 2   # decision JSON shape (docs/json-shapes.md); 2: exact round trip, non-finite floats as strings
+
+
+@dataclass(frozen=True)
+class Check:
+    device_class: str
+    tier: str
+    name: str                        # accuracy_ratio, cosine, sqnr_db, latency_p99_ms, run, ...
+    value: float | str | None
+    threshold: float | str | None
+    op: str                          # how value must compare to threshold: ">=", "<=", ">", "=="
+    passed: bool
+    output: str | None = None        # the model output checked, for per-output checks
+    detail: str = ""
+    interval: Interval | None = None    # task metrics: the value's confidence interval
+    inconclusive: bool = False                # the interval straddles the threshold (passed is False)
+    samples_needed: int | None = None         # when inconclusive: samples to decide at the observed effect
+
+    @property
+    def label(self) -> str:
+        return f"{self.name}[{self.output}]" if self.output else self.name
+
+    @property
+    def outcome(self) -> str:
+        return "pass" if self.passed else ("inconclusive" if self.inconclusive else "fail")
+
+    def to_json(self) -> dict:
+        return {**encode(self), "label": self.label}
+
+    @classmethod
+    def from_json(cls, data: dict) -> "Check":
+        return decode(cls, data)
+
+    def sentence(self) -> str:
+        where = "all device classes" if self.device_class == ALL_CLASSES else f"{self.device_class} ({self.tier})"
+        text = f"{where}: {self.label} is {_fmt(self.value)}"
+        if self.interval is not None:
+            text += f" ({self.interval.confidence:.0%} CI [{_fmt(self.interval.low)}, {_fmt(self.interval.high)}])"
+        if self.threshold is not None:
+            text += f", must be {self.op} {_fmt(self.threshold)}"
+        if self.inconclusive:
+            text += ": inconclusive, " + (f"needs about {self.samples_needed} samples at the observed effect"
+                                          if self.samples_needed else "no sample size decides at the observed effect")
+        return text + (f" ({self.detail})" if self.detail else "")
+
+
+@dataclass(frozen=True)
+class ABResult:
+    """A/B against the incumbent on one device class: per-sample correctness basis and the statistics."""
+
+    correctness: str                                  # "labels" or "agreement with FP32 top-1"
+    output: str
+    mcnemar: McNemar
+    accuracy_difference: Interval               # candidate - incumbent
+    latency_ratio: Interval | None = None       # candidate / incumbent mean latency
+
+
+@dataclass(frozen=True)
+class TaskMetric:
+    """One task metric on one device class: candidate and FP32 reference values, and their ratio's interval."""
+
+    name: str
+    output: str | None
+    n: int
+    candidate: float
+    reference: float
+    ratio: Interval               # candidate / reference, paired bootstrap over samples
+    op: str                             # ">=" (higher is better) or "<=" (errors)
+    threshold: float | None
+    outcome: str                        # pass, fail, inconclusive, or "reported" (no threshold)
+    samples_needed: int | None = None
+    source: str = ""                    # FILE.py:FUNCTION of a user metric
+
+
+@dataclass
+class TargetMetrics:
+    """Everything computed for one device class, failed checks or not."""
+
+    device_class: str
+    tier: str
+    execution: str
+    emulated: bool
+    candidate_status: str
+    reference_status: str
+    thresholds: Thresholds
+    outputs: dict[str, OutputDrift] = field(default_factory=dict)
+    label_output: str | None = None
+    accuracy: dict[str, Estimate] = field(default_factory=dict)       # candidate / reference / incumbent
+    latency: dict[str, LatencyStats] = field(default_factory=dict)    # candidate / reference / incumbent
+    latency_ratio_vs_reference: float | None = None                   # candidate mean / reference mean
+    cost_per_1k: dict[str, float] = field(default_factory=dict)       # candidate / reference (real hardware)
+    ab: ABResult | None = None                                        # A/B against the incumbent
+    device: dict[str, DeviceFigures] = field(default_factory=dict)    # candidate / reference / incumbent figures
+    device_ratios: dict[str, float] = field(default_factory=dict)     # <figure>_ratio[_vs_incumbent]: candidate / other
+    task: dict[str, TaskMetric] = field(default_factory=dict)         # task metrics by name
+
+    def to_json(self) -> dict:
+        return encode(self)
+
+    @classmethod
+    def from_json(cls, data: dict) -> "TargetMetrics":
+        return decode(cls, data)
+
+
+@dataclass
+class DriftMatrix:
+    """Pairwise drift of the same artifact across device classes: pairs[(row, col)][output] = drift of col vs row."""
+
+    device_classes: list[str]
+    pairs: dict[tuple[str, str], dict[str, OutputDrift]]
+
+    @property
+    def outputs(self) -> list[str]:
+        names: dict[str, None] = {}
+        for per_output in self.pairs.values():
+            names.update(dict.fromkeys(per_output))
+        return list(names)
+
+    def rows(self, metric: str, output: str) -> list[list[float]]:
+        """A square table as lists (rows = the side taken as reference); NaN on the diagonal and where not
+        comparable."""
+        table = []
+        for row in self.device_classes:
+            cells = []
+            for col in self.device_classes:
+                drift = self.pairs.get((row, col), {}).get(output)
+                value = getattr(drift, metric) if drift is not None else None
+                cells.append(math.nan if value is None else float(value))
+            table.append(cells)
+        return table
+
+    def matrix(self, metric: str, output: str):
+        """The same table as a numpy array (numpy is imported here, on first use)."""
+        import numpy as np
+
+        n = len(self.device_classes)
+        return np.array(self.rows(metric, output), dtype=float).reshape(n, n)
+
+    def to_json(self) -> dict:
+        """`pairs` is the exact content; `outputs` the same as square matrices per metric, for readers."""
+        metrics = ("max_abs_error", "relative_l2", "sqnr_db", "cosine", "top1_agreement")
+        return encode({"device_classes": self.device_classes,
+                       "pairs": [{"row": row, "col": col, "outputs": per_output}
+                                 for (row, col), per_output in self.pairs.items()],
+                       "outputs": {out: {m: self.rows(m, out) for m in metrics} for out in self.outputs}})
+
+    __json_encode__ = to_json
+
+    @classmethod
+    def from_json(cls, data: dict) -> "DriftMatrix":
+        return cls(list(data["device_classes"]),
+                   {(p["row"], p["col"]): decode(dict[str, OutputDrift], p["outputs"]) for p in data["pairs"]})
+
+    __json_decode__ = from_json
+
+
+@dataclass(frozen=True)
+class TierLooks:
+    """How an early decision (sequential evaluation) went on one device class."""
+
+    verdict: str                  # the tier's own verdict at the look it stopped at
+    look: int                     # that look (1-based)
+    looks: int                    # looks planned
+    samples_used: int
+    samples_total: int
+    stopped_early: bool           # settled before its last look
+    spending: str                 # alpha spending (tiergate.stats.alpha_spent)
+    confidence: float             # every interval's confidence at that look
+    plan: list[Look] = field(default_factory=list)   # every look: samples, taken, confidence
+
+    def to_json(self) -> dict:
+        return encode(self)
+
+    @classmethod
+    def from_json(cls, data: dict) -> "TierLooks":
+        return decode(cls, data)
+
+
+@dataclass
+class Decision:
+    verdict: str
+    checks: list[Check]
+    metrics: dict[str, TargetMetrics]
+    drift: dict[str, DriftMatrix]        # "candidate" and "reference" cross-tier drift
+    notes: list[str]
+    quantized: bool
+    policy_sources: list[str]
+    warnings: list[str] = field(default_factory=list)    # evidence that did not decide (e.g. agreement)
+    early_stop: dict[str, TierLooks] = field(default_factory=dict)   # device class -> its looks (early stop on)
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict == PROMOTE
+
+    @property
+    def reasons(self) -> list[str]:
+        return [check.sentence() for check in self.checks if not check.passed]
+
+    @property
+    def exit_code(self) -> int:
+        """0 PROMOTE, 1 REJECT, 3 INCONCLUSIVE."""
+        return VERDICT_EXIT.get(self.verdict, 1)
+
+    def to_json(self) -> dict:
+        """A JSON-ready dict (NaN and infinities as "nan"/"inf"/"-inf"); shape in docs/json-shapes.md.
+
+        `reasons` and each check's `label` are derived, for readers; `from_json` ignores them.
+        """
+        return {
+            "schema": SCHEMA,
+            "verdict": self.verdict,
+            "quantized": self.quantized,
+            "reasons": self.reasons,
+            "notes": list(self.notes),
+            "checks": [c.to_json() for c in self.checks],
+            "metrics": {name: m.to_json() for name, m in self.metrics.items()},
+            "drift": {side: matrix.to_json() for side, matrix in self.drift.items()},
+            "policy_sources": list(self.policy_sources),
+            "warnings": list(self.warnings),
+        } | ({"early_stop": {name: t.to_json() for name, t in self.early_stop.items()}} if self.early_stop else {})
+
+    @classmethod
+    def from_json(cls, data: dict) -> "Decision":
+        """The Decision that `to_json` wrote (exact: NaN, infinities and every typed field come back)."""
+        if data.get("schema") != SCHEMA:
+            raise InputError(f"decision JSON has schema {data.get('schema')!r}; this tiergate reads {SCHEMA}")
+        return cls(data["verdict"], [Check.from_json(c) for c in data["checks"]],
+                   {name: TargetMetrics.from_json(m) for name, m in data["metrics"].items()},
+                   {side: DriftMatrix.from_json(d) for side, d in data["drift"].items()},
+                   list(data["notes"]), bool(data["quantized"]), list(data["policy_sources"]),
+                   list(data.get("warnings", [])),
+                   {name: TierLooks.from_json(t) for name, t in data.get("early_stop", {}).items()})
+
+    def dumps(self) -> str:
+        """Canonical JSON text: two decisions are equal when these are."""
+        return json.dumps(self.to_json(), indent=1, sort_keys=True, allow_nan=False)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Decision) and self.dumps() == other.dumps()
+
+    __hash__ = None
+
+
+
+def _fmt(value) -> str:
+    return number(value, 6, missing="None")

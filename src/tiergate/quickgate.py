@@ -1,0 +1,470 @@
+"""The decision cache's fast path: an unchanged `tiergate gate` answered before anything heavy runs.
+
+The normal path of an unchanged re-run loads and lints every artifact (onnx, onnxruntime),
+asks Docker for its images and the runtime graphs, finds every run in the run cache and
+then the decision in the decision cache. This module answers the same re-run from one file,
+importing no numpy, scipy, onnx, onnxruntime, docker, prefect or sqlalchemy:
+
+- `remember(request, gate_run, images)` after the normal path: under
+  `TIERGATE_HOME/quick/<request key>.json` it writes which decision file answered, the run
+  folders and images it was made from, and the candidate's runtime graphs and findings;
+- `lookup(request) -> Answer | None` before it: the request key is a sha256 over cheap
+  identities of everything the decision depends on (see `identity`); the answer is given
+  only when the decision file still verifies (schema, key, the inputs it names), every run
+  folder it names still has the same result.json and its outputs still hash to what the
+  result says, every artifact still hashes (with its ONNX external data) to what intake
+  found, and the Docker engine (asked over its unix socket with http.client, not the docker
+  SDK) still has the artifact, runtime and base images with the same ids.
+
+Anything in doubt answers None and the normal path runs (it is always correct). There is no
+fast path for a loader FILE.py:FUNCTION as --data (its output is only known by running it),
+with a registry (the CLI skips it: the registry records the decision), or when a device class
+uses an engine other than the local one (docker_host other than "local", or DOCKER_HOST other
+than a unix socket). Options that do not change a decision (--max-parallel) are not in the key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import http.client
+import json
+import os
+import socket
+import threading
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from urllib.parse import quote
+
+from tiergate.decision import Decision
+from tiergate.images import LABEL
+from tiergate.paths import containers_dir, home
+from tiergate.policy import Policy
+from tiergate.reports.gate_files import runtime_summary
+from tiergate.targets import DeviceClass
+
+SCHEMA = 1
+FOLDER = "quick"                 # under TIERGATE_HOME
+DECISION_SCHEMA = 1              # pipeline.DECISION_SCHEMA: the decision cache files read here
+RESULT_FILE, OUTPUTS_FILE = "result.json", "outputs.npz"      # results.RESULT_FILE, results.OUTPUTS_FILE
+HOST_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")     # build.HOST_CA_BUNDLE: in the runtime image tag
+HOST_PIP_CONF = Path("/etc/pip.conf")                           # build.HOST_PIP_CONF: in the runtime image tag
+DESCRIBER = "harness/tiergate_describe.py"   # execution.describe.DESCRIBER, under containers/
+GRAPHS = "runtime-graphs"                     # execution.describe.CACHE_DIR, under TIERGATE_HOME
+DEFAULT_SOCKET = "/var/run/docker.sock"
+DOCKER_TIMEOUT_S = 5.0
+PACKAGE = Path(__file__).resolve().parent
+
+
+class NoFastPath(Exception):
+    """This request has no fast path (say why); the normal path answers it."""
+
+
+@dataclass(frozen=True)
+class Request:
+    """What `tiergate gate` was asked, as far as the decision depends on it."""
+
+    candidate: Path
+    reference: Path
+    data: str
+    device_classes: tuple[DeviceClass, ...]
+    policy: Policy
+    incumbent: Path | None = None
+    metrics: tuple[str, ...] = ()            # --metric, as given
+    sample_axes: tuple[str, ...] = ()        # --sample-axis NAME=AXIS, as given
+    base_image: str | None = None
+    ca_bundle: Path | None = None
+    profile: bool = False
+    early_stop: bool | None = None           # --early-stop / --no-early-stop (None: the policy's)
+
+    @property
+    def artifacts(self) -> dict[str, Path]:
+        paths = {"candidate": self.candidate, "reference": self.reference, "incumbent": self.incumbent}
+        return {role: Path(p) for role, p in paths.items() if p is not None}
+
+
+class StoredFinding:
+    """A lint finding as it was saved (Finding.to_json()): what the CLI prints and writes of it."""
+
+    def __init__(self, data: dict):
+        self._data = dict(data)
+
+    def __getattr__(self, name: str):
+        try:
+            return self.__dict__["_data"][name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def to_json(self) -> dict:
+        return dict(self._data)
+
+
+@dataclass
+class Answer:
+    """The fast answer: what `tiergate gate` prints and writes, as for a decision-cache hit (no run started)."""
+
+    decision: Decision
+    run_dirs: dict[tuple[str, str], Path]
+    decision_key: str
+    runtime: dict[str, dict] = field(default_factory=dict)
+    runtime_findings: dict[str, list] = field(default_factory=dict)
+    report_files: dict[str, Path] = field(default_factory=dict)
+    containers_started: int = 0
+    decision_cached: bool = True
+
+    @property
+    def cache_hits(self) -> int:
+        return len(self.run_dirs)
+
+    def runtime_summary(self) -> dict[str, dict]:
+        return runtime_summary(self.runtime)
+
+
+class Recorder:
+    """A builder that keeps what each build returned (device class, artifact sha256) -> BuiltImage,
+    for `remember`; everything else (describe) is the wrapped builder's."""
+
+    def __init__(self, builder):
+        self.builder = builder
+        self.images: dict[tuple[str, str], object] = {}
+
+    def build(self, device_class, intake):
+        image = self.builder.build(device_class, intake)
+        self.images[(device_class.name, intake.sha256)] = image
+        return image
+
+    def __getattr__(self, name: str):
+        return getattr(self.__dict__["builder"], name)
+
+
+# --- the request key ---------------------------------------------------------------------------
+
+
+def identity(request: Request) -> tuple[dict, dict[str, "hashlib._Hash"]]:
+    """(what the request key hashes, per role the sha256 state after the artifact file's bytes).
+
+    Artifacts and data by content, device classes and policy by their dataclass content (as the
+    decision cache hashes them), --metric names (and FILE.py content), --sample-axis, --base-image,
+    the --ca-bundle content, --profile, the containers/ folder (recipe, locks, harness), the host's
+    pip.conf and CA bundle (both go into the runtime image tag), DOCKER_HOST and the source of the
+    whole tiergate package. NoFastPath when a part cannot be known cheaply.
+    """
+    _engine_socket(request.device_classes)
+    if _is_loader(request.data):
+        raise NoFastPath("the data is a loader FILE.py:FUNCTION")
+    hashers = {}
+    for role, path in request.artifacts.items():
+        if not path.is_file():
+            raise NoFastPath(f"{path}: no such file")
+        with open(path, "rb") as stream:
+            hashers[role] = hashlib.file_digest(stream, "sha256")
+    metrics = []
+    for name in request.metrics:
+        file = name.rpartition(":")[0] if _is_loader(name) else ""
+        metrics.append([name, _file_sha(Path(file), required=True) if file else ""])
+    policy = request.policy
+    doc = {
+        "schema": SCHEMA,
+        "artifacts": {role: h.hexdigest() for role, h in hashers.items()},
+        "data": _file_sha(Path(request.data), required=True),
+        "device_classes": [json.dumps(dataclasses.asdict(dc), sort_keys=True, default=str)
+                           for dc in request.device_classes],
+        "policy": json.dumps([dataclasses.asdict(policy.defaults), policy.overrides, policy.metrics, policy.early],
+                             sort_keys=True, default=str),
+        "early_stop": request.early_stop,
+        "metrics": metrics,
+        "sample_axes": list(request.sample_axes),
+        "base_image": request.base_image,
+        "ca_bundle": None if request.ca_bundle is None else _file_sha(Path(request.ca_bundle), required=True),
+        "profile": bool(request.profile),
+        "containers": tree_sha256(containers_dir()),
+        "pip_conf": _file_sha(HOST_PIP_CONF),
+        "host_ca": _file_sha(HOST_CA_BUNDLE),
+        "docker_host": os.environ.get("DOCKER_HOST", ""),
+        "code": tree_sha256(PACKAGE),
+    }
+    return doc, hashers
+
+
+def request_key(request: Request) -> str:
+    return _key_of(identity(request)[0])
+
+
+def _key_of(doc: dict) -> str:
+    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def tree_sha256(root: Path) -> str:
+    """One hash over a folder: every file's relative path and content (no __pycache__, no .pyc)."""
+    digest = hashlib.sha256()
+    for folder, dirs, names in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+        for name in sorted(names):
+            if name.endswith(".pyc"):
+                continue
+            path = Path(folder) / name
+            digest.update(path.relative_to(root).as_posix().encode() + b"\0")
+            digest.update(path.read_bytes())
+            digest.update(b"\0")
+    return digest.hexdigest()
+
+
+def _file_sha(path: Path, *, required: bool = False) -> str | None:
+    if not path.is_file():
+        if required:
+            raise NoFastPath(f"{path}: no such file")
+        return None
+    with open(path, "rb") as stream:
+        return hashlib.file_digest(stream, "sha256").hexdigest()
+
+
+def _is_loader(spec: str) -> bool:
+    """evaldata.is_loader: FILE.py:FUNCTION rather than a file."""
+    file, sep, function = str(spec).rpartition(":")
+    return bool(sep) and file.endswith(".py") and function.isidentifier()
+
+
+def _engine_socket(device_classes) -> str:
+    """The local engine's unix socket; NoFastPath for any other engine."""
+    if any((dc.docker_host or "local") != "local" for dc in device_classes):
+        raise NoFastPath("a device class uses another Docker engine than the local one")
+    host = os.environ.get("DOCKER_HOST", "")
+    if not host:
+        return DEFAULT_SOCKET
+    if host.startswith("unix://"):
+        return host[len("unix://"):]
+    raise NoFastPath(f"DOCKER_HOST={host} is not a unix socket")
+
+
+def artifact_sha256(state: "hashlib._Hash", path: Path, external: list[str]) -> str:
+    """The artifact's sha256 as intake computes it (artifact/onnx_loader.py, artifact/external.py): the
+    file's bytes (already in `state`), then every external data file's location and bytes, sorted;
+    a location outside the model's folder is refused (NoFastPath) as intake refuses it."""
+    digest = state.copy()
+    folder = Path(path).resolve().parent
+    for location in sorted(external):
+        target = Path(os.path.realpath(folder / location))
+        if not location or "\x00" in location or not target.is_relative_to(folder) or not target.is_file():
+            raise NoFastPath(f"{path}: external data {location!r} is not a file in the model's folder")
+        digest.update(location.encode() + b"\x00")
+        digest.update(target.read_bytes())
+    return digest.hexdigest()
+
+
+# --- the Docker engine, over its socket ---------------------------------------------------------
+
+
+class _UnixConnection(http.client.HTTPConnection):
+    def __init__(self, path: str, timeout: float):
+        super().__init__("localhost", timeout=timeout)
+        self.socket_path = path
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        sock.connect(self.socket_path)
+        self.sock = sock
+
+
+def image_ids(names, socket_path: str, *, labels: bool = False) -> dict[str, object]:
+    """name -> its image id on the engine (None when it has none); with labels: name -> (id, labels)."""
+    found: dict[str, object] = {}
+    conn = _UnixConnection(socket_path, DOCKER_TIMEOUT_S)
+    try:
+        for name in dict.fromkeys(names):
+            conn.request("GET", f"/images/{quote(name, safe='/:@')}/json")
+            response = conn.getresponse()
+            body = response.read()
+            if response.status == 404:
+                found[name] = None
+                continue
+            if response.status != 200:
+                raise NoFastPath(f"the engine answered {response.status} for {name}")
+            doc = json.loads(body)
+            found[name] = (doc["Id"], (doc.get("Config") or {}).get("Labels") or {}) if labels else doc["Id"]
+    finally:
+        conn.close()
+    return found
+
+
+# --- lookup and remember -------------------------------------------------------------------------
+
+
+def entry_path(key: str) -> Path:
+    return home() / FOLDER / f"{key}.json"
+
+
+def decision_path(key: str) -> Path:
+    """pipeline.decision_path."""
+    return home() / "decisions" / f"{key}.json"
+
+
+def lookup(request: Request) -> Answer | None:
+    """The decision of an unchanged request, verified, or None (the normal path then runs)."""
+    try:
+        return _lookup(request)
+    except NoFastPath:
+        return None
+    except Exception:  # noqa: BLE001 - any doubt: the normal path answers (and is always right)
+        if os.environ.get("TIERGATE_DEBUG"):
+            raise
+        return None
+
+
+def _lookup(request: Request) -> Answer | None:
+    doc, hashers = identity(request)
+    key = _key_of(doc)
+    try:
+        entry = json.loads(entry_path(key).read_text())
+    except FileNotFoundError:
+        return None
+    if entry.get("schema") != SCHEMA or entry.get("key") != key:
+        return None
+    inputs = entry["decision_inputs"]
+    for role, path in request.artifacts.items():
+        known = entry["artifacts"][role]
+        if artifact_sha256(hashers[role], path, known["external"]) != known["sha256"] \
+                or inputs.get(role) != known["sha256"]:
+            return None
+    if set(entry["artifacts"]) != set(request.artifacts):
+        return None
+    decision = _saved_decision(entry["decision_key"], inputs)
+    if decision is None:
+        return None
+    runs = {(role, dc): Path(folder) for role, dc, folder in entry["runs"]}
+    if set(f"{role}/{dc}" for role, dc in runs) != set(inputs["runs"]):
+        return None
+    for (role, dc), folder in runs.items():
+        if not _run_verifies(folder, inputs, f"{role}/{dc}"):
+            return None
+    wanted = entry["images"]
+    current = image_ids(wanted, _engine_socket(request.device_classes))
+    if any(current.get(name) != image_id for name, image_id in wanted.items()):
+        return None
+    if not all(Path(folder).is_dir() for folder in entry["runtime_graph_folders"]):
+        return None          # the normal path would describe again: its runtime section would differ
+    findings = {dc: [StoredFinding(f) for f in found] for dc, found in entry["findings"].items()}
+    return Answer(decision, runs, entry["decision_key"], entry["runtime"], findings)
+
+
+def _saved_decision(key: str, inputs: dict) -> Decision | None:
+    """The decision cache file, when it verifies as pipeline.cached_decision verifies it."""
+    try:
+        doc = json.loads(decision_path(key).read_text())
+    except (OSError, ValueError):
+        return None
+    if doc.get("schema") != DECISION_SCHEMA or doc.get("key") != key or doc.get("inputs") != inputs:
+        return None
+    return Decision.from_json(doc["decision"])
+
+
+def _run_verifies(folder: Path, inputs: dict, label: str) -> bool:
+    """The run folder still holds the result the decision was made from, and its outputs verify
+    (pipeline.verified): otherwise the normal path would run it again."""
+    if folder.parent != home() / "runs":
+        return False
+    raw = (folder / RESULT_FILE).read_bytes()
+    if inputs["runs"].get(label) != f"{folder.name}:{hashlib.sha256(raw).hexdigest()}":
+        return False
+    result = json.loads(raw)
+    return (result.get("status") == "ok" and bool(result.get("outputs_sha256"))
+            and result.get("image_id") == inputs["images"].get(label)
+            and _file_sha(folder / OUTPUTS_FILE) == result["outputs_sha256"])
+
+
+def remember(request: Request, gate_run, recorder: Recorder) -> Path | None:
+    """After the normal path: save what `lookup` needs to answer this request next time (or nothing, when
+    some part cannot be verified later). `recorder`: the Recorder that wrapped this gate's builder."""
+    try:
+        return _remember(request, gate_run, recorder)
+    except NoFastPath:
+        return None
+    except Exception:  # noqa: BLE001 - the gate has answered; a fast path is only an optimisation
+        if os.environ.get("TIERGATE_DEBUG"):
+            raise
+        return None
+
+
+def _remember(request: Request, gate_run, recorder: Recorder) -> Path | None:
+    if not gate_run.decision_key or not gate_run.run_dirs:
+        return None          # e.g. a signature difference: decided before anything ran, never cached
+    doc, hashers = identity(request)
+    key = _key_of(doc)
+    saved = json.loads(decision_path(gate_run.decision_key).read_text())
+    inputs = saved["inputs"]
+    decision = _saved_decision(gate_run.decision_key, inputs)
+    if decision is None or decision.dumps() != gate_run.decision.dumps():
+        return None
+    artifacts = {}
+    for role, path in request.artifacts.items():
+        intake = gate_run.intakes[role]
+        external = list(intake.artifact.external_data or ())
+        sha = artifact_sha256(hashers[role], path, external)
+        if sha != intake.sha256 or inputs.get(role) != sha:
+            return None
+        artifacts[role] = {"sha256": sha, "external": external}
+    runs, wanted = [], {}
+    for (role, dc), folder in gate_run.run_dirs.items():
+        label = f"{role}/{dc}"
+        image = recorder.images.get((dc, gate_run.intakes[role].sha256))
+        if image is None or not _run_verifies(Path(folder), inputs, label) \
+                or inputs["images"].get(label) != image.image_id:
+            return None
+        runs.append([role, dc, str(folder)])
+        wanted[image.tag] = image.image_id
+        wanted[image.runtime_tag] = None
+        wanted[image.labels[f"{LABEL}.base_image"]] = None
+    if set(f"{role}/{dc}" for role, dc, _ in runs) != set(inputs["runs"]):
+        return None
+    current = image_ids(wanted, _engine_socket(request.device_classes))
+    for name, image_id in wanted.items():
+        if current.get(name) is None or (image_id is not None and current[name] != image_id):
+            return None
+    runtime, findings, graphs = _runtime_as_cached(request, gate_run, recorder)
+    entry = {
+        "schema": SCHEMA, "key": key, "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "request": doc, "artifacts": artifacts, "decision_key": gate_run.decision_key,
+        "decision_inputs": inputs, "runs": runs, "images": current, "runtime_graph_folders": graphs,
+        "runtime": runtime, "findings": findings,
+    }
+    return _write(entry_path(key), entry)
+
+
+def _runtime_as_cached(request: Request, gate_run, recorder: Recorder):
+    """The candidate's runtime graphs and findings as the next normal run prints them: from the describe
+    cache (its `cached` and `seconds` say so), with the cache folders that must still be there."""
+    runtime, findings, graphs = {}, {}, []
+    candidate = gate_run.intakes["candidate"]
+    for dc in request.device_classes:
+        if dc.name not in gate_run.runtime:
+            continue
+        image = recorder.images[(dc.name, candidate.sha256)]
+        graph, found = recorder.builder.describe(dc, candidate, image)
+        folder = graph_folder(candidate.sha256, graph.get("image_id", ""))
+        if graph.get("cached") is not True or not folder.is_dir():
+            raise NoFastPath(f"the runtime graph on {dc.name} is not in the describe cache")
+        runtime[dc.name] = graph
+        findings[dc.name] = [f.to_json() for f in found]
+        graphs.append(str(folder))
+    if list(runtime) != list(gate_run.runtime):
+        raise NoFastPath("the runtime graphs differ from the gate's")
+    return runtime, findings, graphs
+
+
+def graph_folder(artifact_sha256: str, image_id: str) -> Path:
+    """The describe cache's folder of an artifact's runtime graph in a runtime image (execution.describe)."""
+    describer = _file_sha(containers_dir() / DESCRIBER) or ""
+    image = image_id.split(":")[-1]
+    return home() / GRAPHS / f"{artifact_sha256[:24]}-{image[:16]}-{describer[:8]}"
+
+
+def _write(path: Path, doc: dict) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.name}.part-{os.getpid()}-{threading.get_ident()}")
+    try:
+        tmp.write_text(json.dumps(doc, indent=1, allow_nan=False))
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path

@@ -1,0 +1,50 @@
+"""The files `tiergate gate` writes for CD: the report folder (summary + decision JSON) and JUnit XML.
+
+Duck-typed on the gate's result (`pipeline.GateRun`, or the decision cache's fast answer in
+tiergate.quickgate): `.decision`, `.runtime` (device class -> the candidate's runtime graph JSON)
+and `.report_files`. Stdlib only, like the decision types it renders.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def runtime_summary(runtime: dict[str, dict]) -> dict[str, dict]:
+    """Per device class, what its runtime executes of the candidate: ops at the tier's own level."""
+    summary = {}
+    for name, graph in runtime.items():
+        level = graph.get("default_level") or ""
+        ops = graph.get("ops", {})
+        summary[name] = {"ok": graph.get("ok", False), "error": graph.get("error", ""), "level": level,
+                         "ops": ops.get(level, {}) if level else ops, "placement": graph.get("placement", {})}
+    return summary
+
+
+def write_reports(gate_run, report_dir: Path | None, junit: Path | None) -> dict[str, Path]:
+    """decision.json, summary.md (and JUnit XML) for CD; returns what was written."""
+    from tiergate.reports.junit import write_junit
+    from tiergate.reports.markdown import write_summary
+
+    written: dict[str, Path] = {}
+    if report_dir is not None:
+        written.update(write_summary(gate_run.decision, report_dir))
+        if gate_run.runtime:
+            with written["markdown"].open("a", encoding="utf-8") as md:
+                md.write(runtime_markdown(runtime_summary(gate_run.runtime)))
+    if junit is not None:
+        written["junit"] = write_junit(gate_run.decision, junit)
+    gate_run.report_files = written
+    return written
+
+
+def runtime_markdown(summary: dict[str, dict]) -> str:
+    """Op counts of the candidate's runtime graph per tier, side by side (Markdown)."""
+    names = list(summary)
+    ops = sorted({op for item in summary.values() for op in item["ops"]})
+    lines = ["", "### What each tier's runtime executes (candidate, optimized graph)", "",
+             "| op | " + " | ".join(f"`{n}` ({summary[n]['level'] or 'as loaded'})" for n in names) + " |",
+             "|---|" + "---|" * len(names)]
+    lines += [f"| `{op}` | " + " | ".join(str(summary[n]["ops"].get(op, "")) for n in names) + " |" for op in ops]
+    refused = [f"- `{n}`: refused by the runtime: {summary[n]['error']}" for n in names if not summary[n]["ok"]]
+    return "\n".join(lines + [""] + refused) + "\n"

@@ -1,0 +1,360 @@
+"""The decision cache's fast path (tiergate.quickgate): an unchanged `tiergate gate` imports nothing heavy and
+answers exactly as the normal path's decision-cache hit; anything changed falls back to the normal path.
+
+The request-key tests need no Docker; the gate tests run tiny generated classifiers on x86_64 (real Docker).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import modelkit
+import tiergate
+from tiergate import quickgate
+from tiergate.cli.main import main
+from tiergate.policy import load_policy
+from tiergate.targets import resolve
+
+X86 = "x86_64-cpu-onnxruntime"
+HEAVY = ("numpy", "scipy", "onnx", "onnxruntime", "docker", "prefect", "tensorflow", "sqlalchemy")
+SRC = str(Path(tiergate.__file__).resolve().parents[1])
+
+
+# --- the request key (no Docker) -------------------------------------------------------------------------
+
+
+@pytest.fixture
+def files(tmp_path):
+    for name in ("cand.onnx", "ref.onnx", "inc.onnx", "data.npz", "ca.pem", "metric.py"):
+        (tmp_path / name).write_bytes(name.encode())
+    return tmp_path
+
+
+def _request(files, **changes) -> quickgate.Request:
+    base = quickgate.Request(files / "cand.onnx", files / "ref.onnx", str(files / "data.npz"),
+                             tuple(resolve(X86)), load_policy(None))
+    return dataclasses.replace(base, **changes)
+
+
+def test_the_key_names_everything_a_decision_depends_on(files, monkeypatch):
+    key = quickgate.request_key(_request(files))
+    assert key == quickgate.request_key(_request(files))
+    policy = load_policy(None)
+    stricter = dataclasses.replace(policy, defaults=dataclasses.replace(policy.defaults, min_cosine=0.999))
+    (files / "ca2.pem").write_bytes(b"another CA")
+    changed = {
+        "policy": dict(policy=stricter),
+        "device classes": dict(device_classes=tuple(resolve(f"{X86},arm64-cpu-onnxruntime"))),
+        "a device class's content": dict(device_classes=(dataclasses.replace(resolve(X86)[0], cost_per_hour=9.0),)),
+        "incumbent": dict(incumbent=files / "inc.onnx"),
+        "metric": dict(metrics=("f1",)),
+        "custom metric": dict(metrics=(f"{files / 'metric.py'}:score",)),
+        "sample axis": dict(sample_axes=("x=1",)),
+        "base image": dict(base_image="python:3.11-slim-bookworm"),
+        "CA bundle": dict(ca_bundle=files / "ca.pem"),
+        "profile": dict(profile=True),
+    }
+    keys = {what: quickgate.request_key(_request(files, **change)) for what, change in changed.items()}
+    assert key not in keys.values() and len(set(keys.values())) == len(keys), keys
+    assert quickgate.request_key(_request(files, ca_bundle=files / "ca2.pem")) != keys["CA bundle"]
+    # content, not paths: the same bytes elsewhere are the same request
+    (files / "elsewhere").mkdir()
+    (files / "elsewhere" / "c.onnx").write_bytes((files / "cand.onnx").read_bytes())
+    assert quickgate.request_key(_request(files, candidate=files / "elsewhere" / "c.onnx")) == key
+    for name in ("cand.onnx", "ref.onnx", "data.npz"):
+        (files / name).write_bytes(b"changed")
+        assert quickgate.request_key(_request(files)) != key, name
+        (files / name).write_bytes(name.encode())
+    (files / "metric.py").write_bytes(b"changed")
+    assert quickgate.request_key(_request(files, metrics=(f"{files / 'metric.py'}:score",))) != keys["custom metric"]
+    monkeypatch.setenv("DOCKER_HOST", "unix:///run/other.sock")
+    assert quickgate.request_key(_request(files)) != key
+
+
+def test_the_key_follows_the_package_source_and_the_containers_folder(files, monkeypatch, tmp_path):
+    key = quickgate.request_key(_request(files))
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "a.py").write_text("x = 1\n")
+    monkeypatch.setattr(quickgate, "PACKAGE", code)
+    first = quickgate.request_key(_request(files))
+    assert first != key
+    (code / "__pycache__").mkdir()
+    (code / "__pycache__" / "a.cpython-311.pyc").write_bytes(b"byte code")   # byte code is no source
+    assert quickgate.request_key(_request(files)) == first
+    (code / "a.py").write_text("x = 2\n")
+    assert quickgate.request_key(_request(files)) != first
+    containers = tmp_path / "containers"
+    containers.mkdir()
+    monkeypatch.setattr(quickgate, "containers_dir", lambda: containers)
+    before = quickgate.request_key(_request(files))
+    (containers / "lock.txt").write_text("onnxruntime==1.0\n")
+    assert quickgate.request_key(_request(files)) != before
+    pip_conf = tmp_path / "pip.conf"
+    monkeypatch.setattr(quickgate, "HOST_PIP_CONF", pip_conf)
+    before = quickgate.request_key(_request(files))
+    pip_conf.write_text("[global]\nindex-url = https://mirror\n")
+    assert quickgate.request_key(_request(files)) != before
+
+
+def test_options_that_do_not_change_a_decision_are_not_in_the_request():
+    """Every `tiergate gate` option is either part of the request or named here as not deciding anything."""
+    from typer.main import get_command
+
+    from tiergate.cli.main import _register_all, app
+
+    _register_all()
+    options = {p.name for p in get_command(app).commands["gate"].params}
+    request = {f.name for f in dataclasses.fields(quickgate.Request)}
+    in_key_as = {"targets": "device_classes", "policy": "policy", "metric": "metrics", "sample_axis": "sample_axes"}
+    not_deciding = {"max_parallel", "shards", "as_json", "junit", "report_dir", "registry_url", "explain"}
+    assert {in_key_as.get(o, o) for o in options - not_deciding} == request
+    assert "max_parallel" in options and "max_parallel" not in request
+
+
+def test_the_fast_parser_knows_the_gate_commands_options_and_nothing_else():
+    """cli/fastgate.py parses `tiergate gate` without typer: the same options, flags and repeatable ones."""
+    from typer.main import get_command
+
+    from tiergate.cli import fastgate
+    from tiergate.cli.main import _register_all, app
+
+    _register_all()
+    params = get_command(app).commands["gate"].params
+    typer_side = {opt: (p.name, "flag" if p.is_flag else ("many" if p.multiple else "value"))
+                  for p in params for opt in p.opts}
+    assert typer_side == fastgate.OPTIONS
+    assert {p.name: p.envvar for p in params if p.envvar} == {"registry_url": fastgate.REGISTRY_ENV}
+    assert set(fastgate.REQUIRED) == {p.name for p in params if p.required}
+    base = ["-c", "a.onnx", "--reference=b.onnx", "-d", "d.npz", "-t", X86]
+    parsed = fastgate.parse(base + ["--metric", "f1", "--metric", "mae", "--json", "--max-parallel", "3"])
+    assert parsed["candidate"] == Path("a.onnx") and parsed["reference"] == Path("b.onnx")
+    assert parsed["metric"] == ["f1", "mae"] and parsed["as_json"] is True
+    for unsure in (["--help"], ["--max-parallel", "0"], ["--max-parallel", "x"], ["--bogus"], ["-c", "again.onnx"],
+                   ["--json=1"], ["--policy"], ["extra"]):
+        assert fastgate.parse(base + unsure) is None, unsure
+    assert fastgate.parse(base[2:]) is None                     # a required option missing
+    assert fastgate.answer(base + ["--explain"]) is None and fastgate.answer(base + ["--registry", "x"]) is None
+
+
+def test_no_fast_path_for_a_loader_or_another_engine(files, monkeypatch):
+    with pytest.raises(quickgate.NoFastPath):
+        quickgate.identity(_request(files, data=f"{files / 'metric.py'}:load"))
+    remote = dataclasses.replace(resolve(X86)[0], docker_host="ssh://edge@10.0.0.7")
+    with pytest.raises(quickgate.NoFastPath):
+        quickgate.identity(_request(files, device_classes=(remote,)))
+    monkeypatch.setenv("DOCKER_HOST", "tcp://10.0.0.7:2375")
+    with pytest.raises(quickgate.NoFastPath):
+        quickgate.identity(_request(files))
+    assert quickgate.lookup(_request(files)) is None
+
+
+def test_artifact_hash_is_intakes_external_data_included(tmp_path):
+    from tiergate.artifact import load_artifact
+
+    path = modelkit.write(modelkit.mlp(seed=3), tmp_path / "m.onnx", external="weights/m.bin")
+    artifact = load_artifact(path)
+    assert artifact.external_data
+    doc, hashers = quickgate.identity(_request(tmp_path / "x", candidate=path, reference=path,
+                                               data=str(path)))
+    assert quickgate.artifact_sha256(hashers["candidate"], path, list(artifact.external_data)) == artifact.sha256
+    assert doc["artifacts"]["candidate"] != artifact.sha256          # the key's part is the file's bytes alone
+
+
+def test_constants_mirror_the_heavy_modules():
+    from tiergate import build, pipeline, results
+
+    assert quickgate.DECISION_SCHEMA == pipeline.DECISION_SCHEMA
+    assert quickgate.HOST_CA_BUNDLE == build.HOST_CA_BUNDLE and quickgate.HOST_PIP_CONF == build.HOST_PIP_CONF
+    assert (quickgate.RESULT_FILE, quickgate.OUTPUTS_FILE) == (results.RESULT_FILE, results.OUTPUTS_FILE)
+    assert quickgate.decision_path("k") == pipeline.decision_path("k")
+    from tiergate.execution import describe
+
+    assert quickgate.graph_folder("a" * 64, "sha256:" + "b" * 64) == \
+        describe.home() / describe.CACHE_DIR / describe.cache_key("a" * 64, "sha256:" + "b" * 64)
+
+
+# --- real gates -------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("quickgate")
+    rng = np.random.default_rng(1616)         # weights of this file's own: its images are its own
+    w = rng.normal(size=(8, 4))
+    x = rng.normal(size=(400, 8)).astype(np.float32)
+    np.savez(folder / "eval.npz", x=x, labels=(x @ w).argmax(1).astype(np.int64))
+    ref = modelkit.write(modelkit.linear(w, softmax=True), folder / "ref.onnx")
+    good = modelkit.write(modelkit.linear(w + rng.normal(0, 1e-4, w.shape), softmax=True), folder / "good.onnx")
+    return {"ref": ref, "good": good, "data": folder / "eval.npz", "folder": folder}
+
+
+def _args(m, *extra, candidate=None, data=None):
+    return ["gate", "--candidate", str(candidate or m["good"]), "--reference", str(m["ref"]),
+            "--data", str(data or m["data"]), "--targets", X86, *extra]
+
+
+def _cli(capsys, args):
+    code = main(args)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _fast(capsys, args) -> tuple[bool, int, str]:
+    """(whether the fast path answered this gate, its exit code, its stdout)."""
+    answers = []
+    lookup = quickgate.lookup
+
+    def spy(request):
+        answers.append(lookup(request))
+        return answers[-1]
+
+    quickgate.lookup = spy
+    try:
+        code, out, err = _cli(capsys, args)
+    finally:
+        quickgate.lookup = lookup
+    fast = bool(answers) and answers[-1] is not None
+    assert fast == ("unchanged: the decision from the cache" in err) or "--json" in args
+    return fast, code, out
+
+
+def _sans_provenance(doc: dict) -> dict:
+    doc = {k: v for k, v in doc.items() if k not in ("decision_cached", "cache_hits", "containers_started")}
+    doc["runtime"] = {dc: {k: v for k, v in graph.items() if k not in ("cached", "seconds")}
+                      for dc, graph in doc["runtime"].items()}
+    return doc
+
+
+def _subprocess_gate(home: Path, args: list[str]):
+    env = dict(os.environ, TIERGATE_HOME=str(home), PYTHONPATH=SRC + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "tiergate.cli.main", *args], env=env,
+                          capture_output=True, text=True, timeout=120)
+    imported = {line.split("|")[2].strip() for line in proc.stderr.splitlines()
+                if line.startswith("import time:") and line.count("|") == 2}
+    return proc, imported
+
+
+@pytest.mark.docker
+def test_unchanged_rerun_imports_nothing_heavy_and_answers_as_the_cache_hit(models, capsys, tiergate_home, tmp_path):
+    args = _args(models, "--json")
+    code, out, err = _cli(capsys, args + ["--report-dir", str(tmp_path / "first")])
+    assert code == 0, err
+    first = json.loads(out)
+    assert list((tiergate_home / quickgate.FOLDER).glob("*.json"))          # remembered
+
+    proc, imported = _subprocess_gate(tiergate_home, args + ["--report-dir", str(tmp_path / "fast")])
+    assert proc.returncode == code, proc.stderr[-2000:]
+    assert "tiergate.quickgate" in imported and "typer" not in imported     # cli/fastgate.py answered
+    heavy = sorted(m for m in imported if m.split(".")[0] in HEAVY)
+    assert not heavy, heavy
+    fast = json.loads(proc.stdout)
+    assert fast["decision_cached"] is True and fast["containers_started"] == 0 and fast["cache_hits"] == 2
+    # the first run's decision, except what says where it came from (the run and describe caches)
+    assert _sans_provenance(fast) == _sans_provenance(first)
+    assert all(graph["cached"] for graph in fast["runtime"].values())
+    assert (tmp_path / "fast" / "gate-decision.json").read_bytes() == \
+        (tmp_path / "first" / "gate-decision.json").read_bytes()
+
+    # exactly what the normal path prints and writes for a decision-cache hit: --json, reports, JUnit, tables
+    for as_json in (True, False):
+        extra = ["--json"] if as_json else []
+        outputs = {}
+        for way in ("fast", "normal"):
+            if way == "normal":
+                for entry in (tiergate_home / quickgate.FOLDER).glob("*.json"):
+                    entry.unlink()
+            folder = tmp_path / f"{way}-{as_json}"
+            answered_fast, code_now, out_now = _fast(capsys, _args(models, *extra, "--report-dir", str(folder),
+                                                                   "--junit", str(folder / "junit.xml")))
+            assert answered_fast == (way == "fast") and code_now == code
+            outputs[way] = (out_now.replace(str(folder), "FOLDER"),
+                            {p.name: p.read_bytes() for p in sorted(folder.iterdir())})
+        assert outputs["fast"][0] == outputs["normal"][0]
+        for name, data in outputs["normal"][1].items():
+            if data != outputs["fast"][1][name]:
+                import difflib
+                raise AssertionError(name + "\n" + "\n".join(difflib.unified_diff(
+                    data.decode().splitlines(), outputs["fast"][1][name].decode().splitlines(), lineterm="")))
+        if as_json:
+            assert json.loads(outputs["fast"][0])["decision_cached"] is True
+        else:
+            assert "runs: 0 started, 2 reused from cache" in outputs["fast"][0]
+
+
+@pytest.mark.docker
+def test_anything_changed_falls_back_to_the_normal_path(models, capsys, tiergate_home, tmp_path):
+    import docker
+
+    args = _args(models)
+    code, out, err = _cli(capsys, args)
+    assert code == 0, err
+    assert _fast(capsys, args)[:2] == (True, 0)
+
+    # a changed policy: the normal path decides (a stricter policy that 400 samples cannot resolve)
+    policy = tmp_path / "policy.toml"
+    policy.write_text("[defaults]\nmin_accuracy_ratio = 1.0\n")
+    fast, code, out = _fast(capsys, args + ["--policy", str(policy)])
+    assert not fast and code == 3 and "accuracy_ratio" in out, out
+    assert _fast(capsys, args + ["--policy", str(policy)])[:2] == (True, 3)   # then remembered in its turn
+
+    # a changed data file
+    data = np.load(models["data"])
+    changed = tmp_path / "eval.npz"
+    np.savez(changed, x=data["x"][::-1], labels=data["labels"][::-1])
+    fast, code, _ = _fast(capsys, _args(models, data=changed))
+    assert not fast and code == 0
+
+    # a touched byte of an artifact: the same graph saved with another doc string
+    import onnx
+
+    folder = tmp_path / "touched"
+    folder.mkdir()
+    for name in ("ref.onnx", "good.onnx"):
+        (folder / name).write_bytes((models["folder"] / name).read_bytes())
+    touched = dict(models, ref=folder / "ref.onnx", good=folder / "good.onnx")
+    assert _fast(capsys, _args(touched))[:2] == (True, 0)          # same bytes elsewhere: the same request
+    model = onnx.load(str(folder / "good.onnx"))
+    model.doc_string = "touched"
+    onnx.save(model, str(folder / "good.onnx"))
+    fast, code, _ = _fast(capsys, _args(touched))
+    assert not fast and code == 0
+
+    # a changed run folder or a removed image: verified before answering
+    entry = json.loads(quickgate.entry_path(quickgate.request_key(_request_of(models))).read_text())
+    candidate_run = Path(next(folder for role, _, folder in entry["runs"] if role == "candidate"))
+    outputs = candidate_run / "outputs.npz"
+    saved = outputs.read_bytes()
+    outputs.write_bytes(saved + b"\0")
+    assert quickgate.lookup(_request_of(models)) is None
+    outputs.write_bytes(saved)
+    assert quickgate.lookup(_request_of(models)) is not None
+    tag = json.loads((candidate_run / "result.json").read_text())["image"]
+    docker.from_env().images.remove(tag)
+    fast, code, _ = _fast(capsys, args)
+    assert not fast and code == 0                                   # rebuilt by the normal path
+    assert _fast(capsys, args)[:2] == (True, 0)
+
+
+def _request_of(m) -> quickgate.Request:
+    return quickgate.Request(m["good"], m["ref"], str(m["data"]), tuple(resolve(X86)), load_policy(None))
+
+
+@pytest.mark.docker
+def test_a_registry_takes_the_normal_path(models, capsys, tiergate_home, tmp_path):
+    args = _args(models)
+    assert _cli(capsys, args)[0] == 0
+    url = f"sqlite:///{tmp_path / 'reg.db'}"
+    assert main(["register", str(models["good"]), "--model", "clf", "--reference", str(models["ref"]),
+                 "--registry", url]) == 0
+    fast, code, _ = _fast(capsys, args + ["--registry", url])
+    assert not fast and code == 0                   # recorded: the registry holds the decision now
+    assert _fast(capsys, args)[:2] == (True, 0)

@@ -158,3 +158,6 @@ class Look:
     samples: int
     taken: bool
     confidence: float | None = None  # 1 - the alpha spent at this look (taken looks only)
+
+
+SPENDING = ("obrien-fleming", "pocock")      # alpha-spending families of an early decision (tiergate.stats)

@@ -25,7 +25,7 @@ from typing import Iterable
 import tomllib
 
 from tiergate.errors import InputError
-from tiergate.stats import SPENDING
+from tiergate.figures import SPENDING
 from tiergate.targets import DeviceClass
 
 DEFAULT_POLICY = "default-policy.toml"

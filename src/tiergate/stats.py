@@ -12,7 +12,7 @@ import warnings
 
 import numpy as np
 
-from tiergate.figures import Interval, Look, McNemar  # noqa: F401 - re-exported (stdlib-only types)
+from tiergate.figures import SPENDING, Interval, Look, McNemar  # noqa: F401 - re-exported (stdlib-only)
 
 
 def _scipy_stats():
@@ -187,7 +187,6 @@ def samples_needed(interval: Interval, threshold: float, n: int) -> int | None:
 
 # --- early decision: looks at growing sample prefixes, alpha spent across them -------------------------
 
-SPENDING = ("obrien-fleming", "pocock")
 MIN_TAIL_RESAMPLES = 10     # a look's bootstrap needs this many resamples beyond each bound to place it
 
 

@@ -178,7 +178,7 @@ def test_the_cli_says_how_many_samples_each_tier_used(tmp_path, tiergate_home, m
     cand, ref, data = _case(tmp_path, 2400, "near")
     real_gate = pipeline.gate
     monkeypatch.setattr(pipeline, "gate", lambda *a, **kw: real_gate(
-        *a, **kw, seams=pipeline.Seams(builder=FakeBuilder(), backend_for=FakeBackend())))
+        *a, **{**kw, "seams": pipeline.Seams(builder=FakeBuilder(), backend_for=FakeBackend())}))
     base = ["gate", "--candidate", str(cand), "--reference", str(ref), "--data", str(data), "--targets", X86]
     assert main(base + ["--early-stop"]) == 0
     out = capsys.readouterr().out

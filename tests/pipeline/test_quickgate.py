@@ -131,6 +131,7 @@ def test_the_fast_parser_knows_the_gate_commands_options_and_nothing_else():
     params = get_command(app).commands["gate"].params
     typer_side = {opt: (p.name, "flag" if p.is_flag else ("many" if p.multiple else "value"))
                   for p in params for opt in p.opts}
+    typer_side |= {opt: (p.name, "flag-off") for p in params for opt in p.secondary_opts}   # --no-early-stop
     assert typer_side == fastgate.OPTIONS
     assert {p.name: p.envvar for p in params if p.envvar} == {"registry_url": fastgate.REGISTRY_ENV}
     assert set(fastgate.REQUIRED) == {p.name for p in params if p.required}
@@ -138,6 +139,8 @@ def test_the_fast_parser_knows_the_gate_commands_options_and_nothing_else():
     parsed = fastgate.parse(base + ["--metric", "f1", "--metric", "mae", "--json", "--max-parallel", "3"])
     assert parsed["candidate"] == Path("a.onnx") and parsed["reference"] == Path("b.onnx")
     assert parsed["metric"] == ["f1", "mae"] and parsed["as_json"] is True
+    assert fastgate.parse(base + ["--no-early-stop"])["early_stop"] is False
+    assert fastgate.parse(base + ["--early-stop", "--shards", "3"])["early_stop"] is True
     for unsure in (["--help"], ["--max-parallel", "0"], ["--max-parallel", "x"], ["--bogus"], ["-c", "again.onnx"],
                    ["--json=1"], ["--policy"], ["extra"]):
         assert fastgate.parse(base + unsure) is None, unsure

@@ -53,6 +53,12 @@ def test_adding_a_class_is_adding_a_file(tmp_path):
     (GOOD + "memory_limit_mb = 4\n", "memory_limit_mb"),
     (GOOD + 'memory_limit_mb = 512\n[container]\nmemory = "1g"\n', "memory_limit_mb"),
     (GOOD + '[container]\nmemory = "lots"\n', "container.memory"),
+    (GOOD + 'emulated_cpu = "Cortex A76!"\n', "emulated_cpu"),
+    (GOOD.replace('execution = "emulated"', 'execution = "native"') + 'emulated_cpu = "cortex-a76"\n', "emulated_cpu"),
+    (GOOD + "[evaluation]\nbatch = -1\n", "evaluation.batch"),
+    (GOOD + "[evaluation]\nlatency_calls = 0\n", "evaluation.latency_calls"),
+    (GOOD + "[evaluation]\nshard = 2\n", "evaluation.shard"),
+    (GOOD + '[evaluation]\nshards = "2"\n', "evaluation.shards"),
 ])
 def test_bad_file_names_file_and_field(tmp_path, text, field):
     path = tmp_path / "bad.toml"
@@ -97,3 +103,21 @@ def test_memory_limit_is_the_device_memory_and_the_older_spelling_still_loads(tm
     shipped = targets.catalogue()
     assert shipped["x86_64-cpu-onnxruntime"].limits.memory_mb == 2048
     assert shipped["cuda-gpu-onnxruntime"].limits.memory_mb == 8192
+
+
+def test_evaluation_defaults_follow_the_execution(tmp_path, monkeypatch):
+    """Emulated classes batch their outputs and shard by the cores available; native ones time every call."""
+    (tmp_path / "emu.toml").write_text(GOOD)
+    (tmp_path / "nat.toml").write_text(GOOD.replace('execution = "emulated"', 'execution = "native"'))
+    (tmp_path / "set.toml").write_text(GOOD + "[evaluation]\nbatch = 0\nshards = 3\n")
+    cat = targets.catalogue(tmp_path)
+    emu, nat, fixed = cat["emu"], cat["nat"], cat["set"]
+    assert emu.evaluation == targets.Evaluation(batch=64, latency_calls=16, shards=0)
+    assert nat.evaluation == targets.Evaluation(batch=0, latency_calls=16, shards=0)
+    assert fixed.evaluation.batch == 0 and fixed.evaluation.shards == 3
+    monkeypatch.setattr(targets, "available_cores", lambda: 8)
+    # threads = 2: four containers fit in 8 cores, at most one per 64 samples; native: one
+    assert [emu.evaluation.shard_count(emu, n) for n in (10, 64, 200, 1000)] == [1, 1, 3, 4]
+    assert nat.evaluation.shard_count(nat, 1000) == 1 and nat.evaluation.shard_count(nat, 1000, 5) == 5
+    assert fixed.evaluation.shard_count(fixed, 2) == 2 and fixed.evaluation.shard_count(fixed, 1000) == 3
+    assert cat["emu"].emulated_cpu is None and cat["emu"].container_env == {}

@@ -30,3 +30,10 @@ class BuiltImage:
     @property
     def versions(self) -> dict[str, str]:
         return json.loads(self.labels.get(f"{LABEL}.versions", "{}"))
+
+
+def graph_cache_key(artifact_sha256: str, image_id: str, describer_sha256: str, cpu: str | None = None) -> str:
+    """The describe cache's folder name of an artifact's runtime graph in a runtime image (execution.describe),
+    on an emulated CPU model when the device class names one (its kernels may differ)."""
+    image = image_id.split(":")[-1]
+    return f"{artifact_sha256[:24]}-{image[:16]}-{describer_sha256[:8]}" + (f"-{cpu}" if cpu else "")

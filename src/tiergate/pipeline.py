@@ -392,7 +392,8 @@ def spec_key(spec: RunSpec, data: EvalData) -> str:
     dc = spec.device_class
     ev = dc.evaluation
     how = (("+profile" if spec.profile else "")
-           + (f"+batch{ev.batch}-latency{ev.latency_calls}" if ev.batch > dc.batch_size else ""))
+           + (f"+batch{ev.batch}-latency{ev.latency_calls}" if ev.batch > dc.batch_size else "")
+           + (f"+cpu-{dc.emulated_cpu}" if dc.emulated_cpu else ""))
     return run_key(spec.intake.sha256, dc.name + how, spec.image.image_id, data.sha256)
 
 

@@ -38,7 +38,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from tiergate.decision import Decision
-from tiergate.images import LABEL
+from tiergate.images import LABEL, graph_cache_key
 from tiergate.paths import containers_dir, home
 from tiergate.policy import Policy
 from tiergate.reports.gate_files import runtime_summary
@@ -441,7 +441,7 @@ def _runtime_as_cached(request: Request, gate_run, recorder: Recorder):
             continue
         image = recorder.images[(dc.name, candidate.sha256)]
         graph, found = recorder.builder.describe(dc, candidate, image)
-        folder = graph_folder(candidate.sha256, graph.get("image_id", ""))
+        folder = graph_folder(candidate.sha256, graph.get("image_id", ""), dc.emulated_cpu)
         if graph.get("cached") is not True or not folder.is_dir():
             raise NoFastPath(f"the runtime graph on {dc.name} is not in the describe cache")
         runtime[dc.name] = graph
@@ -452,11 +452,10 @@ def _runtime_as_cached(request: Request, gate_run, recorder: Recorder):
     return runtime, findings, graphs
 
 
-def graph_folder(artifact_sha256: str, image_id: str) -> Path:
+def graph_folder(artifact_sha256: str, image_id: str, cpu: str | None = None) -> Path:
     """The describe cache's folder of an artifact's runtime graph in a runtime image (execution.describe)."""
     describer = _file_sha(containers_dir() / DESCRIBER) or ""
-    image = image_id.split(":")[-1]
-    return home() / GRAPHS / f"{artifact_sha256[:24]}-{image[:16]}-{describer[:8]}"
+    return home() / GRAPHS / graph_cache_key(artifact_sha256, image_id, describer, cpu)
 
 
 def _write(path: Path, doc: dict) -> Path:

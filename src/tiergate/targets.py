@@ -20,6 +20,7 @@ EXECUTIONS = ("native", "emulated", "remote")
 MACHINE_OF_ARCH = {"amd64": "x86_64", "arm64": "aarch64"}
 FORMAT_OF_RUNTIME = {"onnxruntime": "onnx", "onnxruntime-gpu": "onnx", "tflite": "tflite"}
 _NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
+_CPU = re.compile(r"^[a-z0-9][a-z0-9._-]{0,39}$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # The runtime recipe (containers/runtime/Dockerfile) has this many ENV slots for [build] env,
 # and sets these variables itself (the harness's contract), so a device class may not.
@@ -151,6 +152,7 @@ class DeviceClass:
     source: Path | None = None
     build: RuntimeBuild | None = None  # None: the runtime's defaults (filled in on creation)
     evaluation: Evaluation | None = None  # None: the execution's defaults (filled in on creation)
+    emulated_cpu: str | None = None      # emulated classes: the CPU model QEMU presents (QEMU_CPU), e.g. cortex-a76
 
     def __post_init__(self):
         if self.build is None:
@@ -161,6 +163,12 @@ class DeviceClass:
     @property
     def emulated(self) -> bool:
         return self.execution == "emulated"
+
+    @property
+    def container_env(self) -> dict[str, str]:
+        """Environment every container of this class gets: the emulated CPU model for QEMU user mode (it
+        decides which kernels the runtime picks, as the device's own CPU would)."""
+        return {"QEMU_CPU": self.emulated_cpu} if self.emulated_cpu else {}
 
     @property
     def machine(self) -> str:
@@ -196,6 +204,7 @@ _FIELDS: dict[str, tuple[type | tuple[type, ...], bool]] = {
     "cost_tags": (dict, False),
     "build": (dict, False),
     "evaluation": (dict, False),
+    "emulated_cpu": (str, False),
 }
 _BUILD_FIELDS = {"requirements": str, "env": dict}
 _EVALUATION_FIELDS = {"batch": int, "latency_calls": int, "shards": int}
@@ -257,6 +266,12 @@ def parse_device_class(path: Path, data: dict) -> DeviceClass:
     limits = _parse_limits(path, data.get("container", {}), data.get("memory_limit_mb"))
     build = _parse_build(path, data["runtime"], data.get("build", {}))
     evaluation = _parse_evaluation(path, data["execution"], data.get("evaluation", {}))
+    cpu = data.get("emulated_cpu")
+    if cpu is not None:
+        if data["execution"] != "emulated":
+            raise _bad(path, "emulated_cpu", "applies to emulated classes only (execution = \"emulated\")")
+        if not _CPU.match(cpu):
+            raise _bad(path, "emulated_cpu", f"must name a QEMU CPU model (e.g. cortex-a76, neoverse-n1), got {cpu!r}")
     tags = data.get("cost_tags", {})
     for key, value in tags.items():
         if not isinstance(value, str):
@@ -280,6 +295,7 @@ def parse_device_class(path: Path, data: dict) -> DeviceClass:
         source=path,
         build=build,
         evaluation=evaluation,
+        emulated_cpu=cpu,
     )
 
 

@@ -197,3 +197,25 @@ def test_gpu_target_uses_cuda(images, models, data, tmp_path):
     assert result.extra["providers"][0] == "CUDAExecutionProvider"
     np.testing.assert_allclose(results.load_outputs(tmp_path)["y"], kit.host_onnx(models["mlp"], data)["y"],
                                rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.emulated
+def test_an_emulated_class_runs_on_the_cpu_model_it_names(images, models):
+    """arm64 classes name a Cortex-A76 (no SVE, dotprod): QEMU presents it to the runtime, whose kernel choice
+    follows the CPU's features (HWCAP), instead of QEMU's default "max" CPU (SVE and more)."""
+    import docker
+
+    dc = kit.device_class("arm64-cpu-onnxruntime")
+    assert dc.emulated_cpu == "cortex-a76" and dc.container_env == {"QEMU_CPU": "cortex-a76"}
+    image = images.get(dc.name, models["mlp"])
+    probe = ("import ctypes; h = ctypes.CDLL(None).getauxval(16); "     # AT_HWCAP
+             "print('sve' if h & (1 << 22) else 'no-sve', 'dotprod' if h & (1 << 20) else 'no-dotprod')")
+    client = docker.from_env()
+
+    def hwcaps(device_class) -> str:
+        spec = DockerBackend().spec(Job(device_class, kit.__file__, "/unused", image=image), "unused", "unused")
+        spec = {k: v for k, v in spec.items() if k not in ("volumes", "command")}
+        return client.containers.run(**spec, entrypoint=["python3", "-c", probe], remove=True).decode().strip()
+
+    assert hwcaps(dc) == "no-sve dotprod"
+    assert hwcaps(kit.device_class(dc.name, emulated_cpu=None)) == "sve dotprod"     # QEMU's default "max"

@@ -28,7 +28,7 @@ from tiergate.execution.base import Job, last_line
 from tiergate.execution.docker_backend import DockerBackend, _job_volumes, _run, download, upload
 from tiergate.execution.engine import connect, with_retries
 from tiergate.hashing import file_sha256
-from tiergate.images import LABEL, BuiltImage
+from tiergate.images import LABEL, BuiltImage, graph_cache_key
 from tiergate.paths import containers_dir, home
 from tiergate.runtime_graph import DESCRIBE_FILE, RuntimeGraph, parse_describe
 
@@ -41,10 +41,8 @@ def describer_path() -> Path:
     return containers_dir() / DESCRIBER
 
 
-def cache_key(artifact_sha256: str, image_id: str) -> str:
-    describer = file_sha256(describer_path())
-    image = image_id.split(":")[-1]
-    return f"{artifact_sha256[:24]}-{image[:16]}-{describer[:8]}"
+def cache_key(artifact_sha256: str, image_id: str, cpu: str | None = None) -> str:
+    return graph_cache_key(artifact_sha256, image_id, file_sha256(describer_path()), cpu)
 
 
 def describe_runtime(artifact, dc, image: str, *, client=None, refresh: bool = False) -> RuntimeGraph:
@@ -56,7 +54,7 @@ def describe_runtime(artifact, dc, image: str, *, client=None, refresh: bool = F
     try:
         found = client.images.get(image)
         image_id = found.id
-        folder = home() / CACHE_DIR / cache_key(artifact.sha256, image_id)
+        folder = home() / CACHE_DIR / cache_key(artifact.sha256, image_id, dc.emulated_cpu)
         meta = dict(target=dc.name, tier=dc.tier, runtime=dc.runtime, emulated=dc.emulated, image=image,
                     image_id=image_id, artifact_sha256=artifact.sha256)
         if folder.is_dir() and not refresh:

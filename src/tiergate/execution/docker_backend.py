@@ -172,7 +172,7 @@ class DockerBackend:
             mem_limit=dc.limits.memory, memswap_limit=dc.limits.memory, pids_limit=dc.limits.pids_limit,
             nano_cpus=int(max(cpus, 1) * 1_000_000_000),
             volumes={data_volume: {"bind": "/data", "mode": "ro"}, out_volume: {"bind": "/out", "mode": "rw"}},
-            environment={**job.env, CONTAINER_ENV: "1"},
+            environment={**dc.container_env, **job.env, CONTAINER_ENV: "1"},
             labels={f"{LABEL}.device_class": dc.name, **janitor.owner_labels()},
         )
         if self.gpu:

@@ -22,6 +22,7 @@ upright and rotated 180 degrees, pre-processed as PaddleOCR does (tests/realmode
 
     PYTHONPATH=src .venv/bin/python bench/bench_gate_paddleocr.py [--samples 400]
         [--targets x86_64-cpu-onnxruntime,arm64-cpu-onnxruntime] [--repeats 5] [--batch 64] [--json OUT]
+        [--baseline-src OTHER_CHECKOUT/src]
 
 Before the speed-up the warm gate took 76.7 s and 78.2 s on 400 lines (x86_64 and emulated arm64); the
 targets are a warm gate <= 40 s and a cache hit <= 0.3 s. Benchmarks print, they never fail on a threshold.
@@ -84,11 +85,15 @@ def sh(cmd: list[str], **kw) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, capture_output=True, text=True, **kw)
 
 
-def gate(home: Path, candidate: Path, reference: Path, data: Path, targets: str) -> tuple[float, dict]:
-    """(wall seconds, its JSON) of one `tiergate gate --json` subprocess with TIERGATE_HOME=home."""
+def gate(home: Path, candidate: Path, reference: Path, data: Path, targets: str,
+         src: Path | None = None) -> tuple[float, dict]:
+    """(wall seconds, its JSON) of one `tiergate gate --json` subprocess with TIERGATE_HOME=home (and tiergate
+    from `src`, a checkout's src/ folder, when given: the baseline)."""
     cmd = TIERGATE + ["gate", "--candidate", str(candidate), "--reference", str(reference), "--data", str(data),
                       "--targets", targets, "--json"]
     env = dict(os.environ, TIERGATE_HOME=str(home))
+    if src is not None:
+        env["PYTHONPATH"] = str(src)
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=ROOT)
     wall = time.perf_counter() - t0
@@ -97,11 +102,14 @@ def gate(home: Path, candidate: Path, reference: Path, data: Path, targets: str)
     return wall, json.loads(proc.stdout)
 
 
-def docker_run(image: str, args: list[str], *, mount: Path | None = None) -> tuple[float, str]:
+def docker_run(image: str, args: list[str], *, mount: Path | None = None,
+               env: dict[str, str] | None = None) -> tuple[float, str]:
     """(wall seconds, stdout) of `docker run` of a runtime image with python3 as the entry point, confined as
-    the gate's runs are (no network, read-only root, one CPU, nobody)."""
+    the gate's runs are (no network, read-only root, one CPU, nobody, the class's environment: QEMU_CPU)."""
     cmd = ["docker", "run", "--rm", "--network", "none", "--read-only", "--tmpfs", "/tmp", "--cpus", "1",
            "--user", "65534:65534", "--entrypoint", "python3"]
+    for name, value in (env or {}).items():
+        cmd += ["-e", f"{name}={value}"]
     if mount is not None:
         cmd += ["-v", f"{mount}:/bench:ro"]
     t0 = time.perf_counter()
@@ -112,16 +120,17 @@ def docker_run(image: str, args: list[str], *, mount: Path | None = None) -> tup
     return wall, proc.stdout
 
 
-def container_start(image: str, repeats: int = 3) -> float:
+def container_start(image: str, repeats: int = 3, env: dict[str, str] | None = None) -> float:
     """Median wall seconds of a container of `image` that imports onnxruntime and exits."""
-    return statistics.median(docker_run(image, ["-c", "import onnxruntime"])[0] for _ in range(repeats))
+    return statistics.median(docker_run(image, ["-c", "import onnxruntime"], env=env)[0] for _ in range(repeats))
 
 
-def bare_loop(image: str, work: Path, samples: int, threads: int, batches: list[int]) -> dict:
+def bare_loop(image: str, work: Path, samples: int, threads: int, batches: list[int],
+              env: dict[str, str] | None = None) -> dict:
     """The bare loop (BARE) in `image` over both models; its JSON."""
     spec = {"data": "/bench/lines.npz", "samples": samples, "threads": threads, "batches": batches,
             "models": {"reference": "/bench/reference.onnx", "candidate": "/bench/candidate.onnx"}}
-    _, out = docker_run(image, ["/bench/bare.py", json.dumps(spec)], mount=work)
+    _, out = docker_run(image, ["/bench/bare.py", json.dumps(spec)], mount=work, env=env)
     line = next(ln for ln in out.splitlines() if ln.startswith("BARE "))
     return json.loads(line[5:])
 
@@ -179,6 +188,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5, help="cache-hit repetitions (median)")
     parser.add_argument("--batch", type=int, default=64, help="the batched emulated loop's batch size")
     parser.add_argument("--json", type=Path, default=None, help="save the figures here")
+    parser.add_argument("--baseline-src", type=Path, default=None,
+                        help="another tiergate's src/ (e.g. a worktree of an older commit): its warm gate on the same "
+                             "inputs, timed in the same run (a first gate builds its images, untimed)")
     args = parser.parse_args()
     from tiergate.targets import resolve
 
@@ -194,6 +206,13 @@ def main() -> None:
         figures["prepare_s"] = time.perf_counter() - t0
         figures["images"] = images = build(candidate, reference, classes)
 
+        if args.baseline_src is not None:        # its images first (untimed), then a warm gate with a fresh home
+            gate(Path(tmp) / "baseline-build", candidate, reference, data, args.targets, args.baseline_src)
+            base_warm, base_doc = gate(Path(tmp) / "baseline-home", candidate, reference, data, args.targets,
+                                       args.baseline_src)
+            figures.update(baseline_warm_s=base_warm, baseline_verdict=base_doc["verdict"],
+                           baseline_top1={dc.name: dict(zip(("candidate", "reference"), top1(base_doc, dc.name)))
+                                          for dc in classes})
         home = Path(tmp) / "home"
         warm, doc = gate(home, candidate, reference, data, args.targets)
         hits = []
@@ -210,8 +229,8 @@ def main() -> None:
         for dc in classes:
             image = images[dc.name]["runtime_tag"]
             batches = [dc.batch_size] + ([args.batch] if args.batch != dc.batch_size else [])
-            bare = bare_loop(image, work, args.samples, dc.threads, batches)
-            start = container_start(image)
+            bare = bare_loop(image, work, args.samples, dc.threads, batches, env=dc.container_env)
+            start = container_start(image, env=dc.container_env)
             models = {k: v for k, v in bare.items() if isinstance(v, dict)}
             infer = sum(m["load_s"] + m[f"batch{dc.batch_size}_s"] for m in models.values())
             infer_batched = sum(m["load_s"] + m[f"batch{args.batch}_s"] for m in models.values())
@@ -251,6 +270,12 @@ def main() -> None:
     print(f"  ratio warm / floor:                  {warm / floor:7.3f}   (warm / floor spread over cores: "
           f"{warm / spread:.3f})")
     print(f"  ratio cache hit / warm:              {hit / warm:7.4f}")
+    if "baseline_warm_s" in figures:
+        figures["warm_over_baseline"] = warm / figures["baseline_warm_s"]
+        print(f"  baseline ({args.baseline_src}) warm gate {figures['baseline_warm_s']:.2f} s, verdict "
+              f"{figures['baseline_verdict']}; ratio warm / baseline warm: {figures['warm_over_baseline']:.3f}")
+        for name, acc in figures["baseline_top1"].items():
+            print(f"    {name:<26} baseline top-1 candidate {acc['candidate']:.4f}, reference {acc['reference']:.4f}")
     for name, t in tiers.items():
         if not t["emulated"] and args.batch == t["batch"]:
             continue

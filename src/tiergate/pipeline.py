@@ -754,16 +754,19 @@ def _replace_dir(work: Path, folder: Path) -> None:
 
 def run_specs(specs: list[RunSpec], data: EvalData | dict[str, EvalData], seams: Seams, *, root: Path | None = None,
               registry=None, max_parallel: int = 2, progress: Progress | None = None,
-              shards: int | None = None) -> list[RunDone]:
+              shards: int | None = None, describe: Describing | None = None) -> list[RunDone]:
     """Run every spec (verified saved results are reused): one step per device class (run_tier), every tier at
     once, at most `max_parallel` containers (or processes) running at a time; RunDones in the specs' order.
-    `data`: the samples of every tier, or per device class name (an early decision's chunks)."""
+    `data`: the samples of every tier, or per device class name (an early decision's chunks). `describe`: each
+    tier's candidate is described (once) in its step before its runs, within the same slots."""
     tiers: dict[str, list[RunSpec]] = {}
     for spec in specs:
         tiers.setdefault(spec.device_class.name, []).append(spec)
     slots = threading.BoundedSemaphore(max(1, max_parallel))
 
     def one(group: list[RunSpec]) -> list[RunDone]:
+        if describe is not None:
+            describe(group, slots)
         tier_data = data if isinstance(data, EvalData) else data[group[0].device_class.name]
         return run_tier(group, tier_data, seams.backend_for(group[0].device_class), shards=shards, root=root,
                         registry=registry, progress=progress, slots=slots)
@@ -822,22 +825,20 @@ def gate(candidate: Path, reference: Path, data_path: Path | str, device_classes
     specs = [RunSpec(role, dc, item, profile=profile) for role, item in intakes.items() for dc in device_classes]
     per_class = [[s for s in specs if s.device_class.name == dc.name] for dc in device_classes]
 
-    def build_and_describe(group: list[RunSpec]):
-        build_images(group, builder, progress=progress)
-        return describe_candidate(group, builder, progress=progress)
-
-    described = seams.steps.map("build", build_and_describe, per_class, limit=1,
-                                name=lambda group: group[0].device_class.name)
+    seams.steps.map("build", lambda group: build_images(group, builder, progress=progress), per_class, limit=1,
+                    name=lambda group: group[0].device_class.name)
+    describing = Describing(builder, progress)      # in each tier's run step, while the other tiers run
     early = early_settings(policy, device_classes, early_stop)
     if early:
         run = gate_early(specs, data, intakes, device_classes, policy, early, seams, metrics=task,
                          labels_known=labels_known, root=root, registry=registry, max_parallel=max_parallel,
-                         progress=progress, shards=shards)
+                         progress=progress, shards=shards, describe=describing)
     else:
         run = _gate_whole(specs, data, intakes, device_classes, policy, seams, metrics=task,
                           labels_known=labels_known, root=root, registry=registry, max_parallel=max_parallel,
-                          progress=progress, shards=shards)
-    for dc, item in zip(device_classes, described):
+                          progress=progress, shards=shards, describe=describing)
+    for dc in device_classes:
+        item = describing.done.get(dc.name)
         if item is not None:
             run.runtime[dc.name], run.runtime_findings[dc.name] = item
     return run
@@ -845,19 +846,20 @@ def gate(candidate: Path, reference: Path, data_path: Path | str, device_classes
 
 def _gate_whole(specs: list[RunSpec], data: EvalData, intakes: dict[str, Intake], device_classes: list[DeviceClass],
                 policy: Policy, seams: Seams, *, metrics, labels_known: bool, root: Path | None, registry,
-                max_parallel: int, progress: Progress | None, shards: int | None) -> GateRun:
+                max_parallel: int, progress: Progress | None, shards: int | None,
+                describe: Describing | None = None) -> GateRun:
     """Every spec on every sample, then the decision (the gate without early stop)."""
     task = metrics
     if labels_known:
         done = run_specs(specs, data, seams, root=root, registry=registry, max_parallel=max_parallel,
-                         progress=progress, shards=shards)
+                         progress=progress, shards=shards, describe=describe)
     else:   # dynamic output shape: the class count is known from the reference's first run, before candidates
         first = [s for s in specs if s.role == "reference"][:1]
         done = run_specs(first, data, seams, root=root, registry=registry, max_parallel=max_parallel,
-                         progress=progress, shards=shards)
+                         progress=progress, shards=shards, describe=describe)
         check_labels_after(data, done[0].folder)
         done += run_specs([s for s in specs if s not in first], data, seams, root=root, registry=registry,
-                          max_parallel=max_parallel, progress=progress, shards=shards)
+                          max_parallel=max_parallel, progress=progress, shards=shards, describe=describe)
     folders = {(d.role, d.device_class): d.folder for d in done}
     return decide_saved(folders, intakes, device_classes, policy, data,
                         cache_hits=sum(d.cached for d in done), started=sum(d.started for d in done), metrics=task)
@@ -893,7 +895,7 @@ class _Tier:
 def gate_early(specs: list[RunSpec], data: EvalData, intakes: dict[str, Intake], device_classes: list[DeviceClass],
                policy: Policy, early: dict[str, EarlyStop], seams: Seams, *, metrics, labels_known: bool = True,
                root: Path | None = None, registry=None, max_parallel: int = 2, progress: Progress | None = None,
-               shards: int | None = None) -> GateRun:
+               shards: int | None = None, describe: Describing | None = None) -> GateRun:
     """Run and decide in looks: a class with early stop on splits the samples into `looks` chunks; after chunk k
     its runs of chunks 1..k are merged (merge_shards) into prefix folders and judged on the first m_k samples
     (decide_saved, at the look's confidence, tiergate.stats.look_plan). A class stops at the first look whose
@@ -924,7 +926,8 @@ def gate_early(specs: list[RunSpec], data: EvalData, intakes: dict[str, Intake],
                 chunk_data[span] = subset(data, *span)
             datas[t.dc.name] = chunk_data[span]
         todo = [s for t in active for s in t.specs if s.role not in t.failed]
-        kw = dict(root=root, registry=registry, max_parallel=max_parallel, progress=progress, shards=shards)
+        kw = dict(root=root, registry=registry, max_parallel=max_parallel, progress=progress, shards=shards,
+                  describe=describe)
         if k == 0 and not labels_known:     # the class count is known from the reference's first run
             first = [s for s in todo if s.role == "reference"][:1]
             done = run_specs(first, datas, seams, **kw)
@@ -1055,6 +1058,31 @@ def _first_samples(outcomes: dict[str, RunOutcome], m: int) -> dict[str, RunOutc
     return {name: o if not o.ok else RunOutcome(o.result, {k: v[:m] for k, v in o.outputs.items()})
             for name, o in outcomes.items()}
 
+
+
+class Describing:
+    """Each tier's candidate described once (describe_candidate), in the tier's run step and within the run
+    slots: a tier's runtime graph is made while other tiers run (an emulated tier's describe, seconds under QEMU,
+    beside a native tier's runs), never more containers at once than --max-parallel. `done`: class -> result."""
+
+    def __init__(self, builder: Builder, progress: Progress | None = None):
+        self.builder, self.progress = builder, progress
+        self.done: dict[str, Any] = {}
+        self._guard = threading.Lock()
+
+    def __call__(self, group: list[RunSpec], slots=None) -> None:
+        name = group[0].device_class.name
+        with self._guard:
+            if name in self.done or not any(s.role == "candidate" for s in group):
+                return
+            self.done[name] = None                      # claimed: described once, whoever asks again
+        try:
+            with slots if slots is not None else _no_slot():
+                self.done[name] = describe_candidate(group, self.builder, progress=self.progress)
+        except BaseException:
+            with self._guard:
+                del self.done[name]                     # a retried step describes it again
+            raise
 
 
 def describe_candidate(group: list[RunSpec], builder: Builder, *, progress: Progress | None = None):

@@ -124,13 +124,15 @@ def _attempt(client, dc, image: str, artifact, work: Path) -> None:
                              "--threads", str(dc.threads)])
         container = client.containers.create(**spec)
         try:
-            reason, log_tail, _oom = _run(container, job)
+            reason, log_tail, oom = _run(container, job)
             _download(container, work)
         finally:
             container.remove(force=True)
     if (work / DESCRIBE_FILE).is_file():
         return  # described, or refused by the runtime (its message is in describe.json)
-    raise_for = InputError if reason and "exited with code" in reason else InfrastructureFault
+    # the describer exiting with an error, or killed at the class's memory limit, is about this artifact on this
+    # class (a finding, and the run says the same); anything else may be the engine's (retried)
+    raise_for = InputError if reason and ("exited with code" in reason or oom) else InfrastructureFault
     detail = last_line(log_tail) or reason or "no output"
     raise raise_for(f"{dc.name}: the runtime describer failed in {image}: {reason or 'no describe.json'} ({detail})")
 

@@ -71,53 +71,65 @@ def _fail(message: str, code: int = EXIT_UNUSABLE) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI and return its exit code (never raises for user errors)."""
     args = sys.argv[1:] if argv is None else list(argv)
-    if args[:1] == ["gate"]:     # an unchanged re-run: answered before typer is imported (cli/fastgate.py)
-        from tiergate.cli.fastgate import answer
-
-        try:
-            code = answer(args[1:])
-        except TiergateError as exc:
-            return _fail(exc.one_line(), exc.exit_code)
-        except KeyboardInterrupt:
-            return _fail("interrupted", 130)
-        except OSError as exc:
-            if not is_disk_full(exc):
-                raise
-            return _fail(disk_full(exc).one_line(), EXIT_UNUSABLE)
-        if code is not None:
-            return code
-    import typer
-
-    _register_all()
-    usage_errors, click_errors, aborts, exits = _click_errors()
-    command = typer.main.get_command(_make_app())
     try:
-        result = command.main(args=argv, prog_name="tiergate", standalone_mode=False)
+        return _run(args)
     except TiergateError as exc:
         return _fail(exc.one_line(), exc.exit_code)
     except Interrupted as exc:
         return _fail(interrupted_line(exc), exc.exit_code)
-    except exits as exc:
-        return exc.exit_code
-    except usage_errors as exc:
-        usage = exc.ctx.get_usage() if exc.ctx is not None else "Usage: tiergate [OPTIONS] COMMAND [ARGS]..."
-        print(usage.splitlines()[0] if usage else "", file=sys.stderr)
-        return _fail(exc.format_message(), EXIT_UNUSABLE)
-    except click_errors as exc:
-        return _fail(exc.format_message(), EXIT_UNUSABLE)
-    except aborts:
-        return _fail("aborted", 130)
     except KeyboardInterrupt:
         return _fail("interrupted", 130)
     except OSError as exc:
         if not is_disk_full(exc):
             raise
         return _fail(disk_full(exc).one_line(), EXIT_UNUSABLE)
+    except _ClickError as exc:                 # click's exceptions (typer is imported by then)
+        return _click_exit(exc.error)
     except Exception as exc:  # an internal bug: still one line unless debugging
         if os.environ.get("TIERGATE_DEBUG"):
             raise
         return _fail(f"internal error: {type(exc).__name__}: {exc} (set TIERGATE_DEBUG=1 for the traceback)")
+
+
+class _ClickError(Exception):
+    """A click exception carried out of _run (so that click is never imported on the fast path)."""
+
+    def __init__(self, error: BaseException):
+        super().__init__(str(error))
+        self.error = error
+
+
+def _run(args: list[str]) -> int:
+    if args[:1] == ["gate"]:     # an unchanged re-run: answered before typer is imported (cli/fastgate.py)
+        from tiergate.cli.fastgate import answer
+
+        code = answer(args[1:])
+        if code is not None:
+            return code
+    import typer
+
+    _register_all()
+    command = typer.main.get_command(_make_app())
+    click_types = sum(_click_errors(), ())
+    try:
+        result = command.main(args=args, prog_name="tiergate", standalone_mode=False)
+    except click_types as exc:
+        raise _ClickError(exc) from None
     return result if isinstance(result, int) else 0
+
+
+def _click_exit(exc: BaseException) -> int:
+    """The exit code (and one line) of a click usage error, other click error, abort or exit."""
+    usage_errors, click_errors, aborts, exits = _click_errors()
+    if isinstance(exc, exits):
+        return exc.exit_code
+    if isinstance(exc, usage_errors):
+        usage = exc.ctx.get_usage() if exc.ctx is not None else "Usage: tiergate [OPTIONS] COMMAND [ARGS]..."
+        print(usage.splitlines()[0] if usage else "", file=sys.stderr)
+        return _fail(exc.format_message(), EXIT_UNUSABLE)
+    if isinstance(exc, click_errors):
+        return _fail(exc.format_message(), EXIT_UNUSABLE)
+    return _fail("aborted", 130)
 
 
 def interrupted_line(exc: Interrupted) -> str:

@@ -849,20 +849,24 @@ def _gate_whole(specs: list[RunSpec], data: EvalData, intakes: dict[str, Intake]
                 max_parallel: int, progress: Progress | None, shards: int | None,
                 describe: Describing | None = None) -> GateRun:
     """Every spec on every sample, then the decision (the gate without early stop)."""
-    task = metrics
-    if labels_known:
-        done = run_specs(specs, data, seams, root=root, registry=registry, max_parallel=max_parallel,
-                         progress=progress, shards=shards, describe=describe)
-    else:   # dynamic output shape: the class count is known from the reference's first run, before candidates
-        first = [s for s in specs if s.role == "reference"][:1]
-        done = run_specs(first, data, seams, root=root, registry=registry, max_parallel=max_parallel,
-                         progress=progress, shards=shards, describe=describe)
-        check_labels_after(data, done[0].folder)
-        done += run_specs([s for s in specs if s not in first], data, seams, root=root, registry=registry,
-                          max_parallel=max_parallel, progress=progress, shards=shards, describe=describe)
+    _, done = _run_checking_labels(specs, data, data, seams, labels_known, root=root, registry=registry,
+                                   max_parallel=max_parallel, progress=progress, shards=shards, describe=describe)
     folders = {(d.role, d.device_class): d.folder for d in done}
     return decide_saved(folders, intakes, device_classes, policy, data,
-                        cache_hits=sum(d.cached for d in done), started=sum(d.started for d in done), metrics=task)
+                        cache_hits=sum(d.cached for d in done), started=sum(d.started for d in done), metrics=metrics)
+
+
+def _run_checking_labels(specs: list[RunSpec], runs_data, data: EvalData, seams: Seams, labels_known: bool,
+                         **options) -> tuple[list[RunSpec], list[RunDone]]:
+    """run_specs; when the class count is unknown (dynamic output shape) the reference runs first and the labels
+    are checked against its outputs before the candidates run. (the specs in the order run, their RunDones)"""
+    if labels_known:
+        return specs, run_specs(specs, runs_data, seams, **options)
+    first = [s for s in specs if s.role == "reference"][:1]
+    done = run_specs(first, runs_data, seams, **options)
+    check_labels_after(data, done[0].folder)
+    rest = [s for s in specs if s not in first]
+    return first + rest, done + run_specs(rest, runs_data, seams, **options)
 
 # --- early decision: sequential looks at growing sample prefixes ---------------------------------
 
@@ -928,14 +932,7 @@ def gate_early(specs: list[RunSpec], data: EvalData, intakes: dict[str, Intake],
         todo = [s for t in active for s in t.specs if s.role not in t.failed]
         kw = dict(root=root, registry=registry, max_parallel=max_parallel, progress=progress, shards=shards,
                   describe=describe)
-        if k == 0 and not labels_known:     # the class count is known from the reference's first run
-            first = [s for s in todo if s.role == "reference"][:1]
-            done = run_specs(first, datas, seams, **kw)
-            check_labels_after(data, done[0].folder)
-            done += run_specs([s for s in todo if s not in first], datas, seams, **kw)
-            todo = first + [s for s in todo if s not in first]
-        else:
-            done = run_specs(todo, datas, seams, **kw)
+        todo, done = _run_checking_labels(todo, datas, data, seams, labels_known or k > 0, **kw)
         hits += sum(d.cached for d in done)
         started += sum(d.started for d in done)
         for spec, d in zip(todo, done):

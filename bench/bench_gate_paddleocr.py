@@ -169,10 +169,10 @@ def prepare(work: Path, samples: int) -> tuple[Path, Path, Path]:
 def build(candidate: Path, reference: Path, classes) -> dict[str, dict]:
     """Per device class: the runtime image tag and whether the images were already there (the builder
     `tiergate gate` uses, on the same intake, so the gate finds them)."""
-    from tiergate import pipeline
+    from tiergate import orchestrator
 
-    builder, out = pipeline.DockerBuilder(), {}
-    intakes = [pipeline.intake(p, classes) for p in (candidate, reference)]
+    builder, out = orchestrator.DockerBuilder(), {}
+    intakes = [orchestrator.intake(p, classes) for p in (candidate, reference)]
     for dc in classes:
         t0 = time.perf_counter()
         images = [builder.build(dc, item) for item in intakes]

@@ -12,9 +12,10 @@ from prefect import flow
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from tiergate.errors import TiergateError
-from tiergate.orchestration.gating import conclude, gate_in_flow
+from tiergate.orchestration.gating import conclude, flow_request, gate_in_flow
 from tiergate.policy import load_policy
 from tiergate.registry import Registry
+from tiergate.request import BuildSettings
 from tiergate.targets import catalogue, resolve
 
 
@@ -36,8 +37,8 @@ def gate(candidate: str, reference: str, data: str, targets: str, incumbent: str
         paths["incumbent"] = Path(incumbent)
     registry = Registry(registry_url) if registry_url else None
     try:
-        gate_run = gate_in_flow(paths, data, device_classes, loaded_policy, registry=registry,
-                                base_image=base_image, sample_axes=sample_axes, metrics=metrics)
+        request = flow_request(paths, data, device_classes, loaded_policy, sample_axes, metrics)
+        gate_run = gate_in_flow(request, registry=registry, build=BuildSettings(base_image))
         done = conclude(gate_run, registry=registry, report_dir=Path(report_dir) if report_dir else None,
                         junit=Path(junit) if junit else None, label=f"gate-{Path(candidate).stem}")
     finally:

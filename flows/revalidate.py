@@ -15,12 +15,13 @@ from prefect import flow, get_run_logger
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from tiergate.orchestration.explain import attach_explain
-from tiergate.orchestration.gating import Remote, conclude, gate_in_flow
+from tiergate.orchestration.gating import Remote, conclude, flow_request, gate_in_flow
 from tiergate.orchestration.revalidation import prepare
 from tiergate.orchestration.tasks import diff_task
 from tiergate.paths import home
 from tiergate.policy import load_policy
 from tiergate.registry import Registry
+from tiergate.request import BuildSettings
 
 
 @flow(name="tiergate-revalidate", task_runner=ThreadPoolTaskRunner(max_workers=6), log_prints=True)
@@ -39,14 +40,13 @@ def revalidate(artifact: str, data: str, targets: str | None = None, policy: str
                  ", ".join(dc.name for dc in job.device_classes))
         diff = diff_task.submit(*job.previous, job.paths["candidate"]) if job.previous else None
         remote_spec = Remote(dict(remote or {}), str(Path(data).resolve()), registry.url, registry.store.location)
-        gate_run = gate_in_flow(job.paths, data, job.device_classes, loaded_policy, registry=registry,
-                                base_image=base_image, remote=remote_spec, sample_axes=sample_axes, metrics=metrics)
+        request = flow_request(job.paths, data, job.device_classes, loaded_policy, sample_axes, metrics)
+        gate_run = gate_in_flow(request, registry=registry, build=BuildSettings(base_image), remote=remote_spec)
         reports = Path(report_dir) / short if report_dir else home() / "flows" / "reports" / short
         done = conclude(gate_run, registry=registry, report_dir=reports, junit=reports / "junit.xml",
                         label=f"{job.record.model}-{short}", cost_tags={"flow": "revalidate"})
         if done.verdict == "REJECT":     # which layer lost it, per tier: a Markdown artifact on the run
-            attach_explain(job.paths["candidate"], job.paths["reference"], Path(data), job.device_classes,
-                           loaded_policy, label=f"{job.record.model}-{short}", base_image=base_image)
+            attach_explain(request, label=f"{job.record.model}-{short}", build=BuildSettings(base_image))
     summary = done.to_json() | {"artifact": job.record.sha256, "model": job.record.model}
     if diff is not None:
         changes = diff.result()

@@ -28,7 +28,8 @@ CORE = (
     "tiergate.artifact", "tiergate.fingerprint", "tiergate.diff", "tiergate.lint", "tiergate.evaldata",
     "tiergate.metrics", "tiergate.stats", "tiergate.policy", "tiergate.gate", "tiergate.results",
     "tiergate.reports", "tiergate.hashing", "tiergate.errors", "tiergate.paths", "tiergate.targets",
-    "tiergate.images", "tiergate.figures", "tiergate.decision", "tiergate.quickgate",
+    "tiergate.images", "tiergate.figures", "tiergate.decision", "tiergate.quickgate", "tiergate.state",
+    "tiergate.request",
 )
 EVERYONE = ("tiergate",)
 
@@ -46,13 +47,18 @@ class Rule:
 RULES = (
     Rule("core", CORE,
          ("prefect", "docker", "tiergate.registry", "tiergate.build", "tiergate.execution",
-          "tiergate.orchestration", "tiergate.cli", "tiergate.pipeline", "tiergate.doctor", "tiergate.demo"),
+          "tiergate.orchestration", "tiergate.cli", "tiergate.orchestrator", "tiergate.doctor", "tiergate.demo"),
          (), "the core imports neither Prefect, Docker, the registry nor any layer built on the core"),
     Rule("prefect", EVERYONE, ("prefect",), ("tiergate.orchestration",),
          "only tiergate.orchestration imports Prefect (flows/ is outside src)"),
     Rule("docker", EVERYONE, ("docker",), ("tiergate.build", "tiergate.execution", "tiergate.doctor"),
          "only tiergate.build, tiergate.execution and tiergate.doctor import Docker"),
     Rule("cli", EVERYONE, ("tiergate.cli",), ("tiergate.cli",), "nothing imports tiergate.cli but tiergate.cli"),
+    Rule("execution", ("tiergate.execution",), ("tiergate.orchestrator", "tiergate.build"), (),
+         "the execution backends run what they are given: they call neither the orchestrator nor the builder"),
+    Rule("light", ("tiergate.state", "tiergate.request", "tiergate.quickgate"),
+         ("numpy", "scipy", "onnx", "onnxruntime", "sqlalchemy", "typer"), (),
+         "the fast path's modules import nothing heavy (an unchanged re-run is answered before any of it loads)"),
 )
 
 # Known breaks outside this change's scope: module -> reason. Strict: when fixed, the mark must go.

@@ -37,13 +37,12 @@ import docker
 
 from tiergate.hashing import file_sha256
 from tiergate.errors import EnvironmentProblem, InputError
-from tiergate.images import LABEL, BuiltImage  # noqa: F401 - re-exported
+from tiergate.images import HOST_CA_BUNDLE, HOST_PIP_CONF, LABEL, BuiltImage  # noqa: F401 - re-exported
 from tiergate.paths import containers_dir
+from tiergate.artifact.files import artifact_files, onnx_external_files  # noqa: F401 - re-exported
 from tiergate.targets import MAX_BUILD_ENV, DeviceClass, resolve
 
 DEFAULT_BASE_IMAGE = "python:3.11-slim-bookworm"  # for users with a registry
-HOST_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
-HOST_PIP_CONF = Path("/etc/pip.conf")
 PIP_MODES = ("host", "image")
 MODEL_DIR = "/opt/tiergate/model"
 RECIPE = "runtime/Dockerfile"      # under containers/: the one runtime recipe
@@ -366,43 +365,6 @@ def image_labels(dc: DeviceClass, runtime: RuntimeImage, model_name: str, artifa
 
 
 # --- the artifact ----------------------------------------------------------------------
-
-
-def artifact_files(dc: DeviceClass, path: Path) -> list[Path]:
-    """The artifact file (first) and any ONNX external-data files it names; format checked."""
-    if not path.is_file():
-        raise InputError(f"{path}: artifact does not exist")
-    from tiergate.artifact.detect import detect_format, read_model_file
-
-    fmt = detect_format(path, read_model_file(path))   # from the content, never the file name
-    if fmt != dc.artifact_format:
-        raise InputError(f"{path}: a {fmt} artifact cannot run on {dc.name} "
-                         f"(runtime {dc.runtime} needs {dc.artifact_format})")
-    if fmt == "tflite":
-        if path.read_bytes()[4:8] != b"TFL3":
-            raise InputError(f"{path}: not a TFLite flatbuffer (no TFL3 identifier)")
-        return [path]
-    return [path, *onnx_external_files(path)]
-
-
-def onnx_external_files(path: Path) -> list[Path]:
-    import onnx
-
-    try:
-        model = onnx.load(str(path), load_external_data=False)
-    except Exception as exc:  # noqa: BLE001 - any parse failure is bad input
-        raise InputError(f"{path}: not a readable ONNX model: {_one_line(exc)}") from None
-    names = set()
-    for tensor in onnx.external_data_helper._get_all_tensors(model):
-        if tensor.data_location == onnx.TensorProto.EXTERNAL:
-            names.update(e.value for e in tensor.external_data if e.key == "location")
-    files = []
-    for name in sorted(names):
-        target = (path.parent / name).resolve()
-        if target.parent != path.parent.resolve() or not target.is_file():
-            raise InputError(f"{path}: external data {name!r} must be a file next to the model")
-        files.append(target)
-    return files
 
 
 # --- docker helpers --------------------------------------------------------------------

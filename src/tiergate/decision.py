@@ -263,6 +263,38 @@ class Decision:
 
     __hash__ = None
 
+@dataclass
+class GateRun:
+    """What one gate produced: the decision and where its evidence lies. The normal path fills every field;
+    the decision cache's fast answer (tiergate.quickgate) fills the decision, the run folders and the runtime
+    graphs as they were saved (its `intakes` and `outcomes` stay empty: nothing was loaded)."""
+
+    decision: Decision
+    run_dirs: dict = field(default_factory=dict)                  # (role, device class) -> run folder
+    intakes: dict = field(default_factory=dict)                   # role -> orchestrator.Intake
+    outcomes: dict = field(default_factory=dict)                  # role -> device class -> gate.RunOutcome
+    cache_hits: int = 0
+    containers_started: int = 0
+    decision_cached: bool = False
+    decision_key: str = ""
+    runtime: dict[str, dict] = field(default_factory=dict)       # device class -> candidate's runtime graph
+    runtime_findings: dict[str, list] = field(default_factory=dict)   # device class -> lint on it
+    report_files: dict = field(default_factory=dict)
+
+    def runtime_summary(self) -> dict[str, dict]:
+        """Per device class, what its runtime executes of the candidate: ops at the tier's own level."""
+        return runtime_summary(self.runtime)
+
+
+def runtime_summary(runtime: dict[str, dict]) -> dict[str, dict]:
+    """Per device class, what its runtime executes of the candidate: ops at the tier's own level."""
+    summary = {}
+    for name, graph in runtime.items():
+        level = graph.get("default_level") or ""
+        ops = graph.get("ops", {})
+        summary[name] = {"ok": graph.get("ok", False), "error": graph.get("error", ""), "level": level,
+                         "ops": ops.get(level, {}) if level else ops, "placement": graph.get("placement", {})}
+    return summary
 
 
 def _fmt(value) -> str:

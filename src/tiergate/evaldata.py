@@ -24,9 +24,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import sys
-import threading
 import zipfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -35,6 +33,8 @@ from pathlib import Path
 import numpy as np
 
 from tiergate.artifact.model import TensorSpec
+from tiergate import state
+from tiergate.request import is_loader  # noqa: F401 - re-exported
 from tiergate.errors import InputError
 from tiergate.hashing import file_sha256
 
@@ -362,16 +362,14 @@ def check_labels_within(data: EvalData, output: str, classes: int) -> None:
 
 
 def data_dir() -> Path:
-    from tiergate.paths import home
-
-    return home() / "data"
+    return state.data_root()
 
 
 def write_archive(arrays: dict[str, np.ndarray], meta: dict | None = None, folder: Path | None = None) -> Path:
     """An .npz (np.load reads it) whose bytes depend on the arrays only, named by its sha256."""
     folder = folder or data_dir()
     folder.mkdir(parents=True, exist_ok=True)
-    tmp = folder / f".part-{os.getpid()}-{threading.get_ident()}.npz"
+    tmp = state.part_path(folder / "archive.npz")
     members = dict(arrays)
     if meta:
         members[AXES_MEMBER] = np.array(json.dumps(meta, sort_keys=True))
@@ -403,13 +401,6 @@ def subset(data: EvalData, start: int, stop: int) -> EvalData:
 
 
 # --- data loaders: FILE.py:FUNCTION -----------------------------------------------------------------
-
-
-def is_loader(spec: str | Path) -> bool:
-    """Whether a --data value names a loader (FILE.py:FUNCTION) rather than an .npz file."""
-    text = str(spec)
-    file, sep, function = text.rpartition(":")
-    return bool(sep) and file.endswith(".py") and function.isidentifier()
 
 
 def load_function(spec: str, what: str = "data loader"):

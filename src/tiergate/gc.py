@@ -25,9 +25,7 @@ are removed when not running and older than an hour.
 
 from __future__ import annotations
 
-import fcntl
 import json
-import os
 import re
 import shutil
 from dataclasses import dataclass, field
@@ -35,9 +33,11 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterable, Protocol
 
+from tiergate import state
 from tiergate.errors import InputError
 from tiergate.images import LABEL
-from tiergate.results import RESULT_FILE, SHARDS_SUFFIX
+from tiergate.state import (RESULT_FILE, SHARDS_SUFFIX, Saved, flock_held,  # noqa: F401 - flock_held re-exported
+                            parse_part, process_alive)
 
 ARTIFACT_LABEL = f"{LABEL}.artifact.sha256"
 DEVICE_CLASS_LABEL = f"{LABEL}.device_class"
@@ -50,7 +50,6 @@ DEFAULT_KEEP_LAST = 3
 GRACE = timedelta(hours=1)   # engine-shared leftovers and, while a gate runs, anything this recent
 APPLY_ORDER = ("container", "volume", "decision", "run", "image")
 LEDGER = "gc-images.json"    # image ids of removed runs whose image could not be removed yet
-_PART = re.compile(r"^(?P<key>.+?)(?P<ext>\.json)?\.part-(?P<pid>\d+)-\d+$")
 _RUNNING = ("running", "restarting", "paused", "removing")
 
 
@@ -201,7 +200,7 @@ class _Planner:
         self.older_than, self.runtime_images, self.all_images = older_than, runtime_images, all_images
         self.now, self.pid_alive = now, pid_alive
         self.cutoff = now - older_than if older_than else None
-        self.held = {p.name[:-len(".lock")] for p in _entries(home / "locks") if p.name.endswith(".lock")
+        self.held = {p.name[:-len(".lock")] for p in state.entries(home / state.LOCKS) if p.name.endswith(".lock")
                      and lock_held(p)}
         self.busy = bool(self.held)     # set again once live .part files are seen
         self.items: list[Item] = []
@@ -211,8 +210,8 @@ class _Planner:
         self.ledger: set[str] = set()
 
     def run(self, inventory: Inventory | None) -> Plan:
-        decisions = [_read_decision(p) for p in _entries(self.home / "decisions") if p.is_file()]
-        runs = [_read_run(p) for p in _entries(self.home / "runs") if p.is_dir()]
+        decisions = state.saved_decisions(self.home)
+        runs = state.saved_runs(self.home)
         self.busy = self.busy or any(self._live_part(e.path.name) for e in [*decisions, *runs])
         for doc, item in self._decisions(decisions):
             self.items.append(self._aged(item))
@@ -243,8 +242,8 @@ class _Planner:
         return Plan(self.items, [], self.ledger)
 
     # -- decisions ---------------------------------------------------------------------
-    def _decisions(self, decisions: list["_DecisionFile"]) -> Iterable[tuple["_DecisionFile", Item]]:
-        unregistered: dict[str, list[_DecisionFile]] = {}
+    def _decisions(self, decisions: list[Saved]) -> Iterable[tuple[Saved, Item]]:
+        unregistered: dict[str, list[Saved]] = {}
         for d in decisions:
             candidate = (d.inputs or {}).get("candidate")
             if d.inputs is not None and candidate and candidate not in self.needs.models:
@@ -256,8 +255,7 @@ class _Planner:
         for d in decisions:
             candidate = (d.inputs or {}).get("candidate")
             item = Item("decision", str(d.path), d.path.name, d.size, d.created, True, "", artifact=candidate)
-            part = _PART.match(d.path.name)
-            if part:
+            if parse_part(d.path.name) is not None:
                 live = self._live_part(d.path.name)
                 item.remove, item.reason = (False, "being written by a gate in progress") if live else \
                     (True, "partial write of a gate that is no longer running")
@@ -282,10 +280,10 @@ class _Planner:
             yield d, item
 
     # -- run folders -------------------------------------------------------------------
-    def _run(self, run: "_RunFolder") -> Item:
+    def _run(self, run: Saved) -> Item:
         name = run.path.name
         item = Item("run", str(run.path), name, run.size, run.created, True, "", artifact=run.artifact)
-        if _PART.match(name):
+        if parse_part(name) is not None:
             live = self._live_part(name)
             item.remove, item.reason = (False, "being written by a gate in progress") if live else \
                 (True, "partial run of a gate that is no longer running")
@@ -401,14 +399,14 @@ class _Planner:
         return item
 
     def _live_part(self, name: str) -> bool:
-        match = _PART.match(name)
-        if not match:
+        part = parse_part(name)
+        if part is None:
             return False
-        return match["key"] in self.held or self.pid_alive(int(match["pid"]))
+        return part[0] in self.held or self.pid_alive(part[1])
 
     def _check_protected(self) -> None:
         for item in self.items:
-            if item.remove and item.artifact in self.needs.protected and not _PART.match(item.name):
+            if item.remove and item.artifact in self.needs.protected and parse_part(item.name) is None:
                 raise AssertionError(f"gc planned to remove {item.kind} {item.name}, which a promoted alias needs")
 
 
@@ -443,20 +441,8 @@ def _remove_file(path: Path, home: Path, item: Item) -> None:
     root = home.resolve()
     if root not in path.resolve().parents:
         raise AssertionError(f"{path} is not under {root}")
-    if item.kind == "run" and not _PART.match(path.name):
-        # Hold the run's key lock while removing: a gate that starts this run meanwhile waits, then re-runs it.
-        lock_path = home / "locks" / f"{path.name}.lock"
-        lock_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(lock_path, "a+") as handle:
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
-                item.error = "a gate started this run meanwhile; kept"
-                return
-            try:
-                shutil.rmtree(path)
-            finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
+    if item.kind == "run":
+        item.error = state.remove_run(path, home)
     elif path.is_dir():
         shutil.rmtree(path)
     else:
@@ -519,71 +505,7 @@ def _own_size(image: dict) -> int:
     return max(0, size - shared) if shared >= 0 else size
 
 
-# --- reading the home ----------------------------------------------------------------------
-
-
-@dataclass
-class _DecisionFile:
-    path: Path
-    key: str
-    inputs: dict | None
-    created: datetime | None
-    size: int
-
-
-@dataclass
-class _RunFolder:
-    path: Path
-    artifact: str | None
-    image_id: str
-    created: datetime | None
-    size: int
-
-
-def _entries(folder: Path) -> list[Path]:
-    try:
-        return sorted(folder.iterdir())
-    except (FileNotFoundError, NotADirectoryError):
-        return []
-
-
-def _read_decision(path: Path) -> _DecisionFile:
-    stat = path.stat()
-    created = datetime.fromtimestamp(stat.st_mtime, timezone.utc)
-    key, inputs = path.name.split(".", 1)[0], None
-    if path.suffix == ".json":
-        try:
-            doc = json.loads(path.read_text())
-            if isinstance(doc, dict) and isinstance(doc.get("inputs"), dict):
-                inputs, key = doc["inputs"], str(doc.get("key") or key)
-                created = _iso(doc.get("created_at")) or created
-        except (OSError, ValueError):
-            pass
-    return _DecisionFile(path, key, inputs, created, stat.st_size)
-
-
-def _read_run(path: Path) -> _RunFolder:
-    result = path / RESULT_FILE
-    artifact, image_id = None, ""
-    try:
-        data = json.loads(result.read_text())
-        artifact, image_id = data.get("artifact_sha256") or None, data.get("image_id") or ""
-    except (OSError, ValueError, AttributeError):
-        pass
-    times = [p.stat().st_mtime for p in (path, result) if p.exists()]
-    return _RunFolder(path, artifact, image_id, datetime.fromtimestamp(max(times), timezone.utc),
-                      folder_size(path))
-
-
-def folder_size(path: Path) -> int:
-    total = 0
-    for root, _dirs, files in os.walk(path):
-        for name in files:
-            try:
-                total += os.lstat(os.path.join(root, name)).st_size
-            except OSError:
-                pass
-    return total
+# --- the ledger -------------------------------------------------------------------------------
 
 
 def _read_ledger(home: Path) -> set[str]:
@@ -598,40 +520,10 @@ def _write_ledger(home: Path, images: set[str]) -> None:
     if not images:
         path.unlink(missing_ok=True)
         return
-    home.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{LEDGER}.part-{os.getpid()}")
-    tmp.write_text(json.dumps({"images": sorted(images)}, indent=1))
-    tmp.replace(path)
+    state.write_json(path, {"images": sorted(images)})
 
 
 # --- small helpers -------------------------------------------------------------------------
-
-
-def flock_held(path: Path) -> bool:
-    """Whether another open file holds an flock on `path` (the gate's key_lock); never blocks."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except OSError:
-        return True
-    finally:
-        os.close(fd)  # closing releases our probe lock
-    return False
-
-
-def process_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    except OverflowError:
-        return False
-    return True
 
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -678,15 +570,4 @@ def _epoch(value) -> datetime | None:
         return None
 
 
-def _iso(value) -> datetime | None:
-    if not value:
-        return None
-    try:
-        when = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
-    except ValueError:
-        # Docker's CreatedAt may carry nanoseconds: 2024-01-02T03:04:05.123456789Z
-        match = re.match(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)", str(value))
-        if not match:
-            return None
-        when = datetime.fromisoformat(match[1]).replace(tzinfo=timezone.utc)
-    return when if when.tzinfo else when.replace(tzinfo=timezone.utc)
+_iso = state.parse_iso

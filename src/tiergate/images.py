@@ -8,6 +8,11 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from pathlib import Path
+
+HOST_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")   # goes into every runtime image (and its tag)
+HOST_PIP_CONF = Path("/etc/pip.conf")                         # pip's index settings: likewise
+DESCRIBER = "harness/tiergate_describe.py"                    # the runtime-graph describer, under containers/
 
 LABEL = "org.tiergate"
 

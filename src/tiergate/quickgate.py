@@ -5,10 +5,10 @@ asks Docker for its images and the runtime graphs, finds every run in the run ca
 then the decision in the decision cache. This module answers the same re-run from one file,
 importing no numpy, scipy, onnx, onnxruntime, docker, prefect or sqlalchemy:
 
-- `remember(request, gate_run, images)` after the normal path: under
+- `remember(request, build, gate_run, recorder)` after the normal path: under
   `TIERGATE_HOME/quick/<request key>.json` it writes which decision file answered, the run
   folders and images it was made from, and the candidate's runtime graphs and findings;
-- `lookup(request) -> Answer | None` before it: the request key is a sha256 over cheap
+- `lookup(request, build) -> GateRun | None` before it: the request key is a sha256 over cheap
   identities of everything the decision depends on (see `identity`); the answer is given
   only when the decision file still verifies (schema, key, the inputs it names), every run
   folder it names still has the same result.json and its outputs still hash to what the
@@ -31,27 +31,17 @@ import http.client
 import json
 import os
 import socket
-import threading
-from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from urllib.parse import quote
 
-from tiergate.decision import Decision
-from tiergate.images import LABEL, graph_cache_key
-from tiergate.paths import containers_dir, home
-from tiergate.policy import Policy
-from tiergate.reports.gate_files import runtime_summary
-from tiergate.targets import DeviceClass
+from tiergate import state
+from tiergate.decision import Decision, GateRun
+from tiergate.hashing import read_external
+from tiergate.images import DESCRIBER, HOST_CA_BUNDLE, HOST_PIP_CONF, LABEL
+from tiergate.paths import containers_dir
+from tiergate.request import BuildSettings, GateRequest, is_loader
 
 SCHEMA = 1
-FOLDER = "quick"                 # under TIERGATE_HOME
-DECISION_SCHEMA = 1              # pipeline.DECISION_SCHEMA: the decision cache files read here
-RESULT_FILE, OUTPUTS_FILE = "result.json", "outputs.npz"      # results.RESULT_FILE, results.OUTPUTS_FILE
-HOST_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")     # build.HOST_CA_BUNDLE: in the runtime image tag
-HOST_PIP_CONF = Path("/etc/pip.conf")                           # build.HOST_PIP_CONF: in the runtime image tag
-DESCRIBER = "harness/tiergate_describe.py"   # execution.describe.DESCRIBER, under containers/
-GRAPHS = "runtime-graphs"                     # execution.describe.CACHE_DIR, under TIERGATE_HOME
 DEFAULT_SOCKET = "/var/run/docker.sock"
 DOCKER_TIMEOUT_S = 5.0
 PACKAGE = Path(__file__).resolve().parent
@@ -59,29 +49,6 @@ PACKAGE = Path(__file__).resolve().parent
 
 class NoFastPath(Exception):
     """This request has no fast path (say why); the normal path answers it."""
-
-
-@dataclass(frozen=True)
-class Request:
-    """What `tiergate gate` was asked, as far as the decision depends on it."""
-
-    candidate: Path
-    reference: Path
-    data: str
-    device_classes: tuple[DeviceClass, ...]
-    policy: Policy
-    incumbent: Path | None = None
-    metrics: tuple[str, ...] = ()            # --metric, as given
-    sample_axes: tuple[str, ...] = ()        # --sample-axis NAME=AXIS, as given
-    base_image: str | None = None
-    ca_bundle: Path | None = None
-    profile: bool = False
-    early_stop: bool | None = None           # --early-stop / --no-early-stop (None: the policy's)
-
-    @property
-    def artifacts(self) -> dict[str, Path]:
-        paths = {"candidate": self.candidate, "reference": self.reference, "incumbent": self.incumbent}
-        return {role: Path(p) for role, p in paths.items() if p is not None}
 
 
 class StoredFinding:
@@ -98,27 +65,6 @@ class StoredFinding:
 
     def to_json(self) -> dict:
         return dict(self._data)
-
-
-@dataclass
-class Answer:
-    """The fast answer: what `tiergate gate` prints and writes, as for a decision-cache hit (no run started)."""
-
-    decision: Decision
-    run_dirs: dict[tuple[str, str], Path]
-    decision_key: str
-    runtime: dict[str, dict] = field(default_factory=dict)
-    runtime_findings: dict[str, list] = field(default_factory=dict)
-    report_files: dict[str, Path] = field(default_factory=dict)
-    containers_started: int = 0
-    decision_cached: bool = True
-
-    @property
-    def cache_hits(self) -> int:
-        return len(self.run_dirs)
-
-    def runtime_summary(self) -> dict[str, dict]:
-        return runtime_summary(self.runtime)
 
 
 class Recorder:
@@ -141,7 +87,7 @@ class Recorder:
 # --- the request key ---------------------------------------------------------------------------
 
 
-def identity(request: Request) -> tuple[dict, dict[str, "hashlib._Hash"]]:
+def identity(request: GateRequest, build: BuildSettings) -> tuple[dict, dict[str, "hashlib._Hash"]]:
     """(what the request key hashes, per role the sha256 state after the artifact file's bytes).
 
     Artifacts and data by content, device classes and policy by their dataclass content (as the
@@ -151,7 +97,7 @@ def identity(request: Request) -> tuple[dict, dict[str, "hashlib._Hash"]]:
     whole tiergate package. NoFastPath when a part cannot be known cheaply.
     """
     _engine_socket(request.device_classes)
-    if _is_loader(request.data):
+    if is_loader(request.data):
         raise NoFastPath("the data is a loader FILE.py:FUNCTION")
     hashers = {}
     for role, path in request.artifacts.items():
@@ -161,7 +107,7 @@ def identity(request: Request) -> tuple[dict, dict[str, "hashlib._Hash"]]:
             hashers[role] = hashlib.file_digest(stream, "sha256")
     metrics = []
     for name in request.metrics:
-        file = name.rpartition(":")[0] if _is_loader(name) else ""
+        file = name.rpartition(":")[0] if is_loader(name) else ""
         metrics.append([name, _file_sha(Path(file), required=True) if file else ""])
     policy = request.policy
     doc = {
@@ -175,8 +121,8 @@ def identity(request: Request) -> tuple[dict, dict[str, "hashlib._Hash"]]:
         "early_stop": request.early_stop,
         "metrics": metrics,
         "sample_axes": list(request.sample_axes),
-        "base_image": request.base_image,
-        "ca_bundle": None if request.ca_bundle is None else _file_sha(Path(request.ca_bundle), required=True),
+        "base_image": build.base_image,
+        "ca_bundle": None if build.ca_bundle is None else _file_sha(Path(build.ca_bundle), required=True),
         "profile": bool(request.profile),
         "containers": tree_sha256(containers_dir()),
         "pip_conf": _file_sha(HOST_PIP_CONF),
@@ -187,8 +133,8 @@ def identity(request: Request) -> tuple[dict, dict[str, "hashlib._Hash"]]:
     return doc, hashers
 
 
-def request_key(request: Request) -> str:
-    return _key_of(identity(request)[0])
+def request_key(request: GateRequest, build: BuildSettings = BuildSettings()) -> str:
+    return _key_of(identity(request, build)[0])
 
 
 def _key_of(doc: dict) -> str:
@@ -219,12 +165,6 @@ def _file_sha(path: Path, *, required: bool = False) -> str | None:
         return hashlib.file_digest(stream, "sha256").hexdigest()
 
 
-def _is_loader(spec: str) -> bool:
-    """evaldata.is_loader: FILE.py:FUNCTION rather than a file."""
-    file, sep, function = str(spec).rpartition(":")
-    return bool(sep) and file.endswith(".py") and function.isidentifier()
-
-
 def _engine_socket(device_classes) -> str:
     """The local engine's unix socket; NoFastPath for any other engine."""
     if any((dc.docker_host or "local") != "local" for dc in device_classes):
@@ -237,18 +177,14 @@ def _engine_socket(device_classes) -> str:
     raise NoFastPath(f"DOCKER_HOST={host} is not a unix socket")
 
 
-def artifact_sha256(state: "hashlib._Hash", path: Path, external: list[str]) -> str:
-    """The artifact's sha256 as intake computes it (artifact/onnx_loader.py, artifact/external.py): the
-    file's bytes (already in `state`), then every external data file's location and bytes, sorted;
-    a location outside the model's folder is refused (NoFastPath) as intake refuses it."""
-    digest = state.copy()
-    folder = Path(path).resolve().parent
-    for location in sorted(external):
-        target = Path(os.path.realpath(folder / location))
-        if not location or "\x00" in location or not target.is_relative_to(folder) or not target.is_file():
-            raise NoFastPath(f"{path}: external data {location!r} is not a file in the model's folder")
-        digest.update(location.encode() + b"\x00")
-        digest.update(target.read_bytes())
+def artifact_sha256(digest: "hashlib._Hash", path: Path, external: list[str]) -> str:
+    """The artifact's sha256 as intake computes it: the file's bytes (already in `digest`), then every external
+    data file's location and bytes, sorted (hashing.read_external); a location intake refuses has no fast path."""
+    digest = digest.copy()
+    try:
+        read_external(path, external, digest)
+    except Exception as exc:  # noqa: BLE001 - InputError: intake refuses it, and says why
+        raise NoFastPath(f"{path}: external data: {exc}") from None
     return digest.hexdigest()
 
 
@@ -291,19 +227,10 @@ def image_ids(names, socket_path: str, *, labels: bool = False) -> dict[str, obj
 # --- lookup and remember -------------------------------------------------------------------------
 
 
-def entry_path(key: str) -> Path:
-    return home() / FOLDER / f"{key}.json"
-
-
-def decision_path(key: str) -> Path:
-    """pipeline.decision_path."""
-    return home() / "decisions" / f"{key}.json"
-
-
-def lookup(request: Request) -> Answer | None:
+def lookup(request: GateRequest, build: BuildSettings = BuildSettings()) -> GateRun | None:
     """The decision of an unchanged request, verified, or None (the normal path then runs)."""
     try:
-        return _lookup(request)
+        return _lookup(request, build)
     except NoFastPath:
         return None
     except Exception:  # noqa: BLE001 - any doubt: the normal path answers (and is always right)
@@ -312,32 +239,31 @@ def lookup(request: Request) -> Answer | None:
         return None
 
 
-def _lookup(request: Request) -> Answer | None:
-    doc, hashers = identity(request)
+def _lookup(request: GateRequest, build: BuildSettings) -> GateRun | None:
+    doc, hashers = identity(request, build)
     key = _key_of(doc)
     try:
-        entry = json.loads(entry_path(key).read_text())
+        entry = json.loads(state.quick_entry_path(key).read_text())
     except FileNotFoundError:
         return None
     if entry.get("schema") != SCHEMA or entry.get("key") != key:
         return None
     inputs = entry["decision_inputs"]
+    if set(entry["artifacts"]) != set(request.artifacts):
+        return None
     for role, path in request.artifacts.items():
         known = entry["artifacts"][role]
         if artifact_sha256(hashers[role], path, known["external"]) != known["sha256"] \
                 or inputs.get(role) != known["sha256"]:
             return None
-    if set(entry["artifacts"]) != set(request.artifacts):
-        return None
     decision = _saved_decision(entry["decision_key"], inputs)
     if decision is None:
         return None
     runs = {(role, dc): Path(folder) for role, dc, folder in entry["runs"]}
     if set(f"{role}/{dc}" for role, dc in runs) != set(inputs["runs"]):
         return None
-    for (role, dc), folder in runs.items():
-        if not _run_verifies(folder, inputs, f"{role}/{dc}"):
-            return None
+    if not all(state.run_matches(folder, inputs, f"{role}/{dc}") for (role, dc), folder in runs.items()):
+        return None
     wanted = entry["images"]
     current = image_ids(wanted, _engine_socket(request.device_classes))
     if any(current.get(name) != image_id for name, image_id in wanted.items()):
@@ -345,39 +271,21 @@ def _lookup(request: Request) -> Answer | None:
     if not all(Path(folder).is_dir() for folder in entry["runtime_graph_folders"]):
         return None          # the normal path would describe again: its runtime section would differ
     findings = {dc: [StoredFinding(f) for f in found] for dc, found in entry["findings"].items()}
-    return Answer(decision, runs, entry["decision_key"], entry["runtime"], findings)
+    return GateRun(decision, runs, cache_hits=len(runs), decision_cached=True, decision_key=entry["decision_key"],
+                   runtime=entry["runtime"], runtime_findings=findings)
 
 
 def _saved_decision(key: str, inputs: dict) -> Decision | None:
-    """The decision cache file, when it verifies as pipeline.cached_decision verifies it."""
-    try:
-        doc = json.loads(decision_path(key).read_text())
-    except (OSError, ValueError):
-        return None
-    if doc.get("schema") != DECISION_SCHEMA or doc.get("key") != key or doc.get("inputs") != inputs:
-        return None
-    return Decision.from_json(doc["decision"])
+    """The decision cache file, when it verifies (state.read_decision)."""
+    doc = state.read_decision(key, inputs)
+    return None if doc is None else Decision.from_json(doc)
 
 
-def _run_verifies(folder: Path, inputs: dict, label: str) -> bool:
-    """The run folder still holds the result the decision was made from, and its outputs verify
-    (pipeline.verified): otherwise the normal path would run it again."""
-    if folder.parent != home() / "runs":
-        return False
-    raw = (folder / RESULT_FILE).read_bytes()
-    if inputs["runs"].get(label) != f"{folder.name}:{hashlib.sha256(raw).hexdigest()}":
-        return False
-    result = json.loads(raw)
-    return (result.get("status") == "ok" and bool(result.get("outputs_sha256"))
-            and result.get("image_id") == inputs["images"].get(label)
-            and _file_sha(folder / OUTPUTS_FILE) == result["outputs_sha256"])
-
-
-def remember(request: Request, gate_run, recorder: Recorder) -> Path | None:
+def remember(request: GateRequest, build: BuildSettings, gate_run, recorder: Recorder) -> Path | None:
     """After the normal path: save what `lookup` needs to answer this request next time (or nothing, when
     some part cannot be verified later). `recorder`: the Recorder that wrapped this gate's builder."""
     try:
-        return _remember(request, gate_run, recorder)
+        return _remember(request, build, gate_run, recorder)
     except NoFastPath:
         return None
     except Exception:  # noqa: BLE001 - the gate has answered; a fast path is only an optimisation
@@ -386,13 +294,12 @@ def remember(request: Request, gate_run, recorder: Recorder) -> Path | None:
         return None
 
 
-def _remember(request: Request, gate_run, recorder: Recorder) -> Path | None:
+def _remember(request: GateRequest, build: BuildSettings, gate_run, recorder: Recorder) -> Path | None:
     if not gate_run.decision_key or not gate_run.run_dirs:
         return None          # e.g. a signature difference: decided before anything ran, never cached
-    doc, hashers = identity(request)
+    doc, hashers = identity(request, build)
     key = _key_of(doc)
-    saved = json.loads(decision_path(gate_run.decision_key).read_text())
-    inputs = saved["inputs"]
+    inputs = json.loads(state.decision_path(gate_run.decision_key).read_text())["inputs"]
     decision = _saved_decision(gate_run.decision_key, inputs)
     if decision is None or decision.dumps() != gate_run.decision.dumps():
         return None
@@ -404,44 +311,51 @@ def _remember(request: Request, gate_run, recorder: Recorder) -> Path | None:
         if sha != intake.sha256 or inputs.get(role) != sha:
             return None
         artifacts[role] = {"sha256": sha, "external": external}
-    runs, wanted = [], {}
-    for (role, dc), folder in gate_run.run_dirs.items():
-        label = f"{role}/{dc}"
-        image = recorder.images.get((dc, gate_run.intakes[role].sha256))
-        if image is None or not _run_verifies(Path(folder), inputs, label) \
-                or inputs["images"].get(label) != image.image_id:
-            return None
-        runs.append([role, dc, str(folder)])
-        wanted[image.tag] = image.image_id
-        wanted[image.runtime_tag] = None
-        wanted[image.labels[f"{LABEL}.base_image"]] = None
-    if set(f"{role}/{dc}" for role, dc, _ in runs) != set(inputs["runs"]):
-        return None
+    runs, wanted = _runs_and_images(gate_run, inputs, recorder)
     current = image_ids(wanted, _engine_socket(request.device_classes))
     for name, image_id in wanted.items():
         if current.get(name) is None or (image_id is not None and current[name] != image_id):
             return None
     runtime, findings, graphs = _runtime_as_cached(request, gate_run, recorder)
     entry = {
-        "schema": SCHEMA, "key": key, "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "schema": SCHEMA, "key": key, "created_at": state.now_iso(),
         "request": doc, "artifacts": artifacts, "decision_key": gate_run.decision_key,
         "decision_inputs": inputs, "runs": runs, "images": current, "runtime_graph_folders": graphs,
         "runtime": runtime, "findings": findings,
     }
-    return _write(entry_path(key), entry)
+    return state.write_json(state.quick_entry_path(key), entry)
 
 
-def _runtime_as_cached(request: Request, gate_run, recorder: Recorder):
+def _runs_and_images(gate_run, inputs: dict, recorder: Recorder) -> tuple[list, dict]:
+    """The run folders (each still the one the decision names) and the images an answer must find unchanged."""
+    runs, wanted = [], {}
+    for (role, dc), folder in gate_run.run_dirs.items():
+        label = f"{role}/{dc}"
+        image = recorder.images.get((dc, gate_run.intakes[role].sha256))
+        if image is None or not state.run_matches(Path(folder), inputs, label) \
+                or inputs["images"].get(label) != image.image_id:
+            raise NoFastPath(f"the run {label} cannot be verified later")
+        runs.append([role, dc, str(folder)])
+        wanted[image.tag] = image.image_id
+        wanted[image.runtime_tag] = None
+        wanted[image.labels[f"{LABEL}.base_image"]] = None
+    if set(f"{role}/{dc}" for role, dc, _ in runs) != set(inputs["runs"]):
+        raise NoFastPath("the decision names other runs")
+    return runs, wanted
+
+
+def _runtime_as_cached(request: GateRequest, gate_run, recorder: Recorder):
     """The candidate's runtime graphs and findings as the next normal run prints them: from the describe
     cache (its `cached` and `seconds` say so), with the cache folders that must still be there."""
     runtime, findings, graphs = {}, {}, []
     candidate = gate_run.intakes["candidate"]
+    describer = _file_sha(containers_dir() / DESCRIBER) or ""
     for dc in request.device_classes:
         if dc.name not in gate_run.runtime:
             continue
         image = recorder.images[(dc.name, candidate.sha256)]
         graph, found = recorder.builder.describe(dc, candidate, image)
-        folder = graph_folder(candidate.sha256, graph.get("image_id", ""), dc.emulated_cpu)
+        folder = state.graph_folder(candidate.sha256, graph.get("image_id", ""), describer, dc.emulated_cpu)
         if graph.get("cached") is not True or not folder.is_dir():
             raise NoFastPath(f"the runtime graph on {dc.name} is not in the describe cache")
         runtime[dc.name] = graph
@@ -450,20 +364,3 @@ def _runtime_as_cached(request: Request, gate_run, recorder: Recorder):
     if list(runtime) != list(gate_run.runtime):
         raise NoFastPath("the runtime graphs differ from the gate's")
     return runtime, findings, graphs
-
-
-def graph_folder(artifact_sha256: str, image_id: str, cpu: str | None = None) -> Path:
-    """The describe cache's folder of an artifact's runtime graph in a runtime image (execution.describe)."""
-    describer = _file_sha(containers_dir() / DESCRIBER) or ""
-    return home() / GRAPHS / graph_cache_key(artifact_sha256, image_id, describer, cpu)
-
-
-def _write(path: Path, doc: dict) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}.part-{os.getpid()}-{threading.get_ident()}")
-    try:
-        tmp.write_text(json.dumps(doc, indent=1, allow_nan=False))
-        tmp.replace(path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return path

@@ -19,11 +19,9 @@ import numpy as np
 from tiergate.codec import decode, encode
 from tiergate.figures import MB, DeviceFigures, NodeTime, OpProfile, OpTime  # noqa: F401 - re-exported
 from tiergate.errors import InputError
+from tiergate.state import OUTPUTS_FILE, RESULT_FILE, SHARDS_SUFFIX  # noqa: F401 - re-exported
 
 SCHEMA = 1
-RESULT_FILE = "result.json"
-OUTPUTS_FILE = "outputs.npz"
-SHARDS_SUFFIX = ".shards"      # runs/<key>.shards/<start>-<stop>/: finished shards of a run, kept until merged
 
 
 @dataclass

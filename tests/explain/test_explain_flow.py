@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+import gatekit
+
 import models
 from tiergate.execution.explain import HostRunner
 from tiergate.targets import resolve
@@ -33,8 +35,8 @@ def test_the_explain_table_is_attached_as_markdown(tiergate_home, mlp_set, prefe
 
     @flow(name="explain-on-reject-under-test")
     def on_reject():
-        return attach_explain(mlp_set["relu_removed"], mlp_set["fp32"], mlp_set["eval"], resolve(X86), None,
-                              label="mlp-abc123", runner=HostRunner())
+        request = gatekit.request(mlp_set["relu_removed"], mlp_set["fp32"], mlp_set["eval"], resolve(X86), None)
+        return attach_explain(request, label="mlp-abc123", runner=HostRunner())
 
     artifact_id = on_reject()
     key = "tiergate-mlp-abc123-explain"

@@ -20,6 +20,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from faultkit import X86, cli, error_lines
+from tiergate import state
 from tiergate.execution import janitor
 from tiergate.registry import Registry, count_rows
 
@@ -131,9 +132,9 @@ def test_a_signal_stops_the_gate_removes_its_containers_and_keeps_what_finished(
     assert containers == [] and volumes == []
     assert not list(runs.glob("*.part-*"))
     (kept,) = finished()                                  # the candidate's finished run is kept, and verifies
-    from tiergate import pipeline
+    from tiergate import state
 
-    assert pipeline.verified(kept) and "kept 1 finished run" in lines[0]
+    assert state.verified(kept) and "kept 1 finished run" in lines[0]
 
 
 @pytest.mark.slow
@@ -153,10 +154,10 @@ def test_concurrent_gates_sharing_one_home_agree(case):
     started = sum(json.loads(out)["containers_started"] for _, out, _ in done)
     assert 2 <= started <= 8
     assert not list((case["home"] / "runs").glob("*.part-*"))
-    from tiergate import pipeline
+    from tiergate import state
 
     for folder in (case["home"] / "runs").iterdir():
-        assert pipeline.verified(folder), folder          # every kept run is whole
+        assert state.verified(folder), folder          # every kept run is whole
 
 
 @pytest.mark.slow

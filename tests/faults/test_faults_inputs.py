@@ -13,7 +13,8 @@ import pytest
 
 from faultkit import ARM, X86, cli, error_lines
 from fakes import FakeBackend, FakeBuilder
-from tiergate import pipeline
+import gatekit
+from tiergate import orchestrator
 from tiergate.evaldata import label_classes
 from tiergate.errors import EnvironmentProblem, InputError
 from tiergate.policy import load_policy
@@ -24,8 +25,8 @@ pytestmark = pytest.mark.faults
 
 def _gate(case, candidate="good", data=None, policy=None, backend=None, builder=None, registry=None):
     backend, builder = backend or FakeBackend(), builder or FakeBuilder()
-    seams = pipeline.Seams(builder=builder, backend_for=backend, janitor=lambda dcs: None)
-    run = pipeline.gate(case[candidate], case["reference"], data or case["data"], resolve([X86, ARM]),
+    seams = orchestrator.Seams(builder=builder, backend_for=backend, janitor=lambda dcs: None)
+    run = gatekit.gate(case[candidate], case["reference"], data or case["data"], resolve([X86, ARM]),
                         policy or load_policy(None), seams=seams, registry=registry)
     return run, backend, builder
 
@@ -137,7 +138,8 @@ def test_disk_full_during_a_run_is_exit_2_and_leaves_no_part_folder(case, monkey
         _gate(case)
     assert caught.value.exit_code == 2
     runs = case["home"] / "runs"
-    assert not [p for p in runs.rglob("*") if ".part-" in p.name] if runs.exists() else True
+    left = [p for p in runs.rglob("*") if ".part-" in p.name] if runs.exists() else []
+    assert not left, left
     monkeypatch.setattr(results, "save", real_save)
     run, _, _ = _gate(case)                                # nothing half-written blocks the next gate
     assert run.decision.verdict == "PROMOTE"

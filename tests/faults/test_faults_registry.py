@@ -17,7 +17,8 @@ import pytest
 from faultkit import ARM, X86, cli, error_lines
 from backends import BACKENDS, open_registry
 from fakes import FakeBackend, FakeBuilder
-from tiergate import pipeline
+import gatekit
+from tiergate import orchestrator
 from tiergate.policy import load_policy
 from tiergate.registry import Registry, count_rows, register_artifact
 from tiergate.targets import resolve
@@ -154,8 +155,8 @@ def test_concurrent_registrations_and_decisions_record_once(request, kind, case,
 
 def _gate_fakes(case, registry=None, backend=None):
     backend = backend or FakeBackend()
-    seams = pipeline.Seams(builder=FakeBuilder(), backend_for=backend, janitor=lambda dcs: None)
-    run = pipeline.gate(case["good"], case["reference"], case["data"], resolve([X86, ARM]), load_policy(None),
+    seams = orchestrator.Seams(builder=FakeBuilder(), backend_for=backend, janitor=lambda dcs: None)
+    run = gatekit.gate(case["good"], case["reference"], case["data"], resolve([X86, ARM]), load_policy(None),
                         seams=seams, registry=registry)
     return run, backend, seams
 
@@ -165,7 +166,7 @@ def test_a_missing_store_blob_of_a_recorded_run_is_run_again(request, kind, case
     with open_registry(request, kind, tmp_path) as reg:
         register_artifact(reg, case["good"], model="m", reference=case["reference"])
         first, _, _ = _gate_fakes(case, registry=reg)
-        pipeline.record_or_reuse(reg, first)
+        orchestrator.record_or_reuse(reg, first)
         shutil.rmtree(case["home"] / "runs")               # only the registry remembers the runs now
         for run in reg.runs():
             reg.store.remove(run.result_key)               # ... and their stored blobs are gone

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 import modelkit
-from tiergate import pipeline
+import gatekit
+from tiergate import orchestrator
 from tiergate.policy import load_policy
 from tiergate.targets import resolve
 
@@ -42,8 +43,8 @@ def test_prefect_steps_run_the_same_gate_as_threads(case):
 
     @flow(name="steps-under-test")
     def gate_flow():
-        seams = pipeline.Seams(builder=FakeBuilder(), backend_for=backend, steps=PrefectSteps())
-        run = pipeline.gate(cand, ref, data, dcs, policy, seams=seams)
+        seams = orchestrator.Seams(builder=FakeBuilder(), backend_for=backend, steps=PrefectSteps())
+        run = gatekit.gate(cand, ref, data, dcs, policy, seams=seams)
         done = conclude(run, report_dir=tmp / "reports", label="steps test")
         return run, done
 
@@ -53,8 +54,8 @@ def test_prefect_steps_run_the_same_gate_as_threads(case):
     assert [(c.device_class, c.name) for c in run.decision.checks if not c.passed] == [(ARM, "run")]
     assert (tmp / "reports" / "gate-decision.json").read_text().strip() == run.decision.dumps()
 
-    again = pipeline.gate(cand, ref, data, dcs, policy,       # the CLI's thread steps: same caches, same decision
-                          seams=pipeline.Seams(builder=FakeBuilder(), backend_for=FakeBackend()))
+    again = gatekit.gate(cand, ref, data, dcs, policy,       # the CLI's thread steps: same caches, same decision
+                          seams=orchestrator.Seams(builder=FakeBuilder(), backend_for=FakeBackend()))
     assert again.cache_hits == 3 and again.containers_started == 1       # only the crashed run is run again
     assert again.decision.verdict == "PROMOTE" and not again.decision_cached   # new evidence, new decision
 

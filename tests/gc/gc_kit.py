@@ -10,7 +10,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from tiergate.gc import ContainerInfo, ImageInfo, Inventory, VolumeInfo
-from tiergate.pipeline import run_key
+from tiergate.state import run_key
 
 NOW = datetime(2026, 6, 1, 12, 0, tzinfo=timezone.utc)
 DATA = hashlib.sha256(b"eval-data").hexdigest()

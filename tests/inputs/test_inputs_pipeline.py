@@ -11,7 +11,9 @@ import pytest
 
 import modelkit
 from fakes import FakeBackend, FakeBuilder
-from tiergate import pipeline
+import gatekit
+from tiergate import paths
+from tiergate import orchestrator
 from tiergate.cli.main import main
 from tiergate.errors import InputError
 from tiergate.evaldata import load_eval_data
@@ -71,8 +73,8 @@ def case(tmp_path, tiergate_home):
 
 def _gate(candidate, reference, data, *, policy=None, backend=None, builder=None, **kw):
     backend, builder = backend or FakeBackend(), builder or FakeBuilder()
-    run = pipeline.gate(candidate, reference, data, resolve([X86, ARM]), policy or load_policy(None),
-                        seams=pipeline.Seams(builder=builder, backend_for=backend), **kw)
+    run = gatekit.gate(candidate, reference, data, resolve([X86, ARM]), policy or load_policy(None),
+                        seams=orchestrator.Seams(builder=builder, backend_for=backend), **kw)
     return run, backend, builder
 
 
@@ -86,13 +88,13 @@ def _direct(model, x, state, sr):
 def test_a_loader_feeds_state_on_axis_1_and_sr_as_a_constant(case):
     run, backend, _ = _gate(case["model"], case["model"], f"{case['loader']}:samples", metrics=["f1"])   # binary labels: a VAD figure
     assert run.decision.verdict == PROMOTE, run.decision.reasons
-    (archive,) = (pipeline.home() / "data").glob("*.npz")          # materialised once, named by content
+    (archive,) = (paths.home() / "data").glob("*.npz")          # materialised once, named by content
     data = load_eval_data(archive)
     assert archive.name.removesuffix(".npz") == data.sha256[:32]
     assert data.axes == {"input": 0, "state": 1, "sr": None} and data.n_samples == N
     assert data.arrays["state"].shape == (2, N, 4) and data.arrays["sr"].shape == ()
     assert data.labels.tolist() == [i % 2 for i in range(N)]
-    outcome = pipeline.load_outcomes(run.run_dirs)["candidate"][X86]
+    outcome = orchestrator.load_outcomes(run.run_dirs)["candidate"][X86]
     output, state_n = _direct(case["model"], data.arrays["input"], data.arrays["state"], data.arrays["sr"])
     np.testing.assert_allclose(outcome.outputs["output"], output, rtol=1e-6)
     # stateN has its batch on axis 1: stored sample-first, compared per sample
@@ -104,7 +106,7 @@ def test_the_loader_runs_once_into_a_content_hashed_archive_so_runs_are_cached(c
     first, _, _ = _gate(case["model"], case["model"], f"{case['loader']}:samples", metrics=["f1"])
     second, backend, _ = _gate(case["model"], case["model"], f"{case['loader']}:samples", metrics=["f1"])
     assert backend.runs == [] and second.cache_hits == 4
-    assert len(list((pipeline.home() / "data").glob("*.npz"))) == 1
+    assert len(list((paths.home() / "data").glob("*.npz"))) == 1
 
 
 def test_an_npz_with_the_batch_on_axis_1_and_a_0d_constant_gives_the_same_outputs(case):
@@ -114,7 +116,7 @@ def test_an_npz_with_the_batch_on_axis_1_and_a_0d_constant_gives_the_same_output
     np.savez(path, input=x, state=state, sr=np.array(16000, np.int64))
     run, _, _ = _gate(case["model"], case["model"], path)
     assert run.decision.verdict == PROMOTE, run.decision.reasons
-    outcome = pipeline.load_outcomes(run.run_dirs)["reference"][ARM]
+    outcome = orchestrator.load_outcomes(run.run_dirs)["reference"][ARM]
     output, state_n = _direct(case["model"], x, state, np.array(16000, np.int64))
     np.testing.assert_allclose(outcome.outputs["output"], output, rtol=1e-6)
     np.testing.assert_allclose(outcome.outputs["stateN"], np.moveaxis(state_n, 1, 0), rtol=1e-6)
@@ -170,7 +172,7 @@ def test_signature_differences_name_dtype_shape_and_renames(case, tmp_path):
     model.graph.input[1].type.tensor_type.shape.dim[2].dim_value = 5
     path = tmp_path / "changed.onnx"
     onnx.save(model, path)
-    found = pipeline.signature_differences({"candidate": pipeline.intake(path), "reference": pipeline.intake(case["model"])})
+    found = orchestrator.signature_differences({"candidate": orchestrator.intake(path), "reference": orchestrator.intake(case["model"])})
     texts = [t for _, t in found]
     assert "input 'input' is float16, the reference's is float32" in texts
     assert "input 'state' has shape float32[2, ?, 5], the reference's float32[2, ?, 4]" in texts
@@ -233,7 +235,7 @@ def test_inconclusive_exits_3_through_the_cli_and_is_recorded_without_moving_an_
     identity = modelkit.write(modelkit.linear(np.eye(4), output_name="probs"), tmp_path / "identity.onnx")
     scaled = modelkit.write(modelkit.linear(np.eye(4) * 1.0001, output_name="probs"), tmp_path / "scaled.onnx")
     backend = FakeBackend(outputs_for={"candidate": {"probs": cand}})
-    monkeypatch.setattr(pipeline, "Seams", functools.partial(pipeline.Seams, builder=FakeBuilder(), backend_for=backend))
+    gatekit.fake_cli_seams(monkeypatch, FakeBuilder(), backend)
     from tiergate.registry.intake import register_artifact
 
     url = f"sqlite:///{tmp_path / 'reg.db'}"
@@ -267,21 +269,21 @@ def test_a_carried_state_output_is_never_scored_as_classes(tmp_path, tiergate_ho
     from fakes import FakeBackend, FakeBuilder
 
     import modelkit as mk
-    from tiergate import pipeline
+    from tiergate import orchestrator
     from tiergate.artifact import load_artifact
     from tiergate.policy import load_policy
     from tiergate.targets import resolve
 
     model = mk.save(mk.stateful(), "stateful.onnx", tmp_path)
-    assert pipeline.carried_outputs(load_artifact(model)) == {"stateN"}
-    assert pipeline.carried_outputs(load_artifact(mk.save(mk.classifier(), "clf.onnx", tmp_path))) == set()
+    assert orchestrator.carried_outputs(load_artifact(model)) == {"stateN"}
+    assert orchestrator.carried_outputs(load_artifact(mk.save(mk.classifier(), "clf.onnx", tmp_path))) == set()
     rng = np.random.default_rng(0)
     n = 40
     np.savez(tmp_path / "d.npz", input=rng.normal(size=(n, 8)).astype(np.float32),
              state=np.zeros((2, n, 4), np.float32), sr=np.array(16000, np.int64),
              labels=rng.integers(0, 2, n).astype(np.int64))
-    gate = functools.partial(pipeline.gate, model, model, tmp_path / "d.npz", resolve(["x86_64-cpu-onnxruntime"]),
-                             load_policy(), seams=pipeline.Seams(builder=FakeBuilder(), backend_for=FakeBackend()))
+    gate = functools.partial(gatekit.gate, model, model, tmp_path / "d.npz", resolve(["x86_64-cpu-onnxruntime"]),
+                             load_policy(), seams=orchestrator.Seams(builder=FakeBuilder(), backend_for=FakeBackend()))
     from tiergate.errors import InputError
 
     with pytest.raises(InputError, match="no model output has two or more scores"):   # not top-1 on stateN

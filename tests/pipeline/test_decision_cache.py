@@ -5,7 +5,8 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from tiergate import pipeline, results
+from tiergate import orchestrator, results, state
+from tiergate.orchestrator import deciding
 from tiergate.evaldata import load_eval_data
 from tiergate.policy import load_policy
 from tiergate.results import TargetResult
@@ -23,13 +24,14 @@ def _folders(tmp_path, latency: int = 1000):
 
 def test_key_follows_results_policy_and_classes(demo_set, tmp_path, tiergate_home):
     candidate = demo_set.candidate("onnx-int8-entropy").path
-    intakes = {"candidate": pipeline.intake(candidate), "reference": pipeline.intake(demo_set.reference_onnx)}
+    intakes = {"candidate": orchestrator.intake(candidate), "reference": orchestrator.intake(demo_set.reference_onnx)}
     data = load_eval_data(demo_set.eval_data)
     dcs = resolve("x86_64-cpu-onnxruntime")
     policy = load_policy(None)
 
     def key(folders, classes=dcs, pol=policy):
-        return pipeline.decision_key_of(pipeline.decision_inputs(folders, intakes, classes, pol, data))
+        basis = orchestrator.Basis(intakes, tuple(classes), pol, data)
+        return state.decision_key_of(orchestrator.decision_inputs(folders, basis))
 
     base = key(_folders(tmp_path / "a"))
     assert base == key(_folders(tmp_path / "a"))
@@ -37,7 +39,7 @@ def test_key_follows_results_policy_and_classes(demo_set, tmp_path, tiergate_hom
     stricter = dataclasses.replace(policy, defaults=dataclasses.replace(policy.defaults, min_cosine=0.999))
     assert base != key(_folders(tmp_path / "a"), pol=stricter)
     assert base != key(_folders(tmp_path / "a"), classes=[dataclasses.replace(dcs[0], cost_per_hour=9.0)])
-    inputs = pipeline.decision_inputs(_folders(tmp_path / "a"), intakes, dcs, policy, data)
+    inputs = orchestrator.decision_inputs(_folders(tmp_path / "a"), orchestrator.Basis(intakes, tuple(dcs), policy, data))
     assert inputs["candidate"] == intakes["candidate"].sha256 and inputs["data"] == data.sha256
 
 
@@ -46,13 +48,13 @@ def test_saved_decision_round_trips_and_junk_is_ignored(tiergate_home, capsys):
 
     decision = Decision("PROMOTE", [], {}, {}, [], True, [])
     inputs = {"candidate": "a" * 64}
-    path = pipeline.save_decision("k1", inputs, decision)
+    path = state.save_decision("k1", inputs, decision.to_json())
     assert json.loads(path.read_text())["inputs"] == inputs            # JSON, naming its inputs
-    assert pipeline.cached_decision("k1", inputs) == decision
-    assert pipeline.cached_decision("k1", {"candidate": "b" * 64}) is None   # other inputs: refused and removed
+    assert deciding.cached_decision("k1", inputs) == decision
+    assert deciding.cached_decision("k1", {"candidate": "b" * 64}) is None   # other inputs: refused and removed
     assert not path.exists()
     (tiergate_home / "decisions" / "k2.json").write_bytes(b"not json")
-    assert pipeline.cached_decision("k2", inputs) is None
-    assert pipeline.cached_decision("absent", inputs) is None
+    assert deciding.cached_decision("k2", inputs) is None
+    assert deciding.cached_decision("absent", inputs) is None
     assert "discarding the cached decision k2.json" in capsys.readouterr().err
     assert not list((tiergate_home / "decisions").glob("*.pickle"))

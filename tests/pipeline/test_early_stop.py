@@ -10,7 +10,9 @@ import json
 import numpy as np
 import pytest
 
-from tiergate import pipeline, results
+import gatekit
+from tiergate import evaldata
+from tiergate import orchestrator, results, state
 from tiergate.gate import INCONCLUSIVE, PROMOTE, REJECT, Decision
 from tiergate.policy import load_policy
 from tiergate.targets import resolve
@@ -41,9 +43,9 @@ def _policy(tmp_path, text: str = ""):
 
 def _gate(case, policy, *, targets=(X86,), backend=None, **kw):
     backend = backend or FakeBackend()
-    seams = pipeline.Seams(builder=FakeBuilder(), backend_for=backend)
+    seams = orchestrator.Seams(builder=FakeBuilder(), backend_for=backend)
     cand, ref, data = case
-    return pipeline.gate(cand, ref, data, resolve(list(targets)), policy, seams=seams, **kw), backend
+    return gatekit.gate(cand, ref, data, resolve(list(targets)), policy, seams=seams, **kw), backend
 
 
 def _chunks_run(backend):
@@ -55,7 +57,7 @@ def test_off_by_default_the_decision_is_unchanged(tmp_path, tiergate_home, monke
     default, backend = _gate(case, load_policy(None), targets=(X86, ARM))
     assert "early_stop" not in default.decision.to_json()
     assert not any("early stop" in note for note in default.decision.notes)
-    assert {j.data_sha256 for j in backend.jobs} == {pipeline.load_eval_data(case[2]).sha256}
+    assert {j.data_sha256 for j in backend.jobs} == {evaldata.load_eval_data(case[2]).sha256}
     monkeypatch.setenv("TIERGATE_HOME", str(tmp_path / "home-off"))
     off, _ = _gate(case, _policy(tmp_path, "[defaults]\nearly_stop = false\nearly_looks = 3\n"),
                    targets=(X86, ARM), early_stop=None)
@@ -99,7 +101,7 @@ def test_a_near_identical_candidate_is_promoted_before_the_last_look(tmp_path, t
     assert len({j.data_sha256 for j in backend.jobs}) == 2                     # chunks 1 and 2, never 3 and 4
     merged = results.load(run.run_dirs[("candidate", X86)])
     assert merged.n_samples == 1200 and [s["samples"] for s in merged.extra["shards"]] == [[0, 600], [600, 1200]]
-    assert pipeline.verified(run.run_dirs[("candidate", X86)])
+    assert state.verified(run.run_dirs[("candidate", X86)])
 
 
 def test_a_borderline_candidate_runs_every_look_and_each_chunk_once(tmp_path, tiergate_home):
@@ -129,7 +131,7 @@ def test_early_stop_per_class_from_the_policy(tmp_path, tiergate_home):
     assert d.verdict == PROMOTE, d.reasons
     assert (d.early_stop[X86].samples_used, d.early_stop[X86].stopped_early) == (1200, True)
     assert (d.early_stop[ARM].samples_used, d.early_stop[ARM].looks, d.early_stop[ARM].confidence) == (2400, 1, 0.95)
-    whole = pipeline.load_eval_data(case[2]).sha256
+    whole = evaldata.load_eval_data(case[2]).sha256
     assert {j.data_sha256 for j in backend.jobs if j.device_class.name == ARM} == {whole}
     assert any("cross-tier drift compared on the first 1200 samples" in n for n in d.notes)
     assert d.drift["candidate"].pairs                   # compared on the common samples
@@ -142,7 +144,7 @@ def test_the_decision_cache_names_the_early_stop_settings(tmp_path, tiergate_hom
     three, _ = _gate(case, _policy(tmp_path, "[defaults]\nmin_accuracy_ratio = 0.999\nearly_looks = 3\n"),
                      early_stop=True)
     assert four.decision_key != three.decision_key and not three.decision_cached
-    saved = json.loads(pipeline.decision_path(four.decision_key).read_text())
+    saved = json.loads(state.decision_path(four.decision_key).read_text())
     assert saved["inputs"]["early_stop"][X86]["looks"] == 4
 
 
@@ -176,9 +178,7 @@ def test_the_cli_says_how_many_samples_each_tier_used(tmp_path, tiergate_home, m
     from tiergate.cli.main import main
 
     cand, ref, data = _case(tmp_path, 2400, "near")
-    real_gate = pipeline.gate
-    monkeypatch.setattr(pipeline, "gate", lambda *a, **kw: real_gate(
-        *a, **{**kw, "seams": pipeline.Seams(builder=FakeBuilder(), backend_for=FakeBackend())}))
+    gatekit.fake_cli_seams(monkeypatch, FakeBuilder(), FakeBackend())
     base = ["gate", "--candidate", str(cand), "--reference", str(ref), "--data", str(data), "--targets", X86]
     assert main(base + ["--early-stop"]) == 0
     out = capsys.readouterr().out
@@ -201,7 +201,7 @@ def test_gc_keeps_the_chunk_runs_a_kept_decision_names(tmp_path, tiergate_home):
                    pid_alive=lambda pid: False, keep_last=20)     # every decision of the gate kept
     runs = {item.name: item for item in plan.items if item.kind == "run"}
     assert len(runs) == 2 * 4 + 2 * 3            # chunks, and prefixes of 2, 3 and 4 chunks, per role
-    named = json.loads(pipeline.decision_path(run.decision_key).read_text())["inputs"]["runs"]
+    named = json.loads(state.decision_path(run.decision_key).read_text())["inputs"]["runs"]
     chunks = {v.split(":")[0] for k, v in named.items() if "/chunk-" in k}
     assert len(chunks) == 8 and all(not runs[c].remove for c in chunks)
     assert all(not runs[v.split(":")[0]].remove for v in named.values())
@@ -215,9 +215,9 @@ def test_early_stop_on_the_real_engine_x86(tmp_path, tiergate_home):
     2,400 samples, two chunks per role started; the re-run starts nothing."""
     cand, ref, data = _case(tmp_path, 2400, "near")
     classes = resolve([X86])
-    run = pipeline.gate(cand, ref, data, classes, load_policy(None), early_stop=True)
+    run = gatekit.gate(cand, ref, data, classes, load_policy(None), early_stop=True)
     tier = run.decision.early_stop[X86]
     assert run.decision.verdict == PROMOTE, run.decision.reasons
     assert (tier.look, tier.samples_used, run.containers_started) == (2, 1200, 4)
-    again = pipeline.gate(cand, ref, data, classes, load_policy(None), early_stop=True)
+    again = gatekit.gate(cand, ref, data, classes, load_policy(None), early_stop=True)
     assert again.containers_started == 0 and again.decision_cached and again.decision.dumps() == run.decision.dumps()

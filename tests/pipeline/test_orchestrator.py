@@ -13,7 +13,8 @@ import threading
 import numpy as np
 import pytest
 
-from tiergate import pipeline, results
+import gatekit
+from tiergate import orchestrator, results, state
 from tiergate.errors import InfrastructureFault
 from tiergate.policy import load_policy
 from tiergate.targets import resolve
@@ -46,8 +47,8 @@ def case(tmp_path, tiergate_home):
 
 def _gate(case, candidate="good", backend=None, builder=None, incumbent=None, registry=None):
     backend, builder = backend or FakeBackend(), builder or FakeBuilder()
-    seams = pipeline.Seams(builder=builder, backend_for=backend)
-    run = pipeline.gate(case[candidate], case["reference"], case["data"], resolve([X86, ARM]), load_policy(None),
+    seams = orchestrator.Seams(builder=builder, backend_for=backend)
+    run = gatekit.gate(case[candidate], case["reference"], case["data"], resolve([X86, ARM]), load_policy(None),
                         incumbent=case[incumbent] if incumbent else None, seams=seams, registry=registry)
     return run, backend, builder
 
@@ -59,7 +60,7 @@ def test_all_targets_pass(case):
     assert len(builder.calls) == 4 and run.containers_started == 4 and run.cache_hits == 0
     assert {c.device_class for c in run.decision.checks} == {X86, ARM}
     for folder in run.run_dirs.values():
-        assert pipeline.verified(folder)            # outputs hashed into result.json, and they match
+        assert state.verified(folder)            # outputs hashed into result.json, and they match
 
 
 def test_one_target_crash_keeps_the_siblings_and_names_the_tier(case):
@@ -94,8 +95,8 @@ def test_tampered_decision_cache_is_discarded(case, capsys):
     bad, _, _ = _gate(case, candidate="bad")
     assert bad.decision.verdict == "REJECT"
     # copy the good candidate's cached decision over the bad one's: it names other inputs, so it is refused
-    bad_path = pipeline.decision_path(bad.decision_key)
-    bad_path.write_text(pipeline.decision_path(good.decision_key).read_text())
+    bad_path = state.decision_path(bad.decision_key)
+    bad_path.write_text(state.decision_path(good.decision_key).read_text())
     again, _, _ = _gate(case, candidate="bad")
     assert again.decision.verdict == "REJECT" and not again.decision_cached
     assert "discarding the cached decision" in capsys.readouterr().err
@@ -169,7 +170,7 @@ def test_registry_records_decision_and_runs_in_one_transaction(case, monkeypatch
     with Registry() as registry:
         register_artifact(registry, case["good"], model="clf", reference=case["reference"])
         run, _, _ = _gate(case, registry=registry)
-        record = pipeline.record(registry, run)
+        record = orchestrator.record(registry, run)
         assert record.verdict == "promote" and len(record.run_ids) == 2
         assert registry.alias("clf", "x86-server").sha256 == run.intakes["candidate"].sha256
         # a failure in the middle of recording leaves nothing behind
@@ -187,7 +188,7 @@ def test_registry_records_decision_and_runs_in_one_transaction(case, monkeypatch
 
         monkeypatch.setattr(registry.store, "put_result", put_then_fail)
         with pytest.raises(OSError):
-            pipeline.record(registry, bad)
+            orchestrator.record(registry, bad)
         assert (len(registry.decisions()), len(registry.runs())) == before
         assert registry.alias("clf", "x86-server").sha256 == run.intakes["candidate"].sha256
 
@@ -198,8 +199,8 @@ def test_device_figures_flow_from_runs_to_the_decision_and_a_ratio_limit(case, t
     backend = FakeBackend(peak_memory_mb={("candidate", X86): 90.0, ("candidate", ARM): 300.0})
     policy_file = tmp_path / "policy.toml"
     policy_file.write_text("[defaults]\nmax_peak_memory_ratio = 1.5\n")
-    seams = pipeline.Seams(builder=FakeBuilder(), backend_for=backend)
-    run = pipeline.gate(case["good"], case["reference"], case["data"], resolve([X86, ARM]), load_policy(policy_file),
+    seams = orchestrator.Seams(builder=FakeBuilder(), backend_for=backend)
+    run = gatekit.gate(case["good"], case["reference"], case["data"], resolve([X86, ARM]), load_policy(policy_file),
                         seams=seams, profile=True)
     decision = run.decision
     assert sorted(backend.profiled) == sorted((r, c) for r in ("candidate", "reference") for c in (X86, ARM))

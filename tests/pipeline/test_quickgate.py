@@ -15,12 +15,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import typer
 
 import modelkit
 import tiergate
+from tiergate import state
 from tiergate import quickgate
 from tiergate.cli.main import main
 from tiergate.policy import load_policy
+from tiergate.request import BuildSettings, GateRequest
 from tiergate.targets import resolve
 
 X86 = "x86_64-cpu-onnxruntime"
@@ -38,10 +41,14 @@ def files(tmp_path):
     return tmp_path
 
 
-def _request(files, **changes) -> quickgate.Request:
-    base = quickgate.Request(files / "cand.onnx", files / "ref.onnx", str(files / "data.npz"),
-                             tuple(resolve(X86)), load_policy(None))
+def _request(files, **changes) -> GateRequest:
+    base = GateRequest(files / "cand.onnx", files / "ref.onnx", str(files / "data.npz"), tuple(resolve(X86)),
+                       load_policy(None))
     return dataclasses.replace(base, **changes)
+
+
+def _key(files, build: BuildSettings = BuildSettings(), **changes) -> str:
+    return quickgate.request_key(_request(files, **changes), build)
 
 
 def test_the_key_names_everything_a_decision_depends_on(files, monkeypatch):
@@ -58,13 +65,13 @@ def test_the_key_names_everything_a_decision_depends_on(files, monkeypatch):
         "metric": dict(metrics=("f1",)),
         "custom metric": dict(metrics=(f"{files / 'metric.py'}:score",)),
         "sample axis": dict(sample_axes=("x=1",)),
-        "base image": dict(base_image="python:3.11-slim-bookworm"),
-        "CA bundle": dict(ca_bundle=files / "ca.pem"),
+        "base image": dict(build=BuildSettings(base_image="python:3.11-slim-bookworm")),
+        "CA bundle": dict(build=BuildSettings(ca_bundle=files / "ca.pem")),
         "profile": dict(profile=True),
     }
-    keys = {what: quickgate.request_key(_request(files, **change)) for what, change in changed.items()}
+    keys = {what: _key(files, **change) for what, change in changed.items()}
     assert key not in keys.values() and len(set(keys.values())) == len(keys), keys
-    assert quickgate.request_key(_request(files, ca_bundle=files / "ca2.pem")) != keys["CA bundle"]
+    assert _key(files, BuildSettings(ca_bundle=files / "ca2.pem")) != keys["CA bundle"]
     # content, not paths: the same bytes elsewhere are the same request
     (files / "elsewhere").mkdir()
     (files / "elsewhere" / "c.onnx").write_bytes((files / "cand.onnx").read_bytes())
@@ -105,58 +112,76 @@ def test_the_key_follows_the_package_source_and_the_containers_folder(files, mon
     assert quickgate.request_key(_request(files)) != before
 
 
-def test_options_that_do_not_change_a_decision_are_not_in_the_request():
-    """Every `tiergate gate` option is either part of the request or named here as not deciding anything."""
-    from typer.main import get_command
+def test_every_option_is_defined_once_and_grouped_by_what_it_changes():
+    """The request options are GateRequest's fields, the build options BuildSettings', and the rest (run, output)
+    never change a decision; `--max-parallel` is spelled in one file of src/."""
+    from tiergate import request
 
-    from tiergate.cli.main import _register_all, app
+    groups = {}
+    for o in request.GATE_OPTIONS:
+        groups.setdefault(o.group, set()).add(o.param)
+    in_request_as = {"targets": "device_classes", "policy": "policy", "metric": "metrics", "sample_axis": "sample_axes",
+                     "candidate": "candidate", "reference": "reference", "data": "data", "incumbent": "incumbent",
+                     "profile": "profile", "early_stop": "early_stop"}
+    assert {in_request_as[p] for p in groups["request"]} == {f.name for f in dataclasses.fields(GateRequest)}
+    assert groups["build"] == {f.name for f in dataclasses.fields(BuildSettings)}
+    assert groups["run"] == {"registry_url", "max_parallel", "shards"}
+    assert groups["output"] == {"as_json", "junit", "report_dir", "explain"}
+    spelled = [p for p in Path(SRC, "tiergate").rglob("*.py") if '"--max-parallel"' in p.read_text()]
+    assert [p.name for p in spelled] == ["request.py"]
 
-    _register_all()
-    options = {p.name for p in get_command(app).commands["gate"].params}
-    request = {f.name for f in dataclasses.fields(quickgate.Request)}
-    in_key_as = {"targets": "device_classes", "policy": "policy", "metric": "metrics", "sample_axis": "sample_axes"}
-    not_deciding = {"max_parallel", "shards", "as_json", "junit", "report_dir", "registry_url", "explain"}
-    assert {in_key_as.get(o, o) for o in options - not_deciding} == request
-    assert "max_parallel" in options and "max_parallel" not in request
+
+def _typer_values(args):
+    """What the typer command, made from the same table, parses of `args` (None: it refuses them)."""
+    from tiergate.cli.options import command
+    from tiergate.request import GATE_OPTIONS
+
+    got = {}
+    app = typer.Typer()
+    app.command("gate")(command(GATE_OPTIONS, got.update, ""))
+    app.command("other")(lambda: None)
+    try:
+        typer.main.get_command(app).main(args=["gate", *args], standalone_mode=False)
+    except Exception as exc:  # noqa: BLE001 - click's or typer's own usage errors (typer vendors click)
+        if any(k.__name__ == "ClickException" for k in type(exc).__mro__):
+            return None
+        raise
+    return {k: list(v) if isinstance(v, (list, tuple)) else v for k, v in got.items()}
 
 
-def test_the_fast_parser_knows_the_gate_commands_options_and_nothing_else():
-    """cli/fastgate.py parses `tiergate gate` without typer: the same options, flags and repeatable ones."""
-    from typer.main import get_command
-
+def test_the_fast_parser_and_the_typer_command_read_every_option_alike():
+    """Both parsers are made from tiergate.request.GATE_OPTIONS: what the fast one accepts, typer reads the same."""
     from tiergate.cli import fastgate
-    from tiergate.cli.main import _register_all, app
+    from tiergate.request import parse
 
-    _register_all()
-    params = get_command(app).commands["gate"].params
-    typer_side = {opt: (p.name, "flag" if p.is_flag else ("many" if p.multiple else "value"))
-                  for p in params for opt in p.opts}
-    typer_side |= {opt: (p.name, "flag-off") for p in params for opt in p.secondary_opts}   # --no-early-stop
-    assert typer_side == fastgate.OPTIONS
-    assert {p.name: p.envvar for p in params if p.envvar} == {"registry_url": fastgate.REGISTRY_ENV}
-    assert set(fastgate.REQUIRED) == {p.name for p in params if p.required}
     base = ["-c", "a.onnx", "--reference=b.onnx", "-d", "d.npz", "-t", X86]
-    parsed = fastgate.parse(base + ["--metric", "f1", "--metric", "mae", "--json", "--max-parallel", "3"])
-    assert parsed["candidate"] == Path("a.onnx") and parsed["reference"] == Path("b.onnx")
-    assert parsed["metric"] == ["f1", "mae"] and parsed["as_json"] is True
-    assert fastgate.parse(base + ["--no-early-stop"])["early_stop"] is False
-    assert fastgate.parse(base + ["--early-stop", "--shards", "3"])["early_stop"] is True
+    cases = [[], ["--metric", "f1", "--metric", "mae", "--json", "--max-parallel", "3"], ["--no-early-stop"],
+             ["--early-stop", "--shards", "3"], ["--sample-axis", "x=1", "--policy", "p.toml", "--incumbent", "i.onnx",
+                                                 "--junit", "j.xml", "--report-dir", "r", "--profile", "--explain"],
+             ["--base-image", "img:1", "--ca-bundle", "ca.pem", "--registry", "sqlite:///r.db"]]
+    for extra in cases:
+        assert parse(base + extra) == _typer_values(base + extra), extra
+    parsed = parse(base + cases[1])
+    assert parsed["candidate"] == Path("a.onnx") and parsed["metric"] == ["f1", "mae"] and parsed["as_json"] is True
+    assert parse(base + ["--no-early-stop"])["early_stop"] is False
     for unsure in (["--help"], ["--max-parallel", "0"], ["--max-parallel", "x"], ["--bogus"], ["-c", "again.onnx"],
                    ["--json=1"], ["--policy"], ["extra"]):
-        assert fastgate.parse(base + unsure) is None, unsure
-    assert fastgate.parse(base[2:]) is None                     # a required option missing
+        assert parse(base + unsure) is None, unsure
+    for refused in (["--max-parallel", "0"], ["--max-parallel", "x"], ["--bogus"], ["--policy"], ["extra"]):
+        assert _typer_values(base + refused) is None, refused
+    assert parse(base[2:]) is None and _typer_values(base[2:]) is None          # a required option missing
     assert fastgate.answer(base + ["--explain"]) is None and fastgate.answer(base + ["--registry", "x"]) is None
 
 
 def test_no_fast_path_for_a_loader_or_another_engine(files, monkeypatch):
     with pytest.raises(quickgate.NoFastPath):
-        quickgate.identity(_request(files, data=f"{files / 'metric.py'}:load"))
+        quickgate.identity(_request(files, data=f"{files / 'metric.py'}:load"), BuildSettings())
     remote = dataclasses.replace(resolve(X86)[0], docker_host="ssh://edge@10.0.0.7")
     with pytest.raises(quickgate.NoFastPath):
-        quickgate.identity(_request(files, device_classes=(remote,)))
+        quickgate.identity(_request(files, device_classes=(remote,)), BuildSettings())
     monkeypatch.setenv("DOCKER_HOST", "tcp://10.0.0.7:2375")
     with pytest.raises(quickgate.NoFastPath):
-        quickgate.identity(_request(files))
+        quickgate.identity(_request(files), BuildSettings())
     assert quickgate.lookup(_request(files)) is None
 
 
@@ -166,23 +191,10 @@ def test_artifact_hash_is_intakes_external_data_included(tmp_path):
     path = modelkit.write(modelkit.mlp(seed=3), tmp_path / "m.onnx", external="weights/m.bin")
     artifact = load_artifact(path)
     assert artifact.external_data
-    doc, hashers = quickgate.identity(_request(tmp_path / "x", candidate=path, reference=path,
-                                               data=str(path)))
+    doc, hashers = quickgate.identity(_request(tmp_path / "x", candidate=path, reference=path, data=str(path)),
+                                      BuildSettings())
     assert quickgate.artifact_sha256(hashers["candidate"], path, list(artifact.external_data)) == artifact.sha256
     assert doc["artifacts"]["candidate"] != artifact.sha256          # the key's part is the file's bytes alone
-
-
-def test_constants_mirror_the_heavy_modules():
-    from tiergate import build, pipeline, results
-
-    assert quickgate.DECISION_SCHEMA == pipeline.DECISION_SCHEMA
-    assert quickgate.HOST_CA_BUNDLE == build.HOST_CA_BUNDLE and quickgate.HOST_PIP_CONF == build.HOST_PIP_CONF
-    assert (quickgate.RESULT_FILE, quickgate.OUTPUTS_FILE) == (results.RESULT_FILE, results.OUTPUTS_FILE)
-    assert quickgate.decision_path("k") == pipeline.decision_path("k")
-    from tiergate.execution import describe
-
-    assert quickgate.graph_folder("a" * 64, "sha256:" + "b" * 64) == \
-        describe.home() / describe.CACHE_DIR / describe.cache_key("a" * 64, "sha256:" + "b" * 64)
 
 
 # --- real gates -------------------------------------------------------------------------------------------
@@ -332,7 +344,7 @@ def test_anything_changed_falls_back_to_the_normal_path(models, capsys, tiergate
     assert not fast and code == 0
 
     # a changed run folder or a removed image: verified before answering
-    entry = json.loads(quickgate.entry_path(quickgate.request_key(_request_of(models))).read_text())
+    entry = json.loads(state.quick_entry_path(quickgate.request_key(_request_of(models))).read_text())
     candidate_run = Path(next(folder for role, _, folder in entry["runs"] if role == "candidate"))
     outputs = candidate_run / "outputs.npz"
     saved = outputs.read_bytes()
@@ -347,8 +359,8 @@ def test_anything_changed_falls_back_to_the_normal_path(models, capsys, tiergate
     assert _fast(capsys, args)[:2] == (True, 0)
 
 
-def _request_of(m) -> quickgate.Request:
-    return quickgate.Request(m["good"], m["ref"], str(m["data"]), tuple(resolve(X86)), load_policy(None))
+def _request_of(m) -> GateRequest:
+    return GateRequest(m["good"], m["ref"], str(m["data"]), tuple(resolve(X86)), load_policy(None))
 
 
 @pytest.mark.docker

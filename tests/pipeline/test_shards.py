@@ -8,7 +8,8 @@ import json
 import numpy as np
 import pytest
 
-from tiergate import pipeline, results
+import gatekit
+from tiergate import orchestrator, results, state
 from tiergate.policy import load_policy
 from tiergate.targets import resolve
 
@@ -33,8 +34,8 @@ def case(tmp_path, tiergate_home):
 
 def _gate(case, shards, backend=None, targets=(X86, ARM)):
     backend = backend or FakeBackend()
-    seams = pipeline.Seams(builder=FakeBuilder(), backend_for=backend)
-    run = pipeline.gate(case["candidate"], case["reference"], case["data"], resolve(list(targets)), load_policy(None),
+    seams = orchestrator.Seams(builder=FakeBuilder(), backend_for=backend)
+    run = gatekit.gate(case["candidate"], case["reference"], case["data"], resolve(list(targets)), load_policy(None),
                         seams=seams, shards=shards)
     return run, backend
 
@@ -47,7 +48,7 @@ def _checks(run):
 def test_shard_ranges_cover_every_sample_once():
     for n in (1, 2, 5, 401, 1000):
         for count in (1, 2, 3, 7, 2000):
-            spans = pipeline.shard_ranges(n, count)
+            spans = orchestrator.shard_ranges(n, count)
             assert spans[0][0] == 0 and spans[-1][1] == n and len(spans) == min(count, n)
             assert all(a < b for a, b in spans) and all(b == c for (_, b), (c, _) in zip(spans, spans[1:]))
             assert max(b - a for a, b in spans) - min(b - a for a, b in spans) <= 1
@@ -66,7 +67,7 @@ def test_sharded_outputs_and_decision_equal_the_unsharded(case, tmp_path, monkey
         merged = results.load(split.run_dirs[key])
         assert merged.n_samples == 401 and [s["samples"] for s in merged.extra["shards"]] == \
             [[0, 134], [134, 267], [267, 401]]
-        assert merged.outputs_sha256 and pipeline.verified(split.run_dirs[key])
+        assert merged.outputs_sha256 and state.verified(split.run_dirs[key])
         assert not split.run_dirs[key].with_name(split.run_dirs[key].name + results.SHARDS_SUFFIX).exists()
 
 

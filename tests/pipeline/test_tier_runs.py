@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 import modelkit
-from tiergate import pipeline, results
+import gatekit
+from tiergate import results
 from tiergate.paths import targets_dir
 from tiergate.policy import load_policy
 from tiergate.targets import resolve
@@ -32,7 +33,7 @@ def case(tmp_path):
 
 
 def _gate(case, classes, **options):
-    return pipeline.gate(case["candidate"], case["reference"], case["data"], resolve(classes), load_policy(None),
+    return gatekit.gate(case["candidate"], case["reference"], case["data"], resolve(classes), load_policy(None),
                          **options)
 
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tiergate import pipeline
+import gatekit
+from tiergate import orchestrator
 from tiergate.gate import REJECT
 from tiergate.policy import load_policy
 from tiergate.targets import resolve
@@ -40,14 +41,14 @@ def test_silero_vad_through_a_loader_passes_against_itself_on_both_tiers(real_mo
     loader = tmp_path / "vad_chunks.py"
     loader.write_text(SILERO_LOADER)
     model = real_model("silero_vad")
-    run = pipeline.gate(model, model, f"{loader}:chunks", resolve([X86, ARM]), load_policy())
+    run = gatekit.gate(model, model, f"{loader}:chunks", resolve([X86, ARM]), load_policy())
     decision = run.decision
     assert decision.verdict == "PROMOTE", decision.reasons
     for dc in (X86, ARM):
         outputs = decision.metrics[dc].outputs
         assert outputs["output"].n_samples == 24 and outputs["stateN"].n_samples == 24
         assert outputs["output"].max_abs_error == 0.0               # the same model on the same tier: identical
-    saved = pipeline.load_outcomes(run.run_dirs)["candidate"]
+    saved = orchestrator.load_outcomes(run.run_dirs)["candidate"]
     assert saved[X86].outputs["stateN"].shape == (24, 2, 128)      # batch axis 1 moved first, per sample
     assert saved[X86].result.extra["output_sample_axes"] == {"output": 0, "stateN": 1}
     # x86 vs emulated arm64 of the same model: close, not bit-identical
@@ -68,7 +69,7 @@ def test_silero_vad_without_sr_is_a_signature_finding(real_model, realmodels_hom
     onnx.save(model, variant)
     loader = tmp_path / "vad_chunks.py"
     loader.write_text(SILERO_LOADER)
-    run = pipeline.gate(variant, real_model("silero_vad"), f"{loader}:chunks", resolve([X86]), load_policy())
+    run = gatekit.gate(variant, real_model("silero_vad"), f"{loader}:chunks", resolve([X86]), load_policy())
     assert run.decision.verdict == REJECT and run.containers_started == 0 and not run.run_dirs
     assert [c.name for c in run.decision.checks] == ["signature"]
     assert "input 'sr' int64[] of the reference is missing" in run.decision.reasons[0]
@@ -86,7 +87,7 @@ def test_paddleocr_int8_with_fp32_accuracy_is_not_rejected(real_model, realmodel
     int8 = int8_calibrated(source, tmp_path, text_lines(64, seed=2)[0])
     data = tmp_path / "lines.npz"
     np.savez(data, x=x, labels=labels)
-    run = pipeline.gate(int8, source, data, resolve([X86]), load_policy())
+    run = gatekit.gate(int8, source, data, resolve([X86]), load_policy())
     decision = run.decision
     m = decision.metrics[X86]
     top1 = m.task["top1_accuracy"]

@@ -1,5 +1,5 @@
 """A real gate decision recorded, then reported: the orchestrator gates tiny models for real on x86_64 and
-emulated arm64 (real containers, real QEMU), `pipeline.record` records it, and the tests check the registry link
+emulated arm64 (real containers, real QEMU), `orchestrator.record` records it, and the tests check the registry link
 (checks, runs, metrics, aliases) against figures computed here from the saved outputs. The model pairs are chosen
 so the verdict is known before the gate runs:
 "promote": the candidate holds the reference's weights (identical outputs, every check passes);
@@ -16,7 +16,8 @@ import pytest
 
 import modelkit as mk
 from registry_kit import add
-from tiergate import pipeline
+import gatekit
+from tiergate import orchestrator
 from tiergate.metrics import compare_outputs
 from tiergate.policy import load_policy
 from tiergate.registry import flat_metrics
@@ -52,8 +53,8 @@ def gated(registry, shared, request):
     folder, fp32, labels = shared
     int8 = mk.write(mk.classifier(seed=CANDIDATE_SEED[request.param]), folder / f"candidate-{request.param}.onnx")
     sha = add(registry, int8).sha256
-    run = pipeline.gate(int8, fp32, folder / "eval.npz", resolve(list(CLASSES)), load_policy())
-    recorded = pipeline.record(registry, run, cost_tags={"billing": "edge-fleet"})
+    run = gatekit.gate(int8, fp32, folder / "eval.npz", resolve(list(CLASSES)), load_policy())
+    recorded = orchestrator.record(registry, run, cost_tags={"billing": "edge-fleet"})
     reference, candidate = run.outcomes["reference"], run.outcomes["candidate"]
     return registry, sha, run.decision, recorded, reference, candidate, labels, request.param
 

@@ -1,5 +1,5 @@
 """A registry filled by the pipeline itself: real tiny ONNX models gated for real on x86_64 and emulated arm64
-(real containers, the real QEMU), each decision recorded by `pipeline.record`. Nothing here writes a metric:
+(real containers, the real QEMU), each decision recorded by `orchestrator.record`. Nothing here writes a metric:
 the tests compute what the report must say from the stored run folders (outputs.npz, result.json) independently.
 """
 
@@ -12,7 +12,8 @@ from pathlib import Path
 import numpy as np
 
 import modelkit as mk
-from tiergate import pipeline
+import gatekit
+from tiergate import orchestrator
 from tiergate.policy import load_policy
 from tiergate.registry import Registry
 from tiergate.registry.store import file_sha256
@@ -48,9 +49,9 @@ def populate(registry: Registry, tmp_path: Path) -> dict:
     os.environ["TIERGATE_HOME"] = str(tmp_path / "home")
     try:
         for name in variants:
-            gate_run = pipeline.gate(paths[name], paths["fp32"], data, resolve(list(CLASSES)), load_policy(None),
+            gate_run = gatekit.gate(paths[name], paths["fp32"], data, resolve(list(CLASSES)), load_policy(None),
                                      profile=True)   # real op profiles: the report's top ops per tier
-            pipeline.record(registry, gate_run, cost_tags={"billing": "edge-fleet"})
+            orchestrator.record(registry, gate_run, cost_tags={"billing": "edge-fleet"})
             runs[name] = {dc: folder for (role, dc), folder in gate_run.run_dirs.items() if role == "candidate"}
             runs[name]["verdict"] = gate_run.decision.verdict
     finally:

@@ -2,7 +2,7 @@
 
 Three INT8-like candidates of a tiny classifier (its weights perturbed by more and more noise) are gated
 by the orchestrator for real (containers on both tiers) against their FP32 reference, judged against
-labels (top-1 accuracy ratio on its paired-bootstrap interval), and recorded by `pipeline.record`. The
+labels (top-1 accuracy ratio on its paired-bootstrap interval), and recorded by `orchestrator.record`. The
 report's rows must carry the bounds the registry recorded, and the page must print exactly those
 (accuracy as "93.8% [91.2, 95.9]", the check, the verdict).
 """
@@ -18,7 +18,8 @@ import onnxruntime as ort
 import pytest
 from report_kit import tiny_model
 
-from tiergate import pipeline
+import gatekit
+from tiergate import orchestrator
 from tiergate.policy import load_policy
 from tiergate.registry import Registry
 from tiergate.registry.report_data import build_drift_report
@@ -54,8 +55,8 @@ def _gate_and_record(registry: Registry, tmp_path) -> dict[str, str]:
             shas[name] = sha = file_sha256(path)
             registry.add_artifact(path, sha256=sha, model="tiny", format="onnx", precision="int8",
                                   fingerprint={"weights": name}, reference_sha=ref_sha, parent_sha=ref_sha)
-            run = pipeline.gate(path, ref_path, data, resolve(CLASS_NAMES), load_policy(None))
-            pipeline.record(registry, run)
+            run = gatekit.gate(path, ref_path, data, resolve(CLASS_NAMES), load_policy(None))
+            orchestrator.record(registry, run)
     finally:
         if previous is None:
             os.environ.pop("TIERGATE_HOME", None)

@@ -7,33 +7,17 @@ refused with InputError.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import onnx
 from onnx.external_data_helper import ExternalDataInfo, _get_all_tensors
 
 from tiergate.errors import InputError
+from tiergate.hashing import read_external, safe_location  # noqa: F401 - safe_location re-exported
 
 
 def external_tensors(model: onnx.ModelProto) -> list[onnx.TensorProto]:
     return [t for t in _get_all_tensors(model) if t.data_location == onnx.TensorProto.EXTERNAL]
-
-
-def safe_location(model_path: Path, location: str) -> Path:
-    """The file a location names, or InputError when it leaves the model's folder."""
-    folder = model_path.resolve().parent
-    if not location or "\x00" in location:
-        raise InputError(f"{model_path}: external data location {location!r} is not a file name")
-    target = Path(os.path.realpath(folder / location))  # follows symlinks and '..'
-    if not target.is_relative_to(folder):
-        raise InputError(
-            f"{model_path}: external data location {location!r} escapes the model's folder "
-            f"(resolves outside {folder}); refused"
-        )
-    if not target.is_file():
-        raise InputError(f"{model_path}: external data file {location!r} does not exist next to the model")
-    return target
 
 
 def load_external_data(model_path: Path, model: onnx.ModelProto, digest) -> tuple[tuple[str, ...], int]:
@@ -43,17 +27,12 @@ def load_external_data(model_path: Path, model: onnx.ModelProto, digest) -> tupl
     """
     tensors = external_tensors(model)
     infos = [(t, _info(model_path, t)) for t in tensors]
-    files = {info.location: safe_location(model_path, info.location) for _, info in infos}
-    contents: dict[str, bytes] = {}
-    for location in sorted(files):
-        contents[location] = files[location].read_bytes()
-        digest.update(location.encode() + b"\x00")
-        digest.update(contents[location])
+    contents = read_external(model_path, [info.location for _, info in infos], digest)
     for tensor, info in infos:
         tensor.raw_data = _slice(model_path, contents[info.location], info)
         del tensor.external_data[:]
         tensor.data_location = onnx.TensorProto.DEFAULT
-    return tuple(sorted(files)), sum(len(c) for c in contents.values())
+    return tuple(sorted(contents)), sum(len(c) for c in contents.values())
 
 
 def _info(model_path: Path, tensor: onnx.TensorProto) -> ExternalDataInfo:

@@ -9,13 +9,15 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from tiergate.cli.options import parameter
 from tiergate.errors import EXIT_FAIL, EXIT_OK
+from tiergate.request import option
 
 
 def demo(
     work_dir: Path | None = typer.Option(None, "--work-dir", help="Where models, runs and the report go "
                                          "(default: $TIERGATE_HOME/demo)."),
-    max_parallel: int = typer.Option(2, "--max-parallel", min=1, help="Target runs at a time."),
+    max_parallel: int = parameter(option("max_parallel"))[1],
 ) -> None:
     """Train a digits CNN, make INT8/FP16 candidates, gate each on x86 and emulated arm64, report.
 

@@ -32,9 +32,11 @@ def explain(
 ) -> None:
     """Locate the first divergent layer per tier; suggest what to keep in float; build and gate mixed precision."""
     from tiergate.errors import InputError
-    from tiergate.execution.explain import DockerRunner, explain as run_explain
+    from tiergate.execution.explain import explain as run_explain
     from tiergate.explain import markdown_table
     from tiergate.policy import load_policy
+    from tiergate.orchestrator.explain_ab import docker_runner
+    from tiergate.request import BuildSettings
     from tiergate.targets import catalogue, resolve
 
     if mixed_precision is not None and calibration_data is None:
@@ -43,17 +45,20 @@ def explain(
     device_classes = resolve(targets)
     loaded_policy = load_policy(policy)
     loaded_policy.check_override_names(list(catalogue().values()))
+    build = BuildSettings(base_image, ca_bundle)
     err = Console(stderr=True)
     progress = None if as_json else (lambda text: err.print(f"[dim]… {text}[/]", highlight=False))
     result = run_explain(candidate, reference, data, device_classes, loaded_policy,
-                         runner=DockerRunner(base_image, ca_bundle), samples=samples, progress=progress)
+                         runner=docker_runner(build), samples=samples, progress=progress)
     code = 0
     if mixed_precision is not None:
-        from tiergate.execution.explain import mixed_precision_ab
+        from tiergate.orchestrator import DockerBuilder, RunOptions, Seams
+        from tiergate.orchestrator.explain_ab import mixed_precision_ab
+        from tiergate.request import GateRequest
 
-        result.mixed_precision = mixed_precision_ab(result, candidate, reference, data, calibration_data,
-                                                    mixed_precision, device_classes, loaded_policy,
-                                                    base_image=base_image, ca_bundle=ca_bundle, progress=progress)
+        request = GateRequest(candidate, reference, str(data), tuple(device_classes), loaded_policy)
+        result.mixed_precision = mixed_precision_ab(result, request, calibration_data, mixed_precision,
+                                                    Seams(builder=DockerBuilder(build)), RunOptions(progress=progress))
         code = 0 if result.mixed_precision["mixed"]["verdict"] == "PROMOTE" else 1
     if out is not None:
         from tiergate.reports.explain_html import write_html

@@ -12,28 +12,24 @@ from tiergate.errors import EnvironmentProblem, InputError
 _OK = {True: "[green]pass[/]", False: "[bold red]FAIL[/]"}
 
 
-def prepare(candidate: Path, reference: Path, data: str, targets: str, *, incumbent: Path | None = None,
-            policy: Path | None = None, junit: Path | None = None, report_dir: Path | None = None,
-            metric=(), sample_axis=(), base_image: str | None = None, ca_bundle: Path | None = None,
-            profile: bool = False, early_stop: bool | None = None):
-    """The gate's request (tiergate.quickgate.Request): device classes and policy loaded, report places
-    checked writable; unusable input raises before anything runs."""
+def prepare(values: dict):
+    """The gate's request (tiergate.request.GateRequest) from parsed option values: device classes and policy
+    loaded, report places checked writable; unusable input raises before anything runs."""
     from tiergate.policy import load_policy
-    from tiergate.quickgate import Request
+    from tiergate.request import request_fields
     from tiergate.targets import catalogue, resolve
 
-    device_classes = resolve(targets)
-    loaded_policy = load_policy(policy)
+    device_classes = resolve(values["targets"])
+    loaded_policy = load_policy(values["policy"])
     loaded_policy.check_override_names(list(catalogue().values()))
+    report_dir, junit = values["report_dir"], values["junit"]
     if report_dir is not None:
         writable_folder(report_dir, "--report-dir")
     if junit is not None:
         if junit.is_dir():
             raise InputError(f"--junit {junit}: is a folder; give a file name")
         writable_folder(junit.parent, "--junit")
-    return Request(candidate, reference, data, tuple(device_classes), loaded_policy, incumbent=incumbent,
-                   metrics=tuple(metric), sample_axes=tuple(sample_axis), base_image=base_image,
-                   ca_bundle=ca_bundle, profile=profile, early_stop=early_stop)
+    return request_fields(values, device_classes, loaded_policy)
 
 
 def writable_folder(folder: Path, option: str) -> None:

@@ -26,13 +26,14 @@ from pathlib import Path
 
 import numpy as np
 
-from tiergate import pipeline
+from tiergate import orchestrator
 from tiergate.demo import data
 from tiergate.demo.models import Candidate, DemoSet, build_demo_set
 from tiergate.gate import Decision
 from tiergate.hashing import file_sha256
 from tiergate.paths import home
 from tiergate.policy import load_policy
+from tiergate.request import GateRequest, RunOptions
 from tiergate.targets import resolve
 
 MODEL = "digits-cnn"
@@ -109,7 +110,8 @@ def _explain_badcal(outcome: DemoOutcome, demo: DemoSet, targets, policy, work_d
 
     from tiergate.demo import data
     from tiergate.errors import TiergateError
-    from tiergate.execution.explain import explain, mixed_precision_ab
+    from tiergate.execution.explain import explain
+    from tiergate.orchestrator.explain_ab import docker_runner, mixed_precision_ab
     from tiergate.explain import markdown_table
     from tiergate.reports.explain_html import write_html
 
@@ -124,11 +126,12 @@ def _explain_badcal(outcome: DemoOutcome, demo: DemoSet, targets, policy, work_d
     say(f"{BADCAL}: explaining (which layer, on which tier) and gating INT8 vs mixed precision")
     t0 = time.monotonic()
     try:
+        progress = lambda text: say(f"{BADCAL}: {text}")   # noqa: E731
         result = explain(candidate.path, demo.reference_onnx, demo.eval_data, device_classes, policy,
-                         samples=EXPLAIN_SAMPLES, progress=lambda text: say(f"{BADCAL}: {text}"))
-        result.mixed_precision = mixed_precision_ab(
-            result, candidate.path, demo.reference_onnx, demo.eval_data, calibration,
-            folder / "digits-onnx-mixed.onnx", device_classes, policy, progress=lambda text: say(f"{BADCAL}: {text}"))
+                         runner=docker_runner(), samples=EXPLAIN_SAMPLES, progress=progress)
+        request = GateRequest(candidate.path, demo.reference_onnx, str(demo.eval_data), tuple(device_classes), policy)
+        result.mixed_precision = mixed_precision_ab(result, request, calibration, folder / "digits-onnx-mixed.onnx",
+                                                    options=RunOptions(progress=progress))
     except TiergateError as exc:     # the demo's verdicts stand; say why the explanation is missing
         say(f"{BADCAL}: explain failed: {exc.one_line()}")
         return
@@ -148,10 +151,12 @@ def _gate_one(registry, demo: DemoSet, candidate: Candidate, targets, policy, sa
                       tags={"demo": candidate.name, "precision": candidate.precision})
     incumbent, incumbent_name = _incumbent(registry, candidate, device_classes) or (None, None)
     say(f"{candidate.name}: gating on {', '.join(dc.name for dc in device_classes)}")
-    run = pipeline.gate(candidate.path, reference, demo.eval_data, device_classes, policy,
-                        incumbent=incumbent, registry=registry, max_parallel=max_parallel,
-                        progress=lambda text: say(f"{candidate.name}: {text}"))
-    pipeline.record_or_reuse(registry, run, cost_tags={"demo": candidate.name})
+    request = GateRequest(candidate.path, reference, str(demo.eval_data), tuple(device_classes), policy,
+                          incumbent=incumbent)
+    options = RunOptions(registry=registry, max_parallel=max_parallel,
+                         progress=lambda text: say(f"{candidate.name}: {text}"))
+    run = orchestrator.gate(request, orchestrator.Seams(), options)
+    orchestrator.record_or_reuse(registry, run, cost_tags={"demo": candidate.name})
     return CandidateOutcome(candidate, run.decision, incumbent_name,
                             run.cache_hits, run.containers_started)
 
@@ -165,8 +170,9 @@ def _confirm(demo: DemoSet, work_dir: Path, policy, say, max_parallel, on_candid
     larger = _eval_set(work_dir / "models" / CONFIRM_NPZ.format(n=n), n)
     note = f"{n:,} samples (test split + jittered copies)"
     say(f"{name}: gating on {note} ({', '.join(target_names)})")
-    run = pipeline.gate(candidate.path, demo.reference_onnx, larger, resolve(target_names), policy,
-                        max_parallel=max_parallel, progress=lambda text: say(f"{name} ({n} samples): {text}"))
+    request = GateRequest(candidate.path, demo.reference_onnx, str(larger), tuple(resolve(target_names)), policy)
+    options = RunOptions(max_parallel=max_parallel, progress=lambda text: say(f"{name} ({n} samples): {text}"))
+    run = orchestrator.gate(request, orchestrator.Seams(), options)
     return CandidateOutcome(candidate, run.decision, None, run.cache_hits, run.containers_started,
                             expected=expected, data_note=note)
 

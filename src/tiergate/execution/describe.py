@@ -20,7 +20,6 @@ import os
 import shutil
 import tempfile
 import time
-import uuid
 from pathlib import Path
 
 from tiergate.errors import InfrastructureFault, InputError
@@ -28,13 +27,13 @@ from tiergate.execution.base import Job, last_line
 from tiergate.execution.docker_backend import DockerBackend, _job_volumes, _run, download, upload
 from tiergate.execution.engine import connect, with_retries
 from tiergate.hashing import file_sha256
-from tiergate.images import LABEL, BuiltImage, graph_cache_key
-from tiergate.paths import containers_dir, home
+from tiergate.images import DESCRIBER, LABEL, BuiltImage, graph_cache_key
+from tiergate import state
+from tiergate.paths import containers_dir
 from tiergate.runtime_graph import DESCRIBE_FILE, RuntimeGraph, parse_describe
 
-DESCRIBER = "harness/tiergate_describe.py"
 INPUT_DIR = "/data"
-CACHE_DIR = "runtime-graphs"
+CACHE_DIR = state.GRAPHS
 
 
 def describer_path() -> Path:
@@ -54,7 +53,7 @@ def describe_runtime(artifact, dc, image: str, *, client=None, refresh: bool = F
     try:
         found = client.images.get(image)
         image_id = found.id
-        folder = home() / CACHE_DIR / cache_key(artifact.sha256, image_id, dc.emulated_cpu)
+        folder = state.graph_folder(artifact.sha256, image_id, file_sha256(describer_path()), dc.emulated_cpu)
         meta = dict(target=dc.name, tier=dc.tier, runtime=dc.runtime, emulated=dc.emulated, image=image,
                     image_id=image_id, artifact_sha256=artifact.sha256)
         if folder.is_dir() and not refresh:
@@ -92,7 +91,7 @@ def _seconds(folder: Path) -> float:
 def _publish(work: Path, folder: Path) -> None:
     """Move the finished folder into the cache in one rename (a concurrent twin may win: fine)."""
     folder.parent.mkdir(parents=True, exist_ok=True)
-    staging = folder.parent / f".{folder.name}.{uuid.uuid4().hex[:8]}"
+    staging = state.part_path(folder)
     shutil.copytree(work, staging)
     try:
         os.rename(staging, folder)

@@ -293,7 +293,7 @@ def _shareable(jobs: list[Job]) -> bool:
 def _upload_job(client, image: str, volume: str, jobs: list[Job]) -> list[tuple[Job, str]]:
     """The evaluation .npz, and the files of every artifact after the first (its own image holds the first),
     into the data volume; (job, model path in the container) per job."""
-    from tiergate.build import artifact_files
+    from tiergate.artifact.files import artifact_files
 
     files, models = [(jobs[0].data_npz, DATA_NAME)], [(jobs[0], jobs[0].image.model_path)]
     for n, job in enumerate(jobs[1:], start=1):

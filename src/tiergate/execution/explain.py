@@ -8,8 +8,9 @@ job's input volume, like the runtime describer), and pairs what each tier saw
 (tiergate.explain.analyse). The dumps are cached under TIERGATE_HOME/explain/ by (candidate,
 reference, data, image id, script, samples): a folder appears there only complete.
 
-The runner is a seam: `DockerRunner` is the real one; `HostRunner` runs the same script with
-this Python (tests, and a quick look without Docker).
+The runner is a seam: `DockerRunner` is the real one (its runtime image comes from the builder seam,
+orchestrator.explain_ab.docker_runner); `HostRunner` runs the same script with this Python (tests, and a
+quick look without Docker). What is gated of it (INT8 vs mixed precision) is orchestrator/explain_ab.py.
 """
 
 from __future__ import annotations
@@ -32,12 +33,13 @@ import numpy as np
 from tiergate import explain as core
 from tiergate.errors import InfrastructureFault, InputError, TiergateError
 from tiergate.hashing import file_sha256
-from tiergate.paths import containers_dir, home
+from tiergate import state
+from tiergate.paths import containers_dir
 from tiergate.targets import DeviceClass
 
 SCRIPT = "harness/tiergate_explain.py"
 INPUT_DIR = "/data"
-CACHE_DIR = "explain"
+CACHE_DIR = state.EXPLAIN
 DEFAULT_SAMPLES = 32
 Progress = Callable[[str], None]
 
@@ -72,10 +74,11 @@ class HostRunner:
 
 
 class DockerRunner:
-    """The dump script inside the device class's runtime image (built once, like a harness run's)."""
+    """The dump script inside the device class's runtime image, which the builder seam provides
+    (orchestrator.DockerBuilder.runtime_image: built once, like a harness run's)."""
 
-    def __init__(self, base_image: str | None = None, ca_bundle: Path | None = None):
-        self.base_image, self.ca_bundle = base_image, ca_bundle
+    def __init__(self, runtime_image: Callable[..., tuple[str, str]]):
+        self.runtime_image = runtime_image          # (device class, client) -> (tag, image id): the builder's
         self._images: dict[str, str] = {}
 
     def _client(self, dc):
@@ -84,10 +87,7 @@ class DockerRunner:
         return with_retries(lambda: connect(dc.docker_host), what=f"connecting to {dc.docker_host}")
 
     def image(self, dc: DeviceClass, client) -> tuple[str, str]:
-        from tiergate.build import ensure_runtime_image
-
-        runtime = ensure_runtime_image(dc, client=client, base_image=self.base_image, ca_bundle=self.ca_bundle)
-        return runtime.tag, runtime.image_id
+        return self.runtime_image(dc, client)
 
     def identity(self, dc: DeviceClass) -> str:
         if dc.name not in self._images:
@@ -155,7 +155,7 @@ def _last(text: str) -> str:
 
 
 def explain(candidate: Path, reference: Path, data_path: Path, device_classes: list[DeviceClass], policy=None,
-            *, runner: Runner | None = None, samples: int = DEFAULT_SAMPLES, threshold_db: float | None = None,
+            *, runner: Runner, samples: int = DEFAULT_SAMPLES, threshold_db: float | None = None,
             progress: Progress | None = None) -> core.Explanation:
     """Every device class's explanation of the candidate against its FP32 reference."""
     from tiergate.artifact import load_artifact
@@ -171,7 +171,6 @@ def explain(candidate: Path, reference: Path, data_path: Path, device_classes: l
     data = load_eval_data(data_path)
     validate_against(data, ref_art.inputs)
     validate_against(data, _float_fed(cand_art, ref_art))
-    runner = runner or DockerRunner()
     n = min(samples, data.n_samples)
     inputs = {name: np.asarray(data.arrays[name][:n])[:, None] for name in data.info}
     out = core.Explanation(str(candidate), str(reference))
@@ -224,11 +223,11 @@ def _dump(runner: Runner, dc, models, cand_sha, ref_sha, data_sha, data_path, n)
     key_text = "\0".join((cand_sha, ref_sha, data_sha, runner.identity(dc), dc.name,
                           file_sha256(script_path()), str(n)))
     key = hashlib.sha256(key_text.encode()).hexdigest()[:24]
-    folder = home() / CACHE_DIR / key
+    folder = state.explain_folder(key)
     if (folder / "explain.json").is_file():
         return folder
     folder.parent.mkdir(parents=True, exist_ok=True)
-    work = folder.parent / f".{key}.{os.getpid()}"
+    work = state.part_path(folder)
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir()
     t0 = time.monotonic()
@@ -238,7 +237,7 @@ def _dump(runner: Runner, dc, models, cand_sha, ref_sha, data_sha, data_path, n)
         doc["host_seconds"] = round(time.monotonic() - t0, 3)
         (work / "explain.json").write_text(json.dumps(doc))
         if not doc.get("ok"):        # a refusal is not cached: the next explain asks again
-            target = folder.parent / f".{key}.failed.{os.getpid()}"
+            target = state.part_path(folder.with_name(f"{key}.failed"))
             shutil.rmtree(target, ignore_errors=True)
             work.rename(target)
             return target
@@ -281,159 +280,3 @@ def _unsuffixed(name: str) -> str:
 def _say(progress: Progress | None, text: str) -> None:
     if progress is not None:
         progress(text)
-
-
-# --- mixed precision: the reference re-quantized with the suggested nodes in float, gated A/B ---------
-
-
-def quant_settings(path: Path) -> dict:
-    """The quantization settings a QDQ or QOperator ONNX candidate shows: format, per-channel,
-    activation and weight types, reduce_range (weights within 7 bits)."""
-    import onnx
-    from onnx import numpy_helper
-
-    model = onnx.load(str(path))
-    inits = {t.name: t for t in model.graph.initializer}
-    ops = {n.op_type for n in model.graph.node}
-    qlinear = any(op.startswith("QLinear") or op in ("QGemm", "QAttention") for op in ops)
-    if not (ops & {"QuantizeLinear", "DequantizeLinear"}) and not qlinear:
-        raise InputError(f"{path}: the candidate is not quantized (no QuantizeLinear, DequantizeLinear or QLinear "
-                         "op): there are no settings to re-quantize with")
-    act, weight, per_channel, reduce_range = "uint8", "int8", False, False
-    for node in model.graph.node:
-        if node.op_type == "QuantizeLinear" and node.input[0] not in inits and len(node.input) > 2 \
-                and node.input[2] in inits:
-            act = numpy_helper.to_array(inits[node.input[2]]).dtype.name
-            break
-    for node in model.graph.node:
-        if node.op_type == "DequantizeLinear" and node.input[0] in inits:
-            w = numpy_helper.to_array(inits[node.input[0]])
-            if w.dtype.name not in ("int8", "uint8") or w.ndim < 2:
-                continue                                    # biases are int32
-            weight = w.dtype.name
-            per_channel = per_channel or numpy_helper.to_array(inits[node.input[1]]).size > 1
-            reduce_range = bool(w.dtype.name == "int8" and w.min() >= -64 and w.max() <= 63)
-    return {"format": "QOperator" if qlinear and "QuantizeLinear" not in ops else "QDQ",
-            "activation_type": act, "weight_type": weight, "per_channel": per_channel,
-            "reduce_range": reduce_range}
-
-
-class _NpzReader:
-    """A CalibrationDataReader over an .npz of model inputs, one sample at a time."""
-
-    def __init__(self, path: Path, names: list[str]):
-        from tiergate.evaldata import load_eval_data
-
-        data = load_eval_data(path)
-        missing = [n for n in names if n not in data.info]
-        if missing:
-            raise InputError(f"calibration data {path}: model input '{missing[0]}' is missing "
-                             f"(arrays: {', '.join(data.info)})")
-        self._batches = iter(list(data.iter_batches(1)))
-
-    def get_next(self):
-        return next(self._batches, None)
-
-
-def requantize(reference: Path, out: Path, calibration: Path, settings: dict, exclude: list[str]) -> Path:
-    """The reference quantized by onnxruntime with `settings`, `exclude` kept in float, calibrated on `calibration`."""
-    from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
-
-    from tiergate.artifact import load_artifact
-
-    types = {"uint8": QuantType.QUInt8, "int8": QuantType.QInt8}
-    names = [i.name for i in load_artifact(reference).inputs]
-    quantize_static(str(reference), str(out), _NpzReader(calibration, names),
-                    quant_format=QuantFormat.QDQ if settings["format"] == "QDQ" else QuantFormat.QOperator,
-                    activation_type=types[settings["activation_type"]], weight_type=types[settings["weight_type"]],
-                    per_channel=settings["per_channel"], reduce_range=settings["reduce_range"],
-                    nodes_to_exclude=list(exclude))
-    return out
-
-
-def host_sqnr(model: Path, reference: Path, data_path: Path, samples: int = DEFAULT_SAMPLES) -> float:
-    """End-to-end SQNR (worst output) of `model` against `reference` with this machine's onnxruntime."""
-    import onnxruntime as ort
-
-    from tiergate.evaldata import load_eval_data
-
-    data = load_eval_data(data_path)
-    sessions = [ort.InferenceSession(str(p), providers=["CPUExecutionProvider"]) for p in (model, reference)]
-    outs = [[], []]
-    for i, batch in enumerate(data.iter_batches(1)):
-        if i >= samples:
-            break
-        for store, session in zip(outs, sessions):
-            store.append(session.run(None, {k: batch[k] for k in (x.name for x in session.get_inputs())}))
-    worst = core.SQNR_CAP_DB
-    for k in range(len(outs[0][0])):
-        got = np.stack([o[k] for o in outs[0]])
-        want = np.stack([o[k] for o in outs[1]])
-        worst = min(worst, core.sqnr_db(want, got))
-    return worst
-
-
-def choose_exclusions(result: core.Explanation, reference: Path, data_path: Path, calibration: Path,
-                      settings: dict, work: Path, threshold_db: float, *, steps: int = 4) -> tuple[list[str], list]:
-    """Greedy: the worst layers' nodes (across tiers) kept in float, one layer more at a time, until the
-    re-quantized model's end-to-end SQNR (on this host) clears the threshold. Returns (nodes, trail)."""
-    layers: list[core.Layer] = []
-    for item in result.targets.values():
-        outputs = {layer.tensor for layer in item.layers[-1:]}
-        for layer in core.worst_layers(item.layers, item.threshold_db, outputs):
-            if layer.tensor not in {x.tensor for x in layers}:
-                layers.append(layer)
-    exclude: list[str] = result.keep_float()      # the suggestions first, then one worst layer more a step
-    trail = []
-    for step in range(steps + 1):
-        trial = requantize(reference, work / f"mixed-{step}.onnx", calibration, settings, exclude)
-        sqnr = host_sqnr(trial, reference, data_path)
-        trail.append({"excluded": list(exclude), "end_to_end_sqnr_db": round(sqnr, 2)})
-        if sqnr >= threshold_db or step >= len(layers):
-            break
-        exclude += [n for layer in layers[step:step + 1] for n in layer.nodes if n not in exclude]
-    return exclude, trail
-
-
-def mixed_precision_ab(result: core.Explanation, candidate: Path, reference: Path, data: Path, calibration: Path,
-                       out: Path, device_classes: list[DeviceClass], policy, *, base_image: str | None = None,
-                       ca_bundle: Path | None = None, seams=None, progress: Progress | None = None) -> dict:
-    """Write the mixed-precision candidate to `out` and gate it and the INT8 candidate on the same tiers
-    (tiergate.pipeline.gate; the mixed one with the INT8 candidate as its incumbent: the A/B): verdicts,
-    whether each passes against the FP32 reference alone, the A/B checks, sizes, latency on real tiers."""
-    from tiergate import pipeline
-
-    if Path(calibration).resolve() == Path(data).resolve():
-        _say(progress, "calibrating on the evaluation data, as asked (its accuracy figures are then optimistic)")
-    settings = quant_settings(candidate)
-    threshold = min((t.threshold_db for t in result.targets.values()), default=core.DEFAULT_THRESHOLD_DB)
-    with tempfile.TemporaryDirectory(prefix="tiergate-mixed-") as tmp:
-        _say(progress, "re-quantizing the reference with the worst layers kept in float")
-        exclude, trail = choose_exclusions(result, reference, data, calibration, settings, Path(tmp), threshold)
-        Path(out).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(Path(tmp) / f"mixed-{len(trail) - 1}.onnx", out)
-    _say(progress, "gating the INT8 candidate")
-    int8 = pipeline.gate(Path(candidate), Path(reference), Path(data), device_classes, policy, base_image=base_image,
-                         ca_bundle=ca_bundle, progress=progress, seams=seams)
-    _say(progress, "gating the mixed-precision candidate against the INT8 one (A/B)")
-    mixed = pipeline.gate(Path(out), Path(reference), Path(data), device_classes, policy, incumbent=Path(candidate),
-                          base_image=base_image, ca_bundle=ca_bundle, progress=progress, seams=seams)
-    return {"settings": settings, "trail": trail,
-            "int8": _side(int8, Path(candidate), "candidate", device_classes, []),
-            "mixed": _side(mixed, Path(out), "candidate", device_classes, exclude)}
-
-
-def _side(run, path: Path, role: str, device_classes: list[DeviceClass], excluded: list[str]) -> dict:
-    latency = {}
-    for dc in device_classes:
-        outcome = run.outcomes.get(role, {}).get(dc.name)
-        if dc.emulated or outcome is None or not outcome.result.latencies_ns:
-            continue
-        latency[dc.name] = float(np.mean(outcome.result.latencies_ns)) / 1e6
-    own = [c for c in run.decision.checks if not c.name.startswith("noninferior")]
-    ab = [c for c in run.decision.checks if c.name.startswith("noninferior")]
-    return {"path": str(path), "verdict": run.decision.verdict, "reasons": list(run.decision.reasons),
-            "passes_against_reference": bool(own) and all(c.passed for c in own),
-            "ab": {f"{c.device_class}/{c.name}": {"value": c.value, "threshold": c.threshold, "passed": c.passed}
-                   for c in ab},
-            "size_bytes": path.stat().st_size, "latency_ms": latency, "excluded": excluded}

@@ -10,19 +10,21 @@ from prefect.artifacts import create_markdown_artifact
 
 from tiergate.errors import TiergateError
 from tiergate.orchestration.gating import artifact_key
+from tiergate.request import BuildSettings, GateRequest
 
 
 @task(name="explain-on-reject", retries=0)
-def attach_explain(candidate: Path, reference: Path, data: Path, device_classes, policy, *, label: str,
-                   base_image: str | None = None, runner=None) -> str | None:
-    """Run explain on the same tiers and attach its Markdown table; returns the artifact id (None when
+def attach_explain(request: GateRequest, *, label: str, build: BuildSettings | None = None,
+                   runner=None) -> str | None:
+    """Run explain on the request's tiers and attach its Markdown table; returns the artifact id (None when
     explain itself could not run: the verdict stands, the reason is logged in the table instead)."""
-    from tiergate.execution.explain import DockerRunner, explain
+    from tiergate.execution.explain import explain
     from tiergate.explain import markdown_table
+    from tiergate.orchestrator.explain_ab import docker_runner
 
     try:
-        result = explain(Path(candidate), Path(reference), Path(data), device_classes, policy,
-                         runner=runner or DockerRunner(base_image))
+        result = explain(Path(request.candidate), Path(request.reference), Path(request.data),
+                         list(request.device_classes), request.policy, runner=runner or docker_runner(build))
         markdown = markdown_table(result)
     except TiergateError as exc:
         markdown = f"## Which layer, on which tier\n\nexplain could not run: {exc.one_line()}\n"

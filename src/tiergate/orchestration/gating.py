@@ -1,4 +1,4 @@
-"""One gate inside a Prefect flow: the orchestrator's own sequence (tiergate.pipeline.gate), its steps as tasks.
+"""One gate inside a Prefect flow: the orchestrator's own sequence (tiergate.orchestrator.gate), its steps as tasks.
 
 Nothing of the gate is re-implemented here: `PrefectSteps` is the orchestrator's
 `Steps` seam, submitting each intake, build and run as a Prefect task (builds and
@@ -21,9 +21,11 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 from prefect.futures import wait
 
-from tiergate import pipeline
+from tiergate import orchestrator
+from tiergate.decision import GateRun
 from tiergate.orchestration.tasks import INFRA_RETRIES, INFRA_RETRY_DELAY_S, infrastructure_only
 from tiergate.policy import Policy
+from tiergate.request import BuildSettings, GateRequest
 from tiergate.targets import DeviceClass
 
 
@@ -63,37 +65,39 @@ class Remote:
     store: str | None = None
 
 
-def flow_seams(remote: Remote | None = None, *, base_image: str | None = None,
-               ca_bundle: Path | None = None) -> pipeline.Seams:
+def flow_seams(remote: Remote | None = None, build: BuildSettings | None = None) -> orchestrator.Seams:
     """Prefect steps; pooled device classes build and run on their work pool's worker."""
-    builder = pipeline.DockerBuilder(base_image, ca_bundle)
+    builder = orchestrator.DockerBuilder(build or BuildSettings())
     if not remote or not remote.pools:
-        return pipeline.Seams(builder=builder, steps=PrefectSteps())
+        return orchestrator.Seams(builder=builder, steps=PrefectSteps())
     from tiergate.orchestration.remote import PoolBackend, PoolBuilder
 
     def backend_for(dc: DeviceClass):
         return PoolBackend(remote.pools[dc.name], remote) if dc.name in remote.pools \
-            else pipeline.default_backend_for(dc)
+            else orchestrator.default_backend_for(dc)
 
-    return pipeline.Seams(builder=PoolBuilder(builder, remote.pools), backend_for=backend_for,
-                          steps=PrefectSteps())
+    return orchestrator.Seams(builder=PoolBuilder(builder, remote.pools), backend_for=backend_for,
+                              steps=PrefectSteps())
 
 
-def gate_in_flow(paths: dict[str, Path], data_path: Path | str, device_classes: list[DeviceClass], policy: Policy,
-                 *, registry=None, root: Path | None = None, base_image: str | None = None,
-                 ca_bundle: Path | None = None, remote: Remote | None = None,
-                 max_parallel: int | None = None, sample_axes: dict[str, int] | None = None,
-                 metrics: list[str] | None = None) -> pipeline.GateRun:
-    """tiergate.pipeline.gate with Prefect steps; raises the first task failure (after all ended).
+def flow_request(paths: dict[str, Path], data: Path | str, device_classes: list[DeviceClass], policy: Policy,
+                 sample_axes: dict[str, int] | None = None, metrics: list[str] | None = None) -> GateRequest:
+    """A flow's parameters as the gate request (`sample_axes` as {name: axis}, the flows' JSON-friendly form)."""
+    return GateRequest(Path(paths["candidate"]), Path(paths["reference"]), str(data), tuple(device_classes),
+                       policy, incumbent=paths.get("incumbent"), metrics=tuple(metrics or ()),
+                       sample_axes=tuple(f"{name}={axis}" for name, axis in (sample_axes or {}).items()))
 
-    `data_path`: an .npz or a data loader FILE.py:FUNCTION (run once, here)."""
+
+def gate_in_flow(request: GateRequest, *, registry=None, build: BuildSettings | None = None,
+                 remote: Remote | None = None, max_parallel: int | None = None) -> GateRun:
+    """tiergate.orchestrator.gate with Prefect steps; raises the first task failure (after all ended).
+
+    `request.data`: an .npz or a data loader FILE.py:FUNCTION (run once, here)."""
     import os
 
     parallel = max_parallel or int(os.environ.get("TIERGATE_MAX_PARALLEL", "2"))
-    return pipeline.gate(paths["candidate"], paths["reference"], data_path, device_classes, policy,
-                         incumbent=paths.get("incumbent"), registry=registry, root=root, max_parallel=parallel,
-                         seams=flow_seams(remote, base_image=base_image, ca_bundle=ca_bundle),
-                         sample_axes=sample_axes, metrics=metrics)
+    options = orchestrator.RunOptions(registry=registry, max_parallel=parallel)
+    return orchestrator.gate(request, flow_seams(remote, build), options)
 
 
 # --- conclude: reuse or record, reports, Prefect artifacts ----------------------------------------
@@ -113,20 +117,22 @@ class Concluded:
         return dict(self.__dict__)
 
 
-def conclude(gate_run: pipeline.GateRun, *, registry=None, report_dir: Path | None = None,
+def conclude(gate_run: GateRun, *, registry=None, report_dir: Path | None = None,
              junit: Path | None = None, label: str = "gate", cost_tags: dict[str, str] | None = None) -> Concluded:
     """Record the decision (or reuse an identical recorded one), write reports, publish Prefect artifacts."""
     decision_id, reused = None, False
     if registry is not None:
-        recorded, reused = pipeline.record_or_reuse(registry, gate_run, cost_tags=cost_tags)
+        recorded, reused = orchestrator.record_or_reuse(registry, gate_run, cost_tags=cost_tags)
         decision_id = recorded.id
-    written = pipeline.write_reports(gate_run, report_dir, junit)
+    from tiergate.reports.gate_files import write_reports
+
+    written = write_reports(gate_run, report_dir, junit)
     publish(gate_run, label, decision_id, reused)
     return Concluded(gate_run.decision.verdict, decision_id, reused, gate_run.cache_hits,
                      gate_run.containers_started, {k: str(v) for k, v in written.items()}, gate_run.decision_cached)
 
 
-def publish(gate_run: pipeline.GateRun, label: str, decision_id: int | None, reused: bool) -> None:
+def publish(gate_run: GateRun, label: str, decision_id: int | None, reused: bool) -> None:
     """The decision in the Prefect UI: the Markdown summary and a table of every check."""
     from tiergate.reports.markdown import render_markdown
 

@@ -89,7 +89,8 @@ class PoolBackend:
 def run_here(artifact: str, device_class: str, role: str, data: str, registry_url: str | None,
              store: str | None) -> dict:
     """The worker's side: the orchestrator's build and run of one artifact on one class; the folder is stored."""
-    from tiergate import pipeline
+    from tiergate import orchestrator
+    from tiergate.request import RunOptions
     from tiergate.orchestration.revalidation import artifact_sha, fetch
     from tiergate.paths import home
     from tiergate.registry import Registry
@@ -98,10 +99,10 @@ def run_here(artifact: str, device_class: str, role: str, data: str, registry_ur
     dc = resolve([device_class])[0]
     with Registry(registry_url, store) as registry:
         path = fetch(registry, registry.artifact(artifact_sha(artifact)), home() / "worker")
-        item = pipeline.intake(path, [dc])
-        eval_data = pipeline.load_data(data, {role: item})
-        spec = pipeline.build_images([pipeline.RunSpec(role, dc, item)], pipeline.DockerBuilder())[0]
-        done = pipeline.run_one(spec, eval_data, pipeline.default_backend_for(dc), registry=registry)
+        item = orchestrator.intake(path, [dc])
+        eval_data = orchestrator.load_data(data, {role: item})
+        spec = orchestrator.build_images([orchestrator.RunSpec(role, dc, item)], orchestrator.DockerBuilder())[0]
+        done = orchestrator.run_one(spec, eval_data, orchestrator.default_backend_for(dc), RunOptions(registry=registry))
         key = registry.store.put_result(done.folder)
     return {"result_key": key, "cached": done.cached, "started": done.started, "host": socket.gethostname(),
             "device_class": dc.name, "role": role}

@@ -19,6 +19,7 @@ import uuid
 from pathlib import Path, PurePosixPath
 
 from tiergate.hashing import file_sha256
+from tiergate.state import is_part, temp_name
 from tiergate.errors import EnvironmentProblem, InputError
 from tiergate.paths import home
 
@@ -48,7 +49,7 @@ class Store:
         root = Path(self.root)
         try:
             root.mkdir(parents=True, exist_ok=True)
-            probe = root / f".part-probe-{uuid.uuid4().hex}"
+            probe = root / temp_name(".probe", uuid.uuid4().hex)
             probe.write_bytes(b"")
             probe.unlink()
         except OSError as exc:
@@ -73,7 +74,7 @@ class Store:
     def _put(self, local: Path, key: str) -> None:
         target = self._path(key)
         parent = target.rsplit("/", 1)[0]
-        temp = f"{parent}/.part-{uuid.uuid4().hex}"
+        temp = f"{parent}/{temp_name('', uuid.uuid4().hex)}"
         try:
             self.fs.makedirs(parent, exist_ok=True)
             self.fs.put_file(str(local), temp)
@@ -135,7 +136,7 @@ class Store:
         dest.mkdir(parents=True, exist_ok=True)
         for remote in self.fs.find(self._path(folder)):
             rel = remote[len(self._path(folder)) + 1:]
-            if rel.split("/")[-1].startswith(".part-"):
+            if is_part(rel.split("/")[-1]):
                 continue
             (dest / rel).parent.mkdir(parents=True, exist_ok=True)
             self.fs.get_file(remote, str(dest / rel))

@@ -1,6 +1,6 @@
 """The files `tiergate gate` writes for CD: the report folder (summary + decision JSON) and JUnit XML.
 
-Duck-typed on the gate's result (`pipeline.GateRun`, or the decision cache's fast answer in
+On the gate's result (`decision.GateRun`, from the orchestrator or the decision cache's fast answer in
 tiergate.quickgate): `.decision`, `.runtime` (device class -> the candidate's runtime graph JSON)
 and `.report_files`. Stdlib only, like the decision types it renders.
 """
@@ -9,16 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-
-def runtime_summary(runtime: dict[str, dict]) -> dict[str, dict]:
-    """Per device class, what its runtime executes of the candidate: ops at the tier's own level."""
-    summary = {}
-    for name, graph in runtime.items():
-        level = graph.get("default_level") or ""
-        ops = graph.get("ops", {})
-        summary[name] = {"ok": graph.get("ok", False), "error": graph.get("error", ""), "level": level,
-                         "ops": ops.get(level, {}) if level else ops, "placement": graph.get("placement", {})}
-    return summary
+from tiergate.decision import runtime_summary
 
 
 def write_reports(gate_run, report_dir: Path | None, junit: Path | None) -> dict[str, Path]:

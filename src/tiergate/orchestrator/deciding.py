@@ -1,0 +1,108 @@
+"""Deciding from saved run folders: pure computation, cached as JSON naming every hash it was made from.
+
+`decide_saved(folders, basis)` loads the outcomes, names every input of the decision by hash
+(`decision_inputs`: artifacts, data, runs, images, classes, policy, metrics, the deciding code) and answers
+from the decision cache (state.read_decision) when all of them match, else decides (`decide`) and saves it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from pathlib import Path
+
+from tiergate import state
+from tiergate.decision import Decision, GateRun
+from tiergate.gate import evaluate
+from tiergate.orchestrator.intake import carried_outputs
+from tiergate.orchestrator.running import load_outcomes
+from tiergate.orchestrator.types import Basis
+
+_DECIDING_MODULES = ("gate.py", "stats.py", "policy.py", "codec.py", "metrics", "evaldata.py")
+
+
+def resolve_metrics(names: list[str] | None, policy):
+    """The task metrics to compute: the policy's [metrics.NAME] tables and --metric names (built-in or
+    FILE.py:FUNCTION, imported here once)."""
+    from tiergate.metrics.task import resolve
+
+    return resolve(names or [], policy)
+
+
+def decide_saved(folders: dict[tuple[str, str], Path], basis: Basis, *, hits: int = 0, started: int = 0,
+                 extra_inputs: dict | None = None) -> GateRun:
+    """The decision from saved run folders: from the decision cache when every input it names matches.
+    `extra_inputs`: more that the decision's identity includes (an early decision's look)."""
+    outcomes = load_outcomes(folders)
+    inputs = decision_inputs(folders, basis) | (extra_inputs or {})
+    key = state.decision_key_of(inputs)
+    decision = cached_decision(key, inputs)
+    cached = decision is not None
+    if decision is None:
+        decision = decide(outcomes, basis)
+        state.save_decision(key, inputs, decision.to_json())
+    return GateRun(decision, folders, basis.intakes, outcomes, hits, started, decision_cached=cached,
+                   decision_key=key)
+
+
+def cached_decision(key: str, inputs: dict) -> Decision | None:
+    """The saved decision for exactly these inputs; a file that does not verify is discarded with a warning."""
+    doc = state.read_decision(key, inputs, discard=True)
+    if doc is None:
+        return None
+    try:
+        return Decision.from_json(doc)
+    except Exception:  # noqa: BLE001 - an unreadable cache entry is decided again
+        state.discard_decision(key)
+        return None
+
+
+def decide(outcomes: dict, basis: Basis) -> Decision:
+    """The gate decision from saved outcomes (pure computation)."""
+    intakes = basis.intakes
+    return evaluate(outcomes["candidate"], outcomes["reference"], {dc.name: dc for dc in basis.device_classes},
+                    basis.policy, basis.data.labels, outcomes.get("incumbent"),
+                    quantized=intakes["candidate"].artifact.is_quantized, metrics=basis.metrics,
+                    carried=carried_outputs(intakes["reference"].artifact))
+
+
+def decision_inputs(folders: dict[tuple[str, str], Path], basis: Basis) -> dict:
+    """Everything a decision depends on, by hash: artifacts, data, runs, images, classes, policy, code."""
+    def sha_text(text: str) -> str:
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    intakes, policy = basis.intakes, basis.policy
+    runs, images = named_runs(folders)
+    classes = [json.dumps(dataclasses.asdict(dc), sort_keys=True, default=str) for dc in basis.device_classes]
+    return {
+        "candidate": intakes["candidate"].sha256,
+        "reference": intakes["reference"].sha256,
+        "incumbent": intakes["incumbent"].sha256 if "incumbent" in intakes else None,
+        "quantized": intakes["candidate"].artifact.is_quantized,
+        "data": basis.data.sha256,
+        "device_classes": sha_text("\n".join(classes)),
+        "policy": sha_text(json.dumps([dataclasses.asdict(policy.defaults), policy.overrides,
+                                       policy.metrics], sort_keys=True, default=str)),
+        "metrics": [m.identity for m in basis.metrics or ()],
+        "code": deciding_code_hash(),
+        "runs": runs,
+        "images": images,
+    }
+
+
+def named_runs(folders: dict[tuple[str, str], Path]) -> tuple[dict, dict]:
+    """({"role/where": "FOLDER:sha256 of its result.json"}, {"role/where": image id}) in a stable order."""
+    runs, images = {}, {}
+    for (role, where), folder in sorted(folders.items()):
+        runs[f"{role}/{where}"], images[f"{role}/{where}"] = state.run_label_hash(folder)
+    return runs, images
+
+
+def deciding_code_hash() -> str:
+    package = Path(__file__).resolve().parents[1]
+    digest = hashlib.sha256()
+    for name in _DECIDING_MODULES:
+        for path in sorted((package / name).rglob("*.py")) if (package / name).is_dir() else [package / name]:
+            digest.update(path.read_bytes())
+    return digest.hexdigest()

@@ -1,0 +1,202 @@
+"""Early decision: sequential looks at growing sample prefixes (off by default; docs/policy.md).
+
+A class with early stop on splits the samples into `looks` chunks; after chunk k its runs of chunks 1..k are
+merged (spans.merge_shards) into prefix folders and judged on the first m_k samples (deciding.decide_saved, at the
+look's confidence, tiergate.stats.look_plan). A class stops at the first look whose verdict is settled
+(tiergate.gate.settled), or at its last; only classes still undecided run the next chunk. A class with early stop
+off runs all samples at once (one look at the policy's confidence). Every chunk is an ordinary run (its own
+content-hashed .npz, cached by the run cache); every look's decision is cached.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tiergate import results, state
+from tiergate.decision import GateRun
+from tiergate.evaldata import EvalData, subset
+from tiergate.gate import EARLY_METHOD, RunOutcome, TierLooks, combine_tiers, cross_tier_drift, settled, verdict_of
+from tiergate.orchestrator.deciding import cached_decision, decide_saved, deciding_code_hash, named_runs
+from tiergate.orchestrator.running import Running, load_outcomes, run_checking_labels
+from tiergate.orchestrator.spans import merge_shards, shard_ranges
+from tiergate.orchestrator.types import Basis, RunSpec, say
+from tiergate.policy import EarlyStop, Policy
+from tiergate.stats import CUSTOM_MAX_RESAMPLES, Look, look_plan
+from tiergate.targets import DeviceClass
+
+
+def early_settings(policy: Policy, device_classes, early_stop: bool | None) -> dict[str, EarlyStop]:
+    """Each class's early-decision settings when any class has it on (`early_stop` True/False: every class);
+    {} when it is off everywhere (the gate as it always was)."""
+    settings = {dc.name: policy.early_stop_for(dc) for dc in device_classes}
+    if early_stop is not None:
+        settings = {name: dataclasses.replace(e, enabled=early_stop) for name, e in settings.items()}
+    return settings if any(e.enabled for e in settings.values()) else {}
+
+
+@dataclass
+class _Tier:
+    """One device class through its looks."""
+
+    dc: DeviceClass
+    specs: list[RunSpec]
+    setting: EarlyStop
+    confidence: float                   # the policy's, for this class
+    ranges: list[tuple[int, int]]       # its chunks
+    plan: list[Look]
+    chunks: dict[str, list[Path]] = field(default_factory=dict)     # role -> its ok chunk folders, in order
+    failed: dict[str, Path] = field(default_factory=dict)           # role -> the chunk run that failed
+    decided: GateRun | None = None
+    look: int = 0                       # the look it was decided at (1-based)
+
+
+def _tiers(specs: list[RunSpec], basis: Basis, early: dict[str, EarlyStop]) -> dict[str, _Tier]:
+    custom = any(getattr(m, "kind", "") == "custom" for m in basis.metrics or ())
+    tiers: dict[str, _Tier] = {}
+    for dc in basis.device_classes:
+        setting, t = early[dc.name], basis.policy.for_target(dc)
+        ranges = shard_ranges(basis.data.n_samples, setting.looks if setting.enabled else 1)
+        resamples = min(t.bootstrap_resamples, CUSTOM_MAX_RESAMPLES) if custom else t.bootstrap_resamples
+        plan = look_plan([b for _, b in ranges], t.confidence, setting.spending, resamples)
+        tiers[dc.name] = _Tier(dc, [s for s in specs if s.device_class.name == dc.name], setting, t.confidence,
+                               ranges, plan)
+    return tiers
+
+
+def gate_early(specs: list[RunSpec], basis: Basis, early: dict[str, EarlyStop], how: Running,
+               labels_known: bool = True) -> GateRun:
+    """Run and decide in looks (see the module's docstring); one GateRun naming every tier's own decision."""
+    data = basis.data
+    tiers = _tiers(specs, basis, early)
+    chunk_data: dict[tuple[int, int], EvalData] = {}
+    counts = [0, 0]                     # cache hits, runs started
+    for k in range(max(len(t.ranges) for t in tiers.values())):
+        active = [t for t in tiers.values() if t.decided is None and k < len(t.ranges)]
+        if not active:
+            break
+        datas = {}
+        for t in active:
+            span = t.ranges[k]
+            if span not in chunk_data:
+                chunk_data[span] = subset(data, *span)
+            datas[t.dc.name] = chunk_data[span]
+        todo = [s for t in active for s in t.specs if s.role not in t.failed]
+        todo, done = run_checking_labels(todo, datas, data, labels_known or k > 0, how)
+        counts[0] += sum(d.cached for d in done)
+        counts[1] += sum(d.started for d in done)
+        for spec, d in zip(todo, done):
+            t = tiers[spec.device_class.name]
+            if results.load(d.folder).ok:
+                t.chunks.setdefault(spec.role, []).append(d.folder)
+            else:
+                t.failed[spec.role] = d.folder
+        for t in active:
+            _look(t, k, basis, how)
+    return _early_decision(tiers, basis, counts)
+
+
+def _look(t: _Tier, k: int, basis: Basis, how: Running) -> None:
+    """Judge class t at look k when the plan takes it (or a run failed, or it is the last); decide it if settled."""
+    look = t.plan[k]
+    forced = "candidate" in t.failed or "reference" in t.failed     # a failed run is settled at any look
+    last = k == len(t.ranges) - 1
+    if not (look.taken or forced or last):
+        return
+    judged = _judge_look(t, k, basis, how.options.root or state.runs_root())
+    verdict = settled(judged.decision.checks)
+    if verdict is not None or forced or last:
+        t.decided, t.look = judged, k + 1
+        if len(t.ranges) > 1:
+            say(how.options.progress, f"{t.dc.name}: {verdict or verdict_of(judged.decision.checks)} at look "
+                                      f"{k + 1} of {len(t.ranges)} ({look.samples} of {basis.data.n_samples} samples)")
+
+
+def _judge_look(t: _Tier, k: int, basis: Basis, root: Path) -> GateRun:
+    """One class's decision on its first m_k samples (at the look's confidence), from prefix folders."""
+    look = t.plan[k]
+    folders = {(s.role, t.dc.name): t.failed.get(s.role) or _prefix_folder(t.chunks[s.role], t.ranges[:k + 1], root)
+               for s in t.specs}
+    confidence = look.confidence if look.taken else t.confidence
+    extra = {"early_stop": {"look": k + 1, "looks": len(t.ranges), "spending": t.setting.spending,
+                            "samples": look.samples, "confidence": confidence}}
+    at_look = dataclasses.replace(basis, device_classes=(t.dc,), policy=_at_confidence(basis.policy, confidence),
+                                  data=_prefix_data(basis.data, look.samples))
+    return decide_saved(folders, at_look, extra_inputs=extra)
+
+
+def _early_decision(tiers: dict[str, _Tier], basis: Basis, counts: list[int]) -> GateRun:
+    """The gate's decision from each class's own (decided at its look), cached as one decision naming them."""
+    n, policy = basis.data.n_samples, basis.policy
+    folders = {key: folder for t in tiers.values() for key, folder in t.decided.run_dirs.items()}
+    outcomes = load_outcomes(folders)
+    looks = {}
+    for name, t in tiers.items():
+        look = t.plan[t.look - 1]
+        looks[name] = TierLooks(verdict_of(t.decided.decision.checks), t.look, len(t.ranges), look.samples, n,
+                                t.look < len(t.ranges), t.setting.spending,
+                                look.confidence if look.taken else t.confidence, list(t.plan))
+    named = dict(folders)       # the chunk runs too: what a re-run reuses (and tiergate gc keeps)
+    for t in tiers.values():
+        for role, parts in t.chunks.items():
+            named.update({(role, f"{t.dc.name}/chunk-{i}"): part for i, part in enumerate(parts, 1)})
+        named.update({(role, f"{t.dc.name}/failed-chunk"): part for role, part in t.failed.items()})
+    runs, images = named_runs(named)
+    inputs = {"candidate": basis.intakes["candidate"].sha256,
+              "early_stop": {name: t.to_json() for name, t in looks.items()},
+              "tiers": {name: t.decided.decision_key for name, t in tiers.items()},
+              "runs": runs, "images": images, "code": deciding_code_hash()}
+    key = state.decision_key_of(inputs)
+    decision = cached_decision(key, inputs)
+    cached = decision is not None
+    if decision is None:
+        common = min(t.samples_used for t in looks.values())
+        drift = {side: cross_tier_drift(_first_samples(outcomes.get(side, {}), common))
+                 for side in ("candidate", "reference")}
+        on_inconclusive = {policy.for_target(t.dc).on_inconclusive for t in tiers.values()}
+        decision = combine_tiers({name: t.decided.decision for name, t in tiers.items()}, looks, drift, policy,
+                                 on_inconclusive, EARLY_METHOD)
+        if len(tiers) > 1 and common < max(t.samples_used for t in looks.values()):
+            decision.notes.append(f"cross-tier drift compared on the first {common} samples (those every "
+                                  "device class used)")
+        state.save_decision(key, inputs, decision.to_json())
+    return GateRun(decision, folders, basis.intakes, outcomes, counts[0], counts[1], decision_cached=cached,
+                   decision_key=key)
+
+
+def _at_confidence(policy: Policy, confidence: float) -> Policy:
+    """The policy with every interval at `confidence` (for one look of one device class)."""
+    overrides = {name: {k: v for k, v in table.items() if k != "confidence"}
+                 for name, table in policy.overrides.items()}
+    return dataclasses.replace(policy, defaults=dataclasses.replace(policy.defaults, confidence=confidence),
+                               overrides=overrides)
+
+
+def _prefix_data(data: EvalData, m: int) -> EvalData:
+    """The first m samples as the decision sees them: their labels, and an identity of their own."""
+    if m == data.n_samples:
+        return data
+    return dataclasses.replace(data, sha256=hashlib.sha256(f"{data.sha256}[0:{m}]".encode()).hexdigest(),
+                               n_samples=m, labels=None if data.labels is None else data.labels[:m])
+
+
+def _prefix_folder(parts: list[Path], spans: list[tuple[int, int]], root: Path) -> Path:
+    """One artifact's run on the first chunks: their folders merged in sample order (itself for one chunk),
+    named by the chunks' run keys, reused while it verifies."""
+    if len(parts) == 1:
+        return parts[0]
+    key = hashlib.sha256(("prefix\0" + "\0".join(p.name for p in parts)).encode()).hexdigest()[:24]
+    folder = root / key
+    with state.key_lock(key):
+        if not state.verified(folder, quiet=True):
+            with state.writing_folder(folder) as work:
+                merge_shards(parts, work, spans)
+    return folder
+
+
+def _first_samples(outcomes: dict[str, RunOutcome], m: int) -> dict[str, RunOutcome]:
+    """The outcomes cut to their first m samples (outputs have the sample axis first, as merged shards)."""
+    return {name: o if not o.ok else RunOutcome(o.result, {k: v[:m] for k, v in o.outputs.items()})
+            for name, o in outcomes.items()}

@@ -1,0 +1,161 @@
+"""Running specs: cached by input identity, one run per key at a time, every tier at once.
+
+A run's folder is named by its run key (state.run_key over the artifact, the class and how it evaluates, the
+image and the data), written whole under the key's lock (two gates of one input share one run) and reused while
+it verifies (its outputs still hash to what its result says). What must run runs in PendingRuns (spans.py).
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import threading
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+
+from tiergate import results, state
+from tiergate.errors import TiergateError, disk_full, is_disk_full
+from tiergate.evaldata import EvalData
+from tiergate.execution import janitor
+from tiergate.orchestrator.intake import check_labels_after
+from tiergate.orchestrator.seams import Seams
+from tiergate.orchestrator.spans import PendingRuns
+from tiergate.orchestrator.types import RunDone, RunSpec, say
+from tiergate.request import RunOptions
+
+
+def spec_key(spec: RunSpec, data: EvalData) -> str:
+    """The run key of a spec: what it runs, where, in which image, on which data, how it evaluates."""
+    dc = spec.device_class
+    ev = dc.evaluation
+    how = (("+profile" if spec.profile else "")
+           + (f"+batch{ev.batch}-latency{ev.latency_calls}" if ev.batch > dc.batch_size else "")
+           + (f"+cpu-{dc.emulated_cpu}" if dc.emulated_cpu else ""))
+    return state.run_key(spec.intake.sha256, dc.name + how, spec.image.image_id, data.sha256)
+
+
+def run_one(spec: RunSpec, data: EvalData, backend, options: RunOptions | None = None) -> RunDone:
+    """Run one spec (a tier of one artifact; see run_tier)."""
+    return run_tier([spec], data, backend, options or RunOptions())[0]
+
+
+def run_tier(specs: list[RunSpec], data: EvalData, backend, options: RunOptions, slots=None) -> list[RunDone]:
+    """Run the specs of one device class, reusing each verified saved (or recorded) result; a RunDone each.
+
+    What must run runs together: the pending artifacts (candidate, reference, incumbent) in one harness
+    start per shard (`backend.run_many`), each shard a range of the samples (`options.shards`, else the class's
+    `[evaluation] shards`), in parallel within `slots`. Each artifact's run is still saved (and cached) on
+    its own, under its run key. Never two runs of one key at once. A failed run whose backend then reports its
+    engine gone raises InfrastructureFault: never a verdict.
+    """
+    dc = specs[0].device_class
+    root = options.root or state.runs_root()
+    done: dict[int, RunDone] = {}
+    keyed: list[tuple[int, RunSpec, str]] = []
+    for i, spec in enumerate(specs):
+        if spec.image is None:
+            folder = root / state.run_key(spec.intake.sha256, dc.name, "no-image", data.sha256)
+            with state.writing_folder(folder) as work:
+                results.save(results.failed(dc.name, spec.build_error or "no image", tier=dc.tier,
+                                            artifact_sha256=spec.intake.sha256), work)
+            done[i] = RunDone(spec.role, dc.name, folder, cached=False, started=False)
+        else:
+            keyed.append((i, spec, spec_key(spec, data)))
+    caches = getattr(backend, "caches_locally", True)
+    janitor.check_stop()
+    with ExitStack() as locks:
+        for key in sorted({key for _, _, key in keyed}):     # one order everywhere: no deadlock between gates
+            locks.enter_context(state.key_lock(key))
+        pending: dict[str, RunSpec] = {}
+        for i, spec, key in keyed:
+            if key in pending:                  # the same artifact in two roles (a model against itself)
+                continue
+            if caches and (state.verified(root / key)
+                           or (not spec.profile and _fetch_recorded(options.registry, spec, data, root / key))):
+                say(options.progress, f"cached: {spec.role} on {dc.name}")
+                done[i] = RunDone(spec.role, dc.name, root / key, cached=True, started=False)
+            else:
+                pending[key] = spec
+        started = PendingRuns(pending, data, backend, options, slots).run() if pending else {}
+        for i, spec, key in keyed:
+            if i not in done:
+                first = started.get(key) is not None and pending[key].role == spec.role
+                ran = first and bool(started[key])
+                done[i] = RunDone(spec.role, dc.name, root / key, cached=not ran, started=ran)
+    return [done[i] for i in range(len(specs))]
+
+
+def _fetch_recorded(registry, spec: RunSpec, data: EvalData, folder: Path) -> bool:
+    """A result recorded in a (possibly shared) registry for exactly this input."""
+    if registry is None:
+        return False
+    run = registry.find_cached_run(spec.intake.sha256, spec.device_class.name, spec.image.image_id, data.sha256)
+    if run is None or not run.result_key:
+        return False
+    work = state.part_path(folder)
+    try:
+        registry.fetch_result(run, work)
+    except (TiergateError, OSError) as exc:
+        shutil.rmtree(work, ignore_errors=True)
+        if isinstance(exc, OSError) and is_disk_full(exc):
+            raise disk_full(exc, work.parent) from None
+        text = exc.one_line() if isinstance(exc, TiergateError) else " ".join(str(exc).split())[:300]
+        print(f"tiergate: warning: the recorded run {run.id} cannot be fetched ({text}); running it again",
+              file=sys.stderr)
+        return False
+    state.replace_dir(work, folder)
+    return state.verified(folder)
+
+
+@dataclass
+class Running:
+    """How a gate's runs are done: its seams, its run options, and the tiers' describer (describing.py),
+    which describes each tier's candidate in the tier's run step, within the same slots."""
+
+    seams: Seams
+    options: RunOptions
+    describe: object = None
+
+
+def run_specs(specs: list[RunSpec], data: EvalData | dict[str, EvalData], how: Running) -> list[RunDone]:
+    """Run every spec (verified saved results are reused): one step per device class (run_tier), every tier at
+    once, at most `max_parallel` containers (or processes) running at a time; RunDones in the specs' order.
+    `data`: the samples of every tier, or per device class name (an early decision's chunks)."""
+    tiers: dict[str, list[RunSpec]] = {}
+    for spec in specs:
+        tiers.setdefault(spec.device_class.name, []).append(spec)
+    slots = threading.BoundedSemaphore(max(1, how.options.max_parallel))
+
+    def one(group: list[RunSpec]) -> list[RunDone]:
+        if how.describe is not None:
+            how.describe(group, slots)
+        tier_data = data if isinstance(data, EvalData) else data[group[0].device_class.name]
+        return run_tier(group, tier_data, how.seams.backend_for(group[0].device_class), how.options, slots)
+
+    groups = list(tiers.values())
+    ran = how.seams.steps.map("run", one, groups, limit=len(groups), name=lambda g: g[0].device_class.name)
+    by_spec = {id(spec): done for group, dones in zip(groups, ran) for spec, done in zip(group, dones)}
+    return [by_spec[id(spec)] for spec in specs]
+
+
+def run_checking_labels(specs: list[RunSpec], runs_data, data: EvalData, labels_known: bool,
+                        how: Running) -> tuple[list[RunSpec], list[RunDone]]:
+    """run_specs; when the class count is unknown (dynamic output shape) the reference runs first and the labels
+    are checked against its outputs before the candidates run. (the specs in the order run, their RunDones)"""
+    if labels_known:
+        return specs, run_specs(specs, runs_data, how)
+    first = [s for s in specs if s.role == "reference"][:1]
+    done = run_specs(first, runs_data, how)
+    check_labels_after(data, done[0].folder)
+    rest = [s for s in specs if s not in first]
+    return first + rest, done + run_specs(rest, runs_data, how)
+
+
+def load_outcomes(folders: dict[tuple[str, str], Path]):
+    from tiergate.gate import RunOutcome
+
+    outcomes: dict[str, dict[str, RunOutcome]] = {}
+    for (role, dc_name), folder in folders.items():
+        outcomes.setdefault(role, {})[dc_name] = RunOutcome.load(folder)
+    return outcomes

@@ -1,0 +1,87 @@
+"""The one gate sequence every entry point calls: intake -> build -> run -> compare -> decide.
+
+The CLI (`tiergate gate`), the demo, explain's A/B and every Prefect flow call `gate(request, seams, options)`:
+`request` (tiergate.request.GateRequest) is what is decided, `seams` what is called out to (builder, backends,
+steps), `options` (RunOptions) how the work is done. User errors raise before anything is built or run.
+"""
+
+from __future__ import annotations
+
+from tiergate.decision import GateRun
+from tiergate.gate import signature_decision
+from tiergate.orchestrator.building import build_images
+from tiergate.orchestrator.deciding import decide_saved, resolve_metrics
+from tiergate.orchestrator.describing import Describing
+from tiergate.orchestrator.early import early_settings, gate_early
+from tiergate.orchestrator.intake import check_formats, intake, labels_checked, load_data, signature_differences
+from tiergate.orchestrator.running import Running, run_checking_labels
+from tiergate.orchestrator.seams import Seams
+from tiergate.orchestrator.types import Basis, RunSpec, say
+from tiergate.request import GateRequest, RunOptions
+
+
+def gate(request: GateRequest, seams: Seams | None = None, options: RunOptions | None = None) -> GateRun:
+    """Intake, signature check, build, run, compare and decide.
+
+    A candidate (or incumbent) whose signature differs from the reference's is rejected with the differences
+    named, before anything is built or run. The decision never depends on `options` (shards, parallelism);
+    `request.early_stop` decides each tier at the first look whose verdict is settled (early.py).
+    """
+    seams, options = seams or Seams(), options or RunOptions()
+    builder = seams.the_builder()
+    device_classes = list(request.device_classes)
+    seams.janitor(device_classes)
+    roles = list(request.artifacts.items())
+    intakes = dict(zip([r for r, _ in roles],
+                       seams.steps.map("intake", lambda rp: intake(rp[1], device_classes), roles,
+                                       name=lambda rp: rp[0])))
+    basis = _basis(request, intakes)
+    differences = signature_differences(intakes)
+    if differences:
+        say(options.progress, "signature differs from the reference's: nothing built or run")
+        decision = signature_decision(differences, device_classes, request.policy,
+                                      quantized=intakes["candidate"].artifact.is_quantized)
+        return GateRun(decision, intakes=intakes)
+    labels_known = labels_checked(basis.data, intakes)
+    specs = [RunSpec(role, dc, item, profile=request.profile) for role, item in intakes.items()
+             for dc in device_classes]
+    _build(specs, seams, options)
+    how = Running(seams, options, Describing(builder, options.progress))
+    early = early_settings(request.policy, device_classes, request.early_stop)
+    if early:
+        run = gate_early(specs, basis, early, how, labels_known)
+    else:
+        run = _gate_whole(specs, basis, how, labels_known)
+    for dc in device_classes:
+        item = how.describe.done.get(dc.name)
+        if item is not None:
+            run.runtime[dc.name], run.runtime_findings[dc.name] = item
+    return run
+
+
+def _basis(request: GateRequest, intakes: dict) -> Basis:
+    """What the decision is made from: user errors in the data, the sample axes or the metrics raise here."""
+    from tiergate.evaldata import parse_sample_axes
+
+    device_classes = list(request.device_classes)
+    check_formats(intakes, device_classes)
+    axes = parse_sample_axes(list(request.sample_axes))
+    data = load_data(request.data, intakes, axes, request.policy, device_classes)
+    metrics = resolve_metrics(list(request.metrics), request.policy)
+    return Basis(intakes, tuple(device_classes), request.policy, data, tuple(metrics))
+
+
+def _build(specs: list[RunSpec], seams: Seams, options: RunOptions) -> None:
+    """Every spec's image, one device class at a time (an environment problem raises)."""
+    per_class: dict[str, list[RunSpec]] = {}
+    for spec in specs:
+        per_class.setdefault(spec.device_class.name, []).append(spec)
+    seams.steps.map("build", lambda group: build_images(group, seams.the_builder(), progress=options.progress),
+                    list(per_class.values()), limit=1, name=lambda group: group[0].device_class.name)
+
+
+def _gate_whole(specs: list[RunSpec], basis: Basis, how: Running, labels_known: bool) -> GateRun:
+    """Every spec on every sample, then the decision (the gate without early stop)."""
+    _, done = run_checking_labels(specs, basis.data, basis.data, labels_known, how)
+    folders = {(d.role, d.device_class): d.folder for d in done}
+    return decide_saved(folders, basis, hits=sum(d.cached for d in done), started=sum(d.started for d in done))

@@ -1,0 +1,287 @@
+"""Running the pending runs of one tier: one harness start per span of the samples (a shard), every artifact's
+result put in place as soon as it is finished, shards merged in sample order.
+
+`PendingRuns(pending, data, backend, options, slots).run()` is called with the pending keys' locks held
+(running.run_tier); every key's folder is in place when it returns. A span is one `execute_group` of the tier's
+pending artifacts (candidate, reference, incumbent): one container start, each artifact in its own process. A
+finished artifact is put in place at once (Job.on_done), so a stop, a later artifact's failure or a killed gate
+keeps what is measured; a finished shard is kept under runs/<key>.shards/ until every shard of its artifact is.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import wait as wait_all
+from contextlib import nullcontext
+from pathlib import Path
+
+import numpy as np
+
+from tiergate import results, state
+from tiergate.errors import InfrastructureFault, TiergateError, disk_full, is_disk_full
+from tiergate.evaldata import EvalData
+from tiergate.execution import janitor
+from tiergate.hashing import file_sha256
+from tiergate.orchestrator.types import RunSpec, say
+from tiergate.request import RunOptions
+
+Span = tuple[int, int]
+
+
+def shard_ranges(n: int, count: int) -> list[Span]:
+    """`count` consecutive ranges of n samples, as even as can be."""
+    count = max(1, min(count, n))
+    edges = [round(i * n / count) for i in range(count + 1)]
+    return [(a, b) for a, b in zip(edges, edges[1:])]
+
+
+class PendingRuns:
+    """The pending keys of one tier, run over shards of the samples; `run()` -> key -> whether a run started
+    (False: the backend's far side reused a recorded run), None for a key with nothing left to run."""
+
+    def __init__(self, pending: dict[str, RunSpec], data: EvalData, backend, options: RunOptions, slots=None):
+        self.pending, self.data, self.options, self.slots = pending, data, options, slots
+        self.backend = _HostFaults(backend)
+        self.raw_backend = backend
+        self.root = options.root or state.runs_root()
+        self.dc = next(iter(pending.values())).device_class
+        ev = self.dc.evaluation
+        count = ev.shard_count(self.dc, data.n_samples, options.shards) if getattr(backend, "takes_samples",
+                                                                                   False) else 1
+        self.ranges = shard_ranges(data.n_samples, count)
+        self.sharded = len(self.ranges) > 1
+        self.latency_calls = max(-(-ev.latency_calls // len(self.ranges)), min(4, ev.latency_calls))
+        self.tag = state.part_tag()            # one writer: the spans' threads write under the tier's tag
+        self.works = {key: state.part_path(self.root / key, self.tag) for key in pending}
+        todo = [(span, [key for key in pending
+                        if not (self.sharded and state.verified(self.shard(key, span), quiet=True))])
+                for span in self.ranges]
+        self.todo = [(span, keys) for span, keys in todo if keys]
+        self.placed: set[tuple[str, Span]] = set()      # put in place as soon as the harness finished it
+        self.guard = threading.Lock()
+
+    def shard(self, key: str, span: Span) -> Path:
+        return state.shard_folder(self.root, key, span)
+
+    def run(self) -> dict[str, bool | None]:
+        try:
+            outcome = _map_threads(self.run_span, self.todo)
+            return self.settle(outcome)
+        except BaseException as exc:
+            self.keep_what_finished(exc)
+            raise
+
+    # -- one span: one harness start ---------------------------------------------------------------
+    def out_dir(self, key: str, span: Span) -> Path:
+        return self.works[key] if not self.sharded else state.part_path(self.shard(key, span), self.tag)
+
+    def run_span(self, item: tuple[Span, list[str]]) -> list[results.TargetResult]:
+        from tiergate.execution.run import execute_group
+
+        span, keys = item
+        for key in keys:
+            shutil.rmtree(self.out_dir(key, span), ignore_errors=True)
+        roles = ", ".join(self.pending[key].role for key in keys)
+        where = f" samples {span[0]}-{span[1]}" if self.sharded else ""
+        with self.slots if self.slots is not None else nullcontext():
+            janitor.check_stop()
+            say(self.options.progress, f"running {roles} on {self.dc.name}{where}")
+            jobs = [self.job(key, span) for key in keys]
+            ran = execute_group(jobs, self.backend)
+        janitor.check_stop()               # a run cut short by a stop is no result: only what finished is kept
+        self.backend.raise_fault()
+        for key, job, result in zip(keys, jobs, ran):
+            if (key, span) not in self.placed:
+                self.save_span(key, span, job.out_dir, result)
+        return ran
+
+    def job(self, key: str, span: Span):
+        from tiergate.execution.base import Job
+
+        spec, out = self.pending[key], self.out_dir(key, span)
+        stamp = {"started_at": state.now_iso(), "t0": time.monotonic()}
+        return Job(self.dc, self.data.path, out, image=spec.image, artifact_path=spec.intake.artifact.path,
+                   artifact_sha256=spec.intake.sha256, data_sha256=self.data.sha256, role=spec.role,
+                   profile=spec.profile, samples=span if self.sharded else None,
+                   eval_batch=self.dc.evaluation.batch, latency_calls=self.latency_calls,
+                   on_done=lambda result: self.place(key, span, out, stamp))
+
+    def place(self, key: str, span: Span, out: Path, stamp: dict) -> None:
+        """Job.on_done: an artifact the backend read back while the others still run goes in place at once."""
+        fields = {"started_at": stamp["started_at"], "wall_s": round(time.monotonic() - stamp["t0"], 3)}
+        if keep_finished(out, self.shard(key, span) if self.sharded else self.root / key, fields):
+            with self.guard:
+                self.placed.add((key, span))
+            if not self.sharded:
+                janitor.note_finished()
+
+    def save_span(self, key: str, span: Span, out: Path, result: results.TargetResult) -> None:
+        if result.ok:
+            result.outputs_sha256 = file_sha256(out / state.OUTPUTS_FILE)
+            results.save(result, out)
+            if self.sharded:                # a finished shard is kept, whatever happens to the others
+                out.parent.mkdir(parents=True, exist_ok=True)
+                state.replace_dir(out, self.shard(key, span))
+        elif self.sharded:                  # the failure is reported with the artifact's run
+            shutil.rmtree(out, ignore_errors=True)
+
+    # -- after every span -----------------------------------------------------------------------------
+    def settle(self, outcome: list[list[results.TargetResult]]) -> dict[str, bool | None]:
+        failures: dict[str, tuple[Span, results.TargetResult]] = {}
+        for (span, keys), ran in zip(self.todo, outcome):
+            for key, result in zip(keys, ran):
+                if not result.ok:
+                    failures.setdefault(key, (span, result))
+        if failures:
+            probe = getattr(self.raw_backend, "engine_problem", None)
+            problem = probe() if probe is not None else None
+            if problem:
+                raise InfrastructureFault(f"on {self.dc.name}: the run failed and the engine is gone: {problem}")
+        started: dict[str, bool | None] = {}
+        for key in self.pending:
+            self.settle_key(key, failures.get(key))
+            ran_any = any(key in keys for _, keys in self.todo)
+            started[key] = (not results.load(self.root / key).extra.get("reused")) if ran_any else None
+        return started
+
+    def settle_key(self, key: str, failure: tuple[Span, results.TargetResult] | None) -> None:
+        work = self.works[key]
+        if failure is not None:
+            span, result = failure
+            if self.sharded:
+                result.reason = (f"shard {self.ranges.index(span) + 1} of {len(self.ranges)} "
+                                 f"(samples {span[0]}-{span[1]}): {result.reason}")
+                result.extra = {**result.extra, "shards_kept": [f"{a}-{b}" for a, b in self.ranges
+                                                                if state.verified(self.shard(key, (a, b)),
+                                                                                  quiet=True)]}
+            shutil.rmtree(work, ignore_errors=True)
+            results.save(result, work)
+        elif self.sharded:
+            merge_shards([self.shard(key, span) for span in self.ranges], work)
+        if failure is not None or (key, self.ranges[0]) not in self.placed or self.sharded:
+            state.replace_dir(work, self.root / key)
+            janitor.note_finished()
+        if self.sharded and failure is None:
+            shutil.rmtree(state.shards_of(self.root, key), ignore_errors=True)
+
+    def keep_what_finished(self, exc: BaseException) -> None:
+        """An interrupted start keeps what it finished (and verifies it); everything partial goes."""
+        disk = isinstance(exc, OSError) and is_disk_full(exc)
+        for key, work in self.works.items():
+            if not disk and keep_finished(work, self.root / key):
+                janitor.note_finished()
+        for span, keys in self.todo:
+            for key in keys:
+                part = state.part_path(self.shard(key, span), self.tag)
+                if disk or not keep_finished(part, self.shard(key, span)):
+                    shutil.rmtree(part, ignore_errors=True)
+        for work in self.works.values():
+            shutil.rmtree(work, ignore_errors=True)
+        if disk:
+            raise disk_full(exc, self.root) from None
+
+
+def keep_finished(work: Path, folder: Path, stamp: dict | None = None) -> bool:
+    """Put in place an artifact's run that its backend finished and saved before the whole start ended (the
+    harness finished it, the host read it back): a stop or a failure of a later artifact does not lose it."""
+    try:
+        result = results.load(work)
+        if not (result.ok and result.image_id and result.data_sha256 and (work / state.OUTPUTS_FILE).is_file()):
+            return False
+        for name, value in (stamp or {}).items():
+            setattr(result, name, value)
+        result.outputs_sha256 = file_sha256(work / state.OUTPUTS_FILE)
+        results.save(result, work)
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        state.replace_dir(work, folder)
+        return True
+    except (TiergateError, OSError):
+        return False
+
+
+def _map_threads(fn, items: list) -> list:
+    """fn over items on threads, results in order; the first failure raised once all have ended."""
+    if len(items) <= 1:
+        return [fn(item) for item in items]
+    with ThreadPoolExecutor(max_workers=len(items), thread_name_prefix="tiergate-shard") as pool:
+        futures = [pool.submit(fn, item) for item in items]
+        wait_all(futures)
+    return [future.result() for future in futures]
+
+
+class _HostFaults:
+    """A backend wrapper that keeps a full disk (ENOSPC) from becoming a failed run, hence a verdict."""
+
+    def __init__(self, backend):
+        self.backend, self.fault = backend, None
+        self.name = getattr(backend, "name", "backend")
+        if hasattr(backend, "run_many"):
+            self.run_many = lambda jobs: self._guard(lambda: backend.run_many(jobs), jobs[0])
+
+    def run(self, job):
+        return self._guard(lambda: self.backend.run(job), job)
+
+    def _guard(self, call, job):
+        try:
+            return call()
+        except OSError as exc:
+            if is_disk_full(exc):
+                self.fault = disk_full(exc, job.out_dir.parent)
+            raise
+
+    def raise_fault(self) -> None:
+        if self.fault is not None:
+            raise self.fault
+
+
+# --- merging shards ---------------------------------------------------------------------------------------
+
+
+def merge_shards(parts: list[Path], work: Path, spans: list[Span] | None = None) -> results.TargetResult:
+    """One artifact's run from its shards' folders (in sample order): outputs concatenated per sample, latencies
+    of every shard's timed calls, device figures of the first shard; extra.shards says what each did.
+    `spans`: the samples of each part (default: from the parts' names, START-STOP)."""
+    loaded = [results.load(part) for part in parts]
+    first = loaded[0]
+    mixed = [r for r in loaded[1:] if (r.machine, r.versions, r.image_id) != (first.machine, first.versions,
+                                                                             first.image_id)]
+    if mixed:
+        result = results.failed(first.device_class, f"shards ran on different machines or runtimes "
+                                f"({first.machine} {first.versions} vs {mixed[0].machine} {mixed[0].versions})",
+                                tier=first.tier, artifact_sha256=first.artifact_sha256)
+        results.save(result, work)
+        return result
+    outputs = [results.load_outputs(part) for part in parts]
+    merged = {name: np.concatenate([o[name] for o in outputs]) for name in outputs[0]}
+    shards = [{"samples": [int(a), int(b)], "wall_s": r.wall_s, "started_at": r.started_at,
+               "latency_calls": len(r.latencies_ns)}
+              for r, (a, b) in zip(loaded, spans or (map(int, part.name.split("-")) for part in parts))]
+    result = dataclasses.replace(
+        first, n_samples=sum(r.n_samples for r in loaded), latencies_ns=[x for r in loaded for x in r.latencies_ns],
+        started_at=min(r.started_at for r in loaded), wall_s=max(r.wall_s for r in loaded),
+        extra={**first.extra, "evaluation": _merged_evaluation(loaded), "shards": shards}, outputs_sha256="")
+    results.save(result, work, merged)
+    result.outputs_sha256 = file_sha256(work / state.OUTPUTS_FILE)
+    results.save(result, work)
+    return result
+
+
+def _merged_evaluation(loaded: list[results.TargetResult]) -> dict:
+    evaluations = [r.extra.get("evaluation", {}) for r in loaded]
+    evaluation = {**evaluations[0],
+                  "batched": all(e.get("batched", False) for e in evaluations),
+                  "latency_calls": sum(len(r.latencies_ns) for r in loaded)}
+    if all("eval_calls" in e for e in evaluations):
+        evaluation.update(eval_calls=sum(e["eval_calls"] for e in evaluations),
+                          checked_samples=sum(e.get("checked_samples", 0) for e in evaluations),
+                          max_abs_diff=max(e.get("max_abs_diff", 0.0) for e in evaluations),
+                          eval_ms_per_sample=sum(e["eval_ms_per_sample"] * r.n_samples
+                                                 for e, r in zip(evaluations, loaded)) / sum(r.n_samples for r in loaded))
+    reasons = [e["reason"] for e in evaluations if e.get("reason")]
+    if reasons:
+        evaluation["reason"] = reasons[0]
+    return evaluation

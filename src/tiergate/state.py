@@ -1,0 +1,418 @@
+"""The home's on-disk state: the one owner of TIERGATE_HOME's layout and its operations (stdlib only).
+
+Layout under `home()`:
+  runs/<run key>/                 a result folder (result.json, outputs.npz), reused while it verifies
+  runs/<run key>.shards/A-B/      finished shards of a run whose other shards are missing, until merged
+  decisions/<key>.json            a decision with the hashes of every input it was made from
+  quick/<request key>.json        the fast path's entry for an unchanged `tiergate gate`
+  runtime-graphs/<key>/           the describe cache (a tier's runtime graph of an artifact)
+  explain/<key>/                  explain's tensor dumps
+  data/<sha>.npz                  content-hashed archives (loader data, early-decision chunks)
+  locks/<key>.lock                one fcntl lock per key: one run (or decision) of a key at a time
+
+Everything written here is written whole or not at all: to `NAME.part-PID-TID` beside its final
+place, then renamed (`part_path`, `parse_part`: the one naming, which gc reads to tell a live
+writer from a dead one); a full disk is the one-line EnvironmentProblem of errors.disk_full.
+The orchestrator, the fast path (quickgate) and gc all use this module; it imports no numpy.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shutil
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from tiergate.errors import disk_full, is_disk_full
+from tiergate.hashing import file_sha256
+from tiergate.images import graph_cache_key
+from tiergate.paths import home
+
+RUNS, DECISIONS, LOCKS, QUICK, GRAPHS, EXPLAIN, DATA = (
+    "runs", "decisions", "locks", "quick", "runtime-graphs", "explain", "data")
+RESULT_FILE = "result.json"
+OUTPUTS_FILE = "outputs.npz"
+SHARDS_SUFFIX = ".shards"          # runs/<key>.shards/<start>-<stop>/
+DECISION_SCHEMA = 1
+PART_MARK = ".part-"
+_PART = re.compile(r"^(?P<key>.+?)(?P<ext>\.json)?\.part-(?P<pid>\d+)-[0-9a-z]+$")
+
+
+# --- names ----------------------------------------------------------------------------------------
+
+
+def runs_root() -> Path:
+    return home() / RUNS
+
+
+def run_key(*parts: str) -> str:
+    """The identity of a run's input: unchanged key, unchanged result."""
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:24]
+
+
+def shard_folder(root: Path, key: str, span: tuple[int, int]) -> Path:
+    return root / f"{key}{SHARDS_SUFFIX}" / f"{span[0]}-{span[1]}"
+
+
+def shards_of(root: Path, key: str) -> Path:
+    return root / f"{key}{SHARDS_SUFFIX}"
+
+
+def decision_path(key: str) -> Path:
+    return home() / DECISIONS / f"{key}.json"
+
+
+def quick_entry_path(key: str) -> Path:
+    return home() / QUICK / f"{key}.json"
+
+
+def graph_folder(artifact_sha256: str, image_id: str, describer_sha256: str, cpu: str | None = None) -> Path:
+    """The describe cache's folder of an artifact's runtime graph in a runtime image."""
+    return home() / GRAPHS / graph_cache_key(artifact_sha256, image_id, describer_sha256, cpu)
+
+
+def explain_folder(key: str) -> Path:
+    return home() / EXPLAIN / key
+
+
+def data_root() -> Path:
+    return home() / DATA
+
+
+def part_tag() -> str:
+    """This process's and thread's part tag (a writer that spans threads takes one and passes it on)."""
+    return f"{os.getpid()}-{threading.get_ident()}"
+
+
+def part_path(final: Path, tag: str | None = None) -> Path:
+    """Where `final` is written before it is renamed into place: one name per writer (process and thread)."""
+    return final.with_name(f"{final.name}{PART_MARK}{tag or part_tag()}")
+
+
+def temp_name(stem: str, unique: str) -> str:
+    """A temporary name of the same family for a store that is not this machine's (a uuid, not a pid)."""
+    return f"{stem}{PART_MARK}0-{unique}"
+
+
+def is_part(name: str) -> bool:
+    return PART_MARK in name
+
+
+def parse_part(name: str) -> tuple[str, int] | None:
+    """(the final name's key, the writer's pid) of a part name; None for any other name."""
+    match = _PART.match(name)
+    return (match["key"], int(match["pid"])) if match else None
+
+
+# --- writing whole or not at all --------------------------------------------------------------------
+
+
+def replace_dir(work: Path, folder: Path) -> None:
+    """Put a finished folder in place (a rename in the same directory); the old one goes first."""
+    if folder.exists():
+        old = folder.with_name(f"{folder.name}.old-{os.getpid()}-{threading.get_ident()}")
+        folder.rename(old)
+        shutil.rmtree(old, ignore_errors=True)
+    work.rename(folder)
+
+
+@contextmanager
+def writing_folder(folder: Path) -> Iterator[Path]:
+    """Yield a fresh part folder; on success it replaces `folder`, on failure it is removed (a full disk
+    raises the one-line EnvironmentProblem)."""
+    work = part_path(folder)
+    shutil.rmtree(work, ignore_errors=True)
+    try:
+        yield work
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        replace_dir(work, folder)
+    except BaseException as exc:
+        shutil.rmtree(work, ignore_errors=True)
+        if isinstance(exc, OSError) and is_disk_full(exc):
+            raise disk_full(exc, folder.parent) from None
+        raise
+
+
+def write_text(path: Path, text: str) -> Path:
+    """Write a file atomically (part file + rename in the same folder)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = part_path(path)
+    try:
+        tmp.write_text(text)
+        tmp.replace(path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        if is_disk_full(exc):
+            raise disk_full(exc, path.parent) from None
+        raise
+    return path
+
+
+def write_json(path: Path, doc: dict, *, sort_keys: bool = False) -> Path:
+    return write_text(path, json.dumps(doc, indent=1, sort_keys=sort_keys, allow_nan=False))
+
+
+# --- locks ----------------------------------------------------------------------------------------
+
+
+@contextmanager
+def key_lock(key: str) -> Iterator[None]:
+    """An exclusive lock on one key for this process's thread and every other process (fcntl)."""
+    path = home() / LOCKS / f"{key}.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with _THREAD_LOCKS_GUARD:
+        thread_lock = _THREAD_LOCKS.setdefault(key, threading.Lock())
+    with thread_lock, open(path, "a+") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+_THREAD_LOCKS: dict[str, threading.Lock] = {}
+_THREAD_LOCKS_GUARD = threading.Lock()
+
+
+@contextmanager
+def try_key_lock(key: str, root: Path | None = None) -> Iterator[bool]:
+    """The key's lock if nobody holds it (yields True), else yields False at once."""
+    path = (root or home()) / LOCKS / f"{key}.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def held_keys(root: Path) -> set[str]:
+    """The keys whose lock another open file holds now (a gate in progress); never blocks."""
+    return {p.name[:-len(".lock")] for p in entries(root / LOCKS) if p.name.endswith(".lock") and flock_held(p)}
+
+
+def flock_held(path: Path) -> bool:
+    """Whether another open file holds an flock on `path` (a key_lock); never blocks."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)  # closing releases our probe lock
+    return False
+
+
+def process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    except OverflowError:
+        return False
+    return True
+
+
+# --- saved runs -----------------------------------------------------------------------------------
+
+
+def read_result(folder: Path) -> dict | None:
+    """A run folder's result.json as JSON, or None when it is missing or unreadable."""
+    try:
+        doc = json.loads((folder / RESULT_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def run_verifies(folder: Path) -> bool:
+    """A saved ok result whose outputs are the ones it names."""
+    doc = read_result(folder)
+    if doc is None or doc.get("status") != "ok" or not doc.get("outputs_sha256"):
+        return False
+    try:
+        return file_sha256(folder / OUTPUTS_FILE) == doc["outputs_sha256"]
+    except OSError:
+        return False
+
+
+def verified(folder: Path, *, quiet: bool = False) -> bool:
+    """run_verifies; anything else is discarded (with a warning, unless `quiet`)."""
+    if not (folder / RESULT_FILE).exists():
+        return False
+    if run_verifies(folder):
+        return True
+    if not quiet:
+        print(f"tiergate: warning: discarding the saved run {folder.name} (failed, or it does not verify); "
+              "running it again", file=sys.stderr)
+    shutil.rmtree(folder, ignore_errors=True)
+    return False
+
+
+def run_label_hash(folder: Path) -> tuple[str, str]:
+    """(`FOLDER:sha256 of result.json`, its image id): how a decision names the run it was made from."""
+    raw = (folder / RESULT_FILE).read_bytes()
+    return f"{folder.name}:{hashlib.sha256(raw).hexdigest()}", json.loads(raw).get("image_id", "")
+
+
+def run_matches(folder: Path, inputs: dict, label: str) -> bool:
+    """The run folder still holds the result a decision (its `inputs`) was made from, and it verifies."""
+    if folder.parent != runs_root():
+        return False
+    try:
+        named, image = run_label_hash(folder)
+    except (OSError, ValueError):
+        return False
+    return inputs["runs"].get(label) == named and image == inputs["images"].get(label) and run_verifies(folder)
+
+
+# --- decisions ------------------------------------------------------------------------------------
+
+
+def decision_key_of(inputs: dict) -> str:
+    return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def read_decision(key: str, inputs: dict, *, discard: bool = False) -> dict | None:
+    """The saved decision's JSON for exactly these inputs, or None. With `discard`, a file that does not
+    verify is removed with a warning (the caller then decides again)."""
+    path = decision_path(key)
+    try:
+        doc = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        doc = None
+    if isinstance(doc, dict) and doc.get("schema") == DECISION_SCHEMA and doc.get("key") == key \
+            and doc.get("inputs") == inputs and isinstance(doc.get("decision"), dict):
+        return doc["decision"]
+    if discard:
+        discard_decision(key)
+    return None
+
+
+def discard_decision(key: str) -> None:
+    path = decision_path(key)
+    print(f"tiergate: warning: discarding the cached decision {path.name}: it does not match its inputs",
+          file=sys.stderr)
+    path.unlink(missing_ok=True)
+
+
+def save_decision(key: str, inputs: dict, decision: dict) -> Path:
+    """Write a decision (its JSON) with its inputs, atomically."""
+    doc = {"schema": DECISION_SCHEMA, "key": key, "created_at": now_iso(), "inputs": inputs, "decision": decision}
+    return write_json(decision_path(key), doc, sort_keys=True)
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+# --- reading the home (tiergate gc) ---------------------------------------------------------------
+
+
+@dataclass
+class Saved:
+    """One saved thing under the home, as gc reads it: a decision file or a run folder."""
+
+    path: Path
+    key: str
+    created: datetime | None
+    size: int
+    inputs: dict | None = None      # a decision's inputs (None: unreadable)
+    artifact: str | None = None     # a run's artifact sha
+    image_id: str = ""              # a run's image id
+
+
+def entries(folder: Path) -> list[Path]:
+    try:
+        return sorted(folder.iterdir())
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+
+
+def saved_decisions(root: Path) -> list[Saved]:
+    return [_read_decision(p) for p in entries(root / DECISIONS) if p.is_file()]
+
+
+def saved_runs(root: Path) -> list[Saved]:
+    return [_read_run(p) for p in entries(root / RUNS) if p.is_dir()]
+
+
+def _read_decision(path: Path) -> Saved:
+    stat = path.stat()
+    created = datetime.fromtimestamp(stat.st_mtime, timezone.utc)
+    key, inputs = path.name.split(".", 1)[0], None
+    if path.suffix == ".json":
+        try:
+            doc = json.loads(path.read_text())
+            if isinstance(doc, dict) and isinstance(doc.get("inputs"), dict):
+                inputs, key = doc["inputs"], str(doc.get("key") or key)
+                created = parse_iso(doc.get("created_at")) or created
+        except (OSError, ValueError):
+            pass
+    return Saved(path, key, created, stat.st_size, inputs=inputs)
+
+
+def _read_run(path: Path) -> Saved:
+    doc = read_result(path) or {}
+    times = [p.stat().st_mtime for p in (path, path / RESULT_FILE) if p.exists()]
+    return Saved(path, path.name, datetime.fromtimestamp(max(times), timezone.utc), folder_size(path),
+                 artifact=doc.get("artifact_sha256") or None, image_id=doc.get("image_id") or "")
+
+
+def folder_size(path: Path) -> int:
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(root, name)).st_size
+            except OSError:
+                pass
+    return total
+
+
+def parse_iso(value) -> datetime | None:
+    if not value:
+        return None
+    try:
+        when = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    except ValueError:
+        # Docker's CreatedAt may carry nanoseconds: 2024-01-02T03:04:05.123456789Z
+        match = re.match(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)", str(value))
+        if not match:
+            return None
+        when = datetime.fromisoformat(match[1]).replace(tzinfo=timezone.utc)
+    return when if when.tzinfo else when.replace(tzinfo=timezone.utc)
+
+
+def remove_run(path: Path, root: Path) -> str | None:
+    """Remove a run folder under its key's lock (a gate that starts this run meanwhile waits, then re-runs
+    it); returns why it was kept, or None when removed."""
+    if parse_part(path.name) is not None:
+        shutil.rmtree(path)
+        return None
+    with try_key_lock(path.name, root) as got:
+        if not got:
+            return "a gate started this run meanwhile; kept"
+        shutil.rmtree(path)
+    return None

@@ -1,0 +1,35 @@
+"""One gate through the orchestrator from the tests' usual arguments: the artifacts, the data, the classes and the
+policy, with request fields and run options as keywords (tiergate.request.GateRequest, RunOptions)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tiergate import orchestrator
+from tiergate.request import GateRequest, RunOptions
+
+
+def request(candidate, reference, data, device_classes, policy, *, incumbent=None, sample_axes=None, metrics=None,
+            profile=False, early_stop=None) -> GateRequest:
+    axes = sample_axes.items() if isinstance(sample_axes, dict) else ()
+    return GateRequest(Path(candidate), Path(reference), str(data), tuple(device_classes), policy,
+                       incumbent=None if incumbent is None else Path(incumbent), metrics=tuple(metrics or ()),
+                       sample_axes=tuple(f"{name}={axis}" for name, axis in axes), profile=profile,
+                       early_stop=early_stop)
+
+
+def gate(candidate, reference, data, device_classes, policy, *, seams=None, registry=None, root=None,
+         max_parallel=2, progress=None, shards=None, **fields):
+    """orchestrator.gate(request(...), seams, RunOptions(...))."""
+    options = RunOptions(registry=registry, max_parallel=max_parallel, shards=shards, progress=progress, root=root)
+    return orchestrator.gate(request(candidate, reference, data, device_classes, policy, **fields), seams, options)
+
+
+def fake_cli_seams(monkeypatch, builder, backend) -> None:
+    """`tiergate gate` (the CLI) runs its gates on these seams: the orchestrator's gate is given them."""
+    real_gate = orchestrator.gate
+
+    def gate(request, seams=None, options=None):
+        return real_gate(request, orchestrator.Seams(builder=builder, backend_for=backend), options)
+
+    monkeypatch.setattr(orchestrator, "gate", gate)

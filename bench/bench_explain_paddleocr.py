@@ -21,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))   # model
 def main() -> int:
     import modelkit
     from tiergate.execution.explain import explain
+    from tiergate.orchestrator.explain_ab import docker_runner
     from tiergate.targets import resolve
 
     p = argparse.ArgumentParser()
@@ -35,7 +36,8 @@ def main() -> int:
         int8 = modelkit.quantize_qdq(Path(args.model), work / "cls-int8.onnx", {"x": x})
         np.savez(work / "eval.npz", x=rng.uniform(-1, 1, (args.samples, 3, 48, 192)).astype(np.float32))
         t0 = time.monotonic()
-        result = explain(int8, Path(args.model), work / "eval.npz", resolve(args.targets), samples=args.samples)
+        result = explain(int8, Path(args.model), work / "eval.npz", resolve(args.targets), runner=docker_runner(),
+                         samples=args.samples)
         total = time.monotonic() - t0
     for name, item in result.targets.items():
         print(f"{name}: {item.seconds:.1f} s, {len(item.layers)} layers paired, first divergent "

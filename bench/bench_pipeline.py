@@ -6,13 +6,17 @@
   3. the whole demo (four candidates, four device classes, registry, report) warm versus its
      unchanged re-run (every run and decision from the cache);
   4. the orchestrator's peak memory (max RSS of the `tiergate gate` process; containers are
-     separate processes) at 1,000 versus 100,000 evaluation samples.
+     separate processes) at 1,000 versus 100,000 evaluation samples;
+  5. with --baseline-src OTHER/src: this checkout's warm gate and unchanged re-run against another
+     checkout's (e.g. the previous commit's, `git worktree add`), interleaved A B A B over --rounds
+     fresh homes (images shared), medians and their ratio; --side-by-side-only skips 1-4.
 
 Each measurement runs `tiergate gate` as a subprocess with its own TIERGATE_HOME, on the
 demo's digits model (ONNX INT8 candidate and FP32 reference). Usage:
 
   .venv/bin/python bench/bench_pipeline.py [--targets x86_64-cpu-onnxruntime,arm64-cpu-onnxruntime]
-                                           [--skip-cold]
+                                           [--skip-cold] [--baseline-src OTHER/src [--rounds 3]
+                                           [--side-by-side-only]]
 
 Step 1 removes every image whose repository starts with `tiergate/` except the base images.
 """
@@ -32,15 +36,17 @@ ROOT = Path(__file__).resolve().parent.parent
 TIERGATE = [sys.executable, "-m", "tiergate.cli.main"]
 
 
-def gate(home: Path, demo, data: Path, targets: str) -> tuple[float, dict]:
-    """(wall seconds, its JSON) for one `tiergate gate` subprocess."""
+def gate(home: Path, demo, data: Path, targets: str, src: Path | None = None) -> tuple[float, dict]:
+    """(wall seconds, its JSON) for one `tiergate gate` subprocess (tiergate from `src` when given)."""
     cmd = TIERGATE + ["gate", "--candidate", str(demo.candidate("onnx-int8-entropy").path),
                       "--reference", str(demo.reference_onnx), "--data", str(data), "--targets", targets, "--json"]
     env = dict(os.environ, TIERGATE_HOME=str(home))
+    if src is not None:
+        env["PYTHONPATH"] = str(src)
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - t0
-    if proc.returncode not in (0, 1):
+    if proc.returncode not in (0, 1, 3):
         raise SystemExit(f"tiergate gate failed ({proc.returncode}): {proc.stderr.strip()[-400:]}")
     return wall, json.loads(proc.stdout)
 
@@ -88,16 +94,49 @@ def peak_memory(samples: int, demo, targets: str, work: Path) -> tuple[int, floa
     return peak, wall
 
 
+def side_by_side(demo, work: Path, targets: str, baseline: Path, rounds: int, hits: int = 5) -> None:
+    """This checkout against `baseline` (another checkout's src/): warm gates in fresh homes and unchanged re-runs,
+    interleaved so that a slower minute of the machine falls on both; medians and their ratio."""
+    import statistics
+
+    sides = {"this checkout": ROOT / "src", "baseline": baseline}
+    for name, src in sides.items():                 # each side's images first (untimed)
+        gate(work / f"prime-{name.replace(' ', '-')}", demo, demo.eval_data, targets, src)
+    warm: dict[str, list[float]] = {name: [] for name in sides}
+    hit: dict[str, list[float]] = {name: [] for name in sides}
+    verdicts = {}
+    for r in range(rounds):
+        for name, src in sides.items():
+            home = work / f"sbs-{r}-{name.replace(' ', '-')}"
+            seconds, doc = gate(home, demo, demo.eval_data, targets, src)
+            warm[name].append(seconds)
+            verdicts.setdefault(name, doc["verdict"])
+            hit[name] += [gate(home, demo, demo.eval_data, targets, src)[0] for _ in range(hits)]
+    print(f"side by side ({rounds} rounds, {hits} re-runs each; targets {targets}; verdicts {verdicts}):")
+    for label, figures in (("warm gate (fresh home, images present)", warm), ("unchanged re-run (cache hit)", hit)):
+        ours, theirs = (statistics.median(figures[n]) for n in sides)
+        print(f"  {label:<42} this {ours:7.3f} s   baseline {theirs:7.3f} s   ratio {ours / theirs:.3f}  "
+              f"(this: {', '.join(f'{x:.3f}' for x in figures['this checkout'])}; "
+              f"baseline: {', '.join(f'{x:.3f}' for x in figures['baseline'])})")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--targets", default="x86_64-cpu-onnxruntime,arm64-cpu-onnxruntime")
     parser.add_argument("--memory-target", default="x86_64-cpu-onnxruntime")
     parser.add_argument("--skip-cold", action="store_true")
+    parser.add_argument("--baseline-src", type=Path, default=None, help="another checkout's src/ to compare with")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--side-by-side-only", action="store_true")
     args = parser.parse_args()
     from tiergate.demo.models import build_demo_set
 
     work = Path(tempfile.mkdtemp(prefix="tiergate-bench-"))
     demo = build_demo_set(work / "models")
+    if args.baseline_src is not None:
+        side_by_side(demo, work, args.targets, args.baseline_src.resolve(), args.rounds)
+        if args.side_by_side_only:
+            return
     rows = []
     if not args.skip_cold:
         removed = remove_tiergate_images()

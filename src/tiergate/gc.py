@@ -477,7 +477,7 @@ class DockerEngine:
             for c in df.get("Containers") or [] if JOB_LABEL in (c.get("Labels") or {})
             or DEVICE_CLASS_LABEL in (c.get("Labels") or {}))
         volumes = tuple(
-            VolumeInfo(v["Name"], dict(v.get("Labels") or {}), _iso(v.get("CreatedAt")),
+            VolumeInfo(v["Name"], dict(v.get("Labels") or {}), state.parse_iso(v.get("CreatedAt")),
                        max(0, (v.get("UsageData") or {}).get("Size") or 0))
             for v in df.get("Volumes") or [] if JOB_LABEL in (v.get("Labels") or {}))
         return Inventory(images, containers, volumes)
@@ -568,6 +568,3 @@ def _epoch(value) -> datetime | None:
         return datetime.fromtimestamp(int(value), timezone.utc)
     except (TypeError, ValueError, OverflowError, OSError):
         return None
-
-
-_iso = state.parse_iso

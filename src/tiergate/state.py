@@ -200,11 +200,6 @@ def try_key_lock(key: str, root: Path | None = None) -> Iterator[bool]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def held_keys(root: Path) -> set[str]:
-    """The keys whose lock another open file holds now (a gate in progress); never blocks."""
-    return {p.name[:-len(".lock")] for p in entries(root / LOCKS) if p.name.endswith(".lock") and flock_held(p)}
-
-
 def flock_held(path: Path) -> bool:
     """Whether another open file holds an flock on `path` (a key_lock); never blocks."""
     try:

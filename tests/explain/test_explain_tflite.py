@@ -15,6 +15,7 @@ from rich.console import Console
 from tiergate.cli.explain import print_explanation
 from tiergate.explain import markdown_table
 from tiergate.execution.explain import HostRunner, explain
+from tiergate.orchestrator.explain_ab import docker_runner
 from tiergate.targets import resolve
 
 X86 = "x86_64-cpu-tflite"
@@ -84,7 +85,7 @@ def test_names_that_do_not_match_say_what_was_not_paired(tiergate_home, tfl, tmp
 @pytest.mark.emulated
 @pytest.mark.slow
 def test_located_in_the_tiers_containers(tiergate_home, tfl):
-    result = explain(tfl["broken"], tfl["fp32"], tfl["eval"], resolve(f"{X86},{ARM}"), samples=8)
+    result = explain(tfl["broken"], tfl["fp32"], tfl["eval"], resolve(f"{X86},{ARM}"), runner=docker_runner(), samples=8)
     for name, machine in ((X86, "x86_64"), (ARM, "aarch64")):
         item = result.targets[name]
         _check_paired(item, machine)

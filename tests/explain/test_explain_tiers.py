@@ -8,6 +8,7 @@ import pytest
 import models
 from tiergate.cli.main import main
 from tiergate.execution.explain import explain
+from tiergate.orchestrator.explain_ab import docker_runner
 from tiergate.targets import resolve
 
 X86 = "x86_64-cpu-onnxruntime"
@@ -19,7 +20,8 @@ ARM = "arm64-cpu-onnxruntime"
 @pytest.mark.slow
 @pytest.mark.parametrize("defect", ["default_range", "relu_removed"])
 def test_located_at_that_tensor_on_x86_and_emulated_arm64(tiergate_home, mlp_set, defect):
-    result = explain(mlp_set[defect], mlp_set["fp32"], mlp_set["eval"], resolve(f"{X86},{ARM}"), samples=16)
+    result = explain(mlp_set[defect], mlp_set["fp32"], mlp_set["eval"], resolve(f"{X86},{ARM}"),
+                     runner=docker_runner(), samples=16)
     for name, machine in ((X86, "x86_64"), (ARM, "aarch64")):
         item = result.targets[name]
         assert item.error == "" and item.machine == machine

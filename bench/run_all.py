@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-ORDER = ("fingerprint", "harness", "rebuild", "parallel", "pipeline", "gate_paddleocr")
+ORDER = ("fingerprint", "harness", "rebuild", "parallel", "pipeline", "gate_paddleocr", "cpu_tiers")
 
 
 def main(names: list[str]) -> int:

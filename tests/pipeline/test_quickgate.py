@@ -228,8 +228,8 @@ def _fast(capsys, args) -> tuple[bool, int, str]:
     answers = []
     lookup = quickgate.lookup
 
-    def spy(request):
-        answers.append(lookup(request))
+    def spy(*args):
+        answers.append(lookup(*args))
         return answers[-1]
 
     quickgate.lookup = spy
@@ -264,7 +264,7 @@ def test_unchanged_rerun_imports_nothing_heavy_and_answers_as_the_cache_hit(mode
     code, out, err = _cli(capsys, args + ["--report-dir", str(tmp_path / "first")])
     assert code == 0, err
     first = json.loads(out)
-    assert list((tiergate_home / quickgate.FOLDER).glob("*.json"))          # remembered
+    assert list((tiergate_home / state.QUICK).glob("*.json"))          # remembered
 
     proc, imported = _subprocess_gate(tiergate_home, args + ["--report-dir", str(tmp_path / "fast")])
     assert proc.returncode == code, proc.stderr[-2000:]
@@ -285,7 +285,7 @@ def test_unchanged_rerun_imports_nothing_heavy_and_answers_as_the_cache_hit(mode
         outputs = {}
         for way in ("fast", "normal"):
             if way == "normal":
-                for entry in (tiergate_home / quickgate.FOLDER).glob("*.json"):
+                for entry in (tiergate_home / state.QUICK).glob("*.json"):
                     entry.unlink()
             folder = tmp_path / f"{way}-{as_json}"
             answered_fast, code_now, out_now = _fast(capsys, _args(models, *extra, "--report-dir", str(folder),

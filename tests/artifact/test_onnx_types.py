@@ -94,7 +94,8 @@ def test_untyped_loop_body_inside_an_if_branch(tmp_path):
                                [helper.make_tensor_value_info("y_else", TensorProto.FLOAT, [1])])
     graph = helper.make_graph(
         [helper.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g)], "g",
-        [helper.make_tensor_value_info("c", TensorProto.BOOL, []), helper.make_tensor_value_info("x", TensorProto.FLOAT, [1]),
+        [helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("x", TensorProto.FLOAT, [1]),
          helper.make_tensor_value_info("trip", TensorProto.INT64, [])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
     path = _save(tmp_path, graph, "loop")
@@ -123,8 +124,8 @@ def test_sparse_initializer_and_attributes_of_every_kind(tmp_path):
                                helper.make_tensor_value_info("has", TensorProto.BOOL, []),
                                helper.make_tensor_value_info("strs", TensorProto.STRING, [2])])
     graph.sparse_initializer.append(helper.make_sparse_tensor(
-        helper.make_tensor("sp", TensorProto.FLOAT, [1], [5.0]), helper.make_tensor("sp_idx", TensorProto.INT64, [1], [1]),
-        [2]))
+        helper.make_tensor("sp", TensorProto.FLOAT, [1], [5.0]),
+        helper.make_tensor("sp_idx", TensorProto.INT64, [1], [1]), [2]))
     artifact = _all_paths(_save(tmp_path, graph, "sparse"))
     assert [t.name for t in artifact.inputs] == ["x"]
     optional = next(n for n in artifact.nodes if n.op == "Optional")

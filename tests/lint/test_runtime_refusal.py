@@ -92,3 +92,18 @@ def test_runtime_words_drop_source_locations_and_signatures():
     assert runtime_words(raw) == ("[ONNXRuntimeError] : 1 : FAIL : Unsupported model IR version: 14, "
                                   "max supported IR version: 13")
 
+
+
+def test_the_tiers_own_refusal_names_the_version_too(tmp_path):
+    """--target: the tier's runtime (here the describer run by the host's onnxruntime, as in its container)
+    refuses an opset beyond it; the finding names it, on the runtime basis, without source locations."""
+    from .test_runtime_graph import host_runtime_graph
+
+    path = _relu(tmp_path, "v27.onnx", ir=10, opset=27)
+    graph, done = host_runtime_graph(path, tmp_path / "d")
+    assert done.returncode == 1 and not graph.ok
+    (error,) = [f for f in lint(load_artifact(path), resolve("x86_64-cpu-onnxruntime")[0], runtime=graph)
+                if f.severity == "error"]
+    assert error.basis == "runtime" and "opset 27 of domain ai.onnx is newer than onnxruntime" in error.message
+    assert f"onnxruntime {ort.__version__} supports (up to opset " in error.message
+    assert "/onnxruntime_src/" not in error.message

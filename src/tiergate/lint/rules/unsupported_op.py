@@ -35,7 +35,7 @@ def check(ctx) -> list:
     if described is not None and not described.ok:
         version = ", ".join(f"{k} {v}" for k, v in described.versions.items()) or runtime
         words = ort_coverage.runtime_words(described.error) if artifact.format == "onnx" else described.error
-        why = ort_coverage.why_refused(words, described.versions.get(runtime.removesuffix("-gpu"), runtime)) \
+        why = ort_coverage.why_refused(words, described.versions.get("onnxruntime") or "(version not reported)") \
             if artifact.format == "onnx" else ""
         return [_runtime_finding(ctx, ctx.finding(
             RULE, "error", f"tier {described.tier} ({described.target}, {version}, {described.machine}) "

@@ -15,7 +15,8 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-ORDER = ("fingerprint", "harness", "rebuild", "parallel", "pipeline", "gate_paddleocr", "cpu_tiers")
+ORDER = ("fingerprint", "onnx_corpus", "paired_intervals", "harness", "rebuild", "parallel", "pipeline",
+         "gate_paddleocr", "cpu_tiers")
 
 
 def main(names: list[str]) -> int:

@@ -47,7 +47,7 @@ def parse_args(argv=None):
 
 def one_line(exc) -> str:
     text = " ".join(str(exc).split())
-    return (text or type(exc).__name__)[:600]
+    return (text or type(exc).__name__)[:1500]    # onnxruntime names the newest opset it reads at the very end
 
 
 # --- onnxruntime ----------------------------------------------------------------------

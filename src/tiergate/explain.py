@@ -56,7 +56,9 @@ class Source:
     scale: float | None = None   # integer tensors: dequantized with these
     zero_point: int = 0
     dtype: str = ""
-    nodes: list[str] = field(default_factory=list)   # reference nodes around the tensor (keep-float candidates)
+    # keep-float candidates: the nodes around the tensor (its producer, its consumers) that the candidate
+    # quantized (ONNX: named alike in both models; TFLite: the tensor itself when the candidate quantizes it)
+    nodes: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -70,6 +72,7 @@ class Plan:
     skipped: list[str] = field(default_factory=list)     # tensors inside subgraphs: not exposable
     unpaired: list[str] = field(default_factory=list)    # candidate tensors with no FP32 counterpart
     outputs: list[str] = field(default_factory=list)     # the reference's graph outputs (end to end)
+    quantized: list[str] = field(default_factory=list)   # the candidate's nodes that compute on integers
 
 
 def plan(candidate: Path, reference: Path, work: Path) -> Plan:
@@ -103,10 +106,12 @@ def plan_onnx(candidate: Path, reference: Path, work: Path) -> Plan:
     ref_by_name = {n.name: n for n in rg.node if n.name}
     c_producer = {out: n for n in cg.node for out in n.output}
 
+    quantized = quantized_nodes(cg)
+
     def where(fp32: str) -> tuple[str, int, list[str]]:
         k, node = producer.get(fp32, (-1, None))
         around = ([node.name] if node is not None and node.name else []) + consumers.get(fp32, [])
-        return (node.op_type if node is not None else "input"), k, list(dict.fromkeys(around))
+        return (node.op_type if node is not None else "input"), k, [n for n in dict.fromkeys(around) if n in quantized]
 
     def const(name: str):
         return numpy_helper.to_array(c_init[name]) if name in c_init else None
@@ -156,7 +161,36 @@ def plan_onnx(candidate: Path, reference: Path, work: Path) -> Plan:
     wanted = [s.tensor for s in kept if s.tensor not in {i.name for i in cg.input}]
     _expose(cand, wanted, cand_path)
     return Plan("onnx", cand_path, ref_path, sorted(kept, key=lambda s: (s.order, s.fp32)), skipped,
-                sorted(set(unpaired)), r_outputs)
+                sorted(set(unpaired)), r_outputs, sorted(quantized))
+
+
+_INTEGER_OPS = ("ConvInteger", "MatMulInteger", "DynamicQuantizeLinear", "DynamicQuantizeMatMul", "MatMulNBits")
+
+
+def quantized_nodes(graph) -> set[str]:
+    """Names of the candidate's compute nodes that run on integers: an integer op (QLinear*, ConvInteger, ...),
+    or a node all of whose non-constant inputs are dequantized and that either reads a quantized weight (a
+    DequantizeLinear of a constant) or has its output quantized again (DQ -> op -> Q, what runtimes fuse).
+    A float node that merely reads a dequantized tensor is not one: keeping it in float changes nothing."""
+    constants = {t.name for t in graph.initializer} | {o for n in graph.node if n.op_type == "Constant"
+                                                       for o in n.output}
+    made_by = {out: n for n in graph.node for out in n.output}
+    quantizes = {n.input[0] for n in graph.node if n.op_type == "QuantizeLinear" and n.input}
+    found = set()
+    for node in graph.node:
+        if not node.name or node.op_type in _QDQ:
+            continue
+        if node.op_type.startswith("QLinear") or node.op_type in _INTEGER_OPS:
+            found.add(node.name)
+            continue
+        sources = [made_by.get(name) for name in node.input if name and name not in constants]
+        if not sources or not all(src is not None and src.op_type == "DequantizeLinear" for src in sources):
+            continue
+        weights = any(src is not None and src.op_type == "DequantizeLinear" and src.input[0] in constants
+                      for src in (made_by.get(name) for name in node.input if name))
+        if weights or any(out in quantizes for out in node.output):
+            found.add(node.name)
+    return found
 
 
 def _subgraph_outputs(graph) -> list[str]:
@@ -349,7 +383,8 @@ def _tflite_sources(plan_: Plan, meta: dict, cand: dict, ref: dict) -> list[Sour
             continue
         index, op = r_ops.get(name, [10**9, "?"])
         scale, zp, dtype = c_quant.get(name, (None, 0, ""))
-        sources.append(Source(name, name, op, int(index), scale, int(zp), dtype, [name]))
+        # keep in float only what the candidate quantized (a tensor it keeps in float is float already)
+        sources.append(Source(name, name, op, int(index), scale, int(zp), dtype, [name] if scale is not None else []))
     plan_.unpaired = sorted(n for n in c_ops if n not in ref)
     if not sources:
         raise InputError("the TFLite candidate and reference have no tensor name in common: cannot pair them "
@@ -358,21 +393,29 @@ def _tflite_sources(plan_: Plan, meta: dict, cand: dict, ref: dict) -> list[Sour
 
 
 def keep_float(layers: list[Layer], threshold_db: float, outputs: set[str], limit: int = 3) -> list[str]:
-    """The nodes to keep in float, worst first: the layers below the threshold that lose the most
-    SQNR relative to the layer before them (an estimate; --mixed-precision verifies it end to end)."""
+    """The nodes to keep in float, worst first: the nodes the candidate quantized around the `limit` worst
+    layers that have any (worst_layers' ranking; an estimate: --mixed-precision verifies it end to end)."""
     nodes: list[str] = []
-    for layer in worst_layers(layers, threshold_db, outputs)[:limit]:
+    for layer in [x for x in worst_layers(layers, threshold_db, outputs) if x.nodes][:limit]:
         nodes += [n for n in layer.nodes if n not in nodes]
     return nodes
 
 
+CLIPPED = 0.02               # a layer's input with more of its values clipped than this is a suspect by itself
+CLIP_DB = 100.0              # ranking: a share s of clipped values weighs like 100 * s dB of SQNR lost
+
+
 def worst_layers(layers: list[Layer], threshold_db: float, outputs: set[str]) -> list[Layer]:
-    """Layers below the threshold, by the SQNR they lose relative to the layer before (worst first)."""
+    """Suspect layers, worst first: those below the threshold that lose at least MIN_DROP_DB relative to the
+    layer before, and those whose input is clipped (more than CLIPPED of the FP32 values beyond the candidate's
+    quantization range, however high its SQNR). Ranked by loss = max(SQNR drop, CLIP_DB x clipped share)."""
     ranked, previous = [], SQNR_CAP_DB
     for layer in layers:
         drop, previous = previous - layer.sqnr_db, layer.sqnr_db
-        if layer.sqnr_db < threshold_db and layer.tensor not in outputs and drop >= MIN_DROP_DB:
-            ranked.append((drop, layer))
+        clipped = layer.saturation or 0.0
+        diverges = layer.sqnr_db < threshold_db and drop >= MIN_DROP_DB
+        if layer.tensor not in outputs and (diverges or clipped > CLIPPED):
+            ranked.append((max(drop if diverges else 0.0, CLIP_DB * clipped), layer))
     return [layer for _, layer in sorted(ranked, key=lambda item: -item[0])]
 
 

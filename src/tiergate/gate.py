@@ -314,13 +314,13 @@ class _TargetEval:
             return
         threshold = top1.min_ratio if top1.min_ratio is not None else self.t.min_accuracy_ratio
         hits_c, hits_r = correct(cand.outputs[name], labels), correct(ref.outputs[name], labels)
-        interval = stats.metric_ratio(hits_c[None].astype(float), hits_r[None].astype(float), _mean_row0,
-                                      confidence=conf, n_resamples=self.t.bootstrap_resamples, seed=self.seed)
+        counts = stats.pair_counts(hits_c, hits_r)
+        interval = stats.paired_interval(counts, "ratio", conf)
         mcnemar = stats.mcnemar_exact(hits_c, hits_r)
         detail = (f"candidate {_pct(acc)} vs FP32 {_pct(base)}; {mcnemar.only_a} samples only the candidate "
                   f"gets right, {mcnemar.only_b} only FP32, McNemar exact p = {mcnemar.p_value:.3g}")
         self._judged(m, top1, "accuracy_ratio", name, len(labels), acc.value, base.value, interval, ">=",
-                     threshold, detail)
+                     threshold, detail, counts=counts)
 
     # -- task metrics: candidate / FP32 reference, judged on the interval -------------------
     def _task_metrics(self, m: TargetMetrics, cand, ref, labels) -> None:
@@ -340,14 +340,16 @@ class _TargetEval:
                 self.note(f"metric {spec.name}: no comparable output; not computed")
                 continue
             a, b = task.prepare(spec, cand.outputs[name], labels), task.prepare(spec, ref.outputs[name], labels)
-            interval = stats.metric_ratio(a.components, b.components, a.statistic, confidence=self.t.confidence,
-                                          n_resamples=self.t.bootstrap_resamples, seed=self.seed)
+            counts = stats.pair_counts(a.components[0], b.components[0]) if spec.kind == "topk" else None
+            interval = stats.paired_interval(counts, "ratio", self.t.confidence) if counts else \
+                stats.metric_ratio(a.components, b.components, a.statistic, confidence=self.t.confidence,
+                                   n_resamples=self.t.bootstrap_resamples, seed=self.seed)
             op = ">=" if spec.higher_is_better else "<="
             threshold = spec.min_ratio if spec.higher_is_better else spec.max_ratio
             if spec.higher_is_better and threshold is None:
                 threshold = self.t.min_accuracy_ratio
             self._judged(m, spec, f"{spec.name}_ratio", name, len(labels), task.value(a), task.value(b), interval,
-                         op, threshold, f"candidate {task.value(a):.4g} vs FP32 {task.value(b):.4g}")
+                         op, threshold, f"candidate {task.value(a):.4g} vs FP32 {task.value(b):.4g}", counts=counts)
 
     def _custom_metric(self, m: TargetMetrics, spec: MetricSpec, cand: dict, ref: dict, labels) -> None:
         from tiergate.metrics.task import custom_value
@@ -371,11 +373,15 @@ class _TargetEval:
                      f"candidate {a:.4g} vs FP32 {b:.4g} ({spec.source})")
 
     def _judged(self, m: TargetMetrics, spec: MetricSpec, check: str, output, n: int, cand_value: float,
-                ref_value: float, interval: stats.Interval, op: str, threshold, detail: str) -> None:
+                ref_value: float, interval: stats.Interval, op: str, threshold, detail: str,
+                counts: stats.PairCounts | None = None) -> None:
+        """counts: a paired proportion's pairs; its samples needed come from its own interval, scaled."""
         outcome, needed = "reported", None
         if threshold is not None:
             outcome = stats.judge(interval, op, threshold)
-            needed = stats.samples_needed(interval, threshold, n) if outcome == stats.INCONCLUSIVE else None
+            if outcome == stats.INCONCLUSIVE:
+                needed = stats.samples_needed(interval, threshold, n) if counts is None else \
+                    stats.paired_samples_needed(counts, "ratio", op, threshold, interval.confidence)
             self.check(check, interval.estimate, op, threshold, output=output, detail=detail,
                        passed=outcome == stats.PASS, interval=interval,
                        inconclusive=outcome == stats.INCONCLUSIVE, samples_needed=needed)
@@ -553,10 +559,6 @@ def _pick_label_output(outputs: dict[str, np.ndarray], wanted: str | None, label
 
 def _class_labels(labels) -> bool:
     return labels is not None and labels.ndim == 1 and np.issubdtype(labels.dtype, np.integer)
-
-
-def _mean_row0(c, axis=-1):
-    return np.mean(c[0], axis=axis)
 
 
 def _check_labels_fit(labels: np.ndarray, output: np.ndarray, name: str) -> None:

@@ -13,7 +13,7 @@ What is kept, first rule that matches (docs/gc.md):
 - the last N registered artifacts of each model (--keep-last, default 3) and their references;
 - for artifacts the registry does not know: the last N decisions of each candidate;
 - everything a kept decision names (its run folders and images), and the image of a kept run;
-- what a gate in progress holds (a locked `locks/<key>.lock`, a `.part-PID-...` of a live
+- what a gate in progress holds (a locked `locks/<key>.lock`, a part file or folder (state.parse_part) of a live
   process), and while one runs, anything from the last hour;
 - anything newer than --older-than.
 Images: only tiergate's artifact images that this home used (a run folder, a decision or a

@@ -1,14 +1,24 @@
-"""A/B statistics on the same samples: exact McNemar and paired bootstrap intervals (scipy.stats).
+"""A/B statistics on the same samples: exact McNemar, score intervals for paired proportions, and paired
+bootstrap intervals for every other statistic (scipy.stats).
 
 The gate asks non-inferiority questions ("is the candidate no worse than the
 incumbent by more than a margin?"), answered from the confidence intervals
 here; the McNemar p-value is reported alongside ("do they differ at all?").
+
+Paired proportions (top-1 / top-k accuracy of a candidate and its reference on the same samples) are judged
+on the discordant pairs with score intervals: the ratio p_c / p_r by the score test of Tang, Tang & Chan
+(2003) (the ratio of two correlated proportions; also Nam & Blackwelder 2002), the difference p_a - p_b by
+Tango's (1998), both inverted with a continuity correction of half a pair. A bootstrap cannot see
+disagreements it never observed (one favourable discordance and none against gives it a lower bound of
+exactly 1); these intervals can, they are exact enough at any count (coverage checked by exact enumeration
+in tests/gate/test_paired_coverage.py and bench/bench_paired_intervals.py), and deterministic.
 """
 
 from __future__ import annotations
 
 import math
 import warnings
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -40,14 +50,14 @@ def mcnemar_exact(correct_a, correct_b) -> McNemar:
 
 def accuracy_difference(correct_a, correct_b, *, confidence: float = 0.95, n_resamples: int = 9999,
                         seed: int = 0) -> Interval:
-    """Paired bootstrap CI of accuracy(A) - accuracy(B) over the same samples."""
-    a, b = _paired_bools(correct_a, correct_b)
-    diff = a.astype(np.float64) - b.astype(np.float64)
-    estimate = float(diff.mean())
-    if np.all(diff == diff[0]):            # no variation at all: the interval is the point
-        return Interval(estimate, estimate, estimate, confidence, "degenerate")
-    return _bootstrap((a.astype(np.float64), b.astype(np.float64)), _difference_of_means, estimate,
-                      confidence, n_resamples, seed, paired=True)
+    """CI of accuracy(A) - accuracy(B) over the same samples: Tango's score interval on the discordant
+    pairs (continuity-corrected; see paired_interval). n_resamples and seed are kept for callers; unused."""
+    return paired_interval(pair_counts(correct_a, correct_b), "difference", confidence)
+
+
+def paired_ratio(correct_c, correct_r, *, confidence: float = 0.95) -> Interval:
+    """CI of accuracy(C) / accuracy(R) over the same samples (score interval on the discordant pairs)."""
+    return paired_interval(pair_counts(correct_c, correct_r), "ratio", confidence)
 
 
 def latency_ratio(latencies_a, latencies_b, *, confidence: float = 0.95, n_resamples: int = 9999,
@@ -100,6 +110,126 @@ def _paired_bools(a, b) -> tuple[np.ndarray, np.ndarray]:
     if a.size == 0:
         raise ValueError("no paired samples")
     return a, b
+
+
+# --- paired proportions: score intervals on the discordant pairs ------------------------------------------
+
+CONTINUITY = 0.5            # half a discordant pair: keeps coverage at or above nominal at small counts
+PAIRED_METHODS = {"ratio": "score-ratio-paired", "difference": "score-difference-paired"}
+
+
+@dataclass(frozen=True)
+class PairCounts:
+    """Paired 0/1 results: samples both get right, only the first, only the second, and all samples."""
+
+    both: float
+    only_a: float
+    only_b: float
+    n: float
+
+
+def pair_counts(correct_a, correct_b) -> PairCounts:
+    a, b = _paired_bools(correct_a, correct_b)
+    return PairCounts(int(np.count_nonzero(a & b)), int(np.count_nonzero(a & ~b)),
+                      int(np.count_nonzero(~a & b)), int(a.size))
+
+
+def paired_interval(counts: PairCounts, kind: str, confidence: float = 0.95) -> Interval:
+    """The score interval of the ratio (p_a / p_b) or the difference (p_a - p_b) of two paired proportions."""
+    est, low, high = paired_bounds(kind, counts.both, counts.only_a, counts.only_b, counts.n, confidence)
+    return Interval(float(est), float(low), float(high), confidence, PAIRED_METHODS[kind])
+
+
+def paired_bounds(kind: str, both, only_a, only_b, n, confidence: float = 0.95, iterations: int = 64):
+    """(estimate, low, high), vectorised over arrays of counts: {theta : |Z(theta)| <= z} of the score statistic
+    (paired_score), found by bisection on each side of the estimate."""
+    both, only_a, only_b, n = (np.asarray(v, dtype=np.float64) for v in (both, only_a, only_b, n))
+    z = float(_scipy_stats().norm.isf((1.0 - confidence) / 2.0))
+    score = (lambda t: _ratio_score(t, both, only_a, only_b, n)) if kind == "ratio" else \
+        (lambda t: _difference_score(t, both, only_a, only_b, n))
+    if kind == "ratio":
+        right_a, right_b = both + only_a, both + only_b
+        with np.errstate(divide="ignore", invalid="ignore"):
+            est = np.where(right_b > 0, right_a / np.where(right_b > 0, right_b, 1), np.where(right_a > 0, np.inf, 1.0))
+        top = np.minimum(est, 1e12)
+        low = _bisect(score, np.zeros_like(est), top, z, iterations, log=False)
+        high = np.where(right_b > 0, _bisect(score, top, top * 0 + 1e12, -z, iterations, log=True), np.inf)
+        return est, np.where(right_a > 0, low, 0.0), high
+    est = (only_a - only_b) / n
+    return est, _bisect(score, np.full_like(est, -1.0), est, z, iterations), \
+        _bisect(score, est, np.ones_like(est), -z, iterations)
+
+
+def _bisect(score, lo, hi, target, iterations, log=False):
+    """The point in [lo, hi] where the decreasing score crosses target (z: the lower bound; -z: the upper)."""
+    lo, hi = np.array(lo, dtype=np.float64), np.array(hi, dtype=np.float64)
+    if log:
+        lo, hi = np.log(np.maximum(lo, 1e-300)), np.log(hi)
+    for _ in range(iterations):
+        mid = (lo + hi) / 2.0
+        beyond = score(np.exp(mid) if log else mid) > target
+        lo, hi = np.where(beyond, mid, lo), np.where(beyond, hi, mid)
+    # the lower bound is the least value inside (hi); the upper the greatest inside (lo)
+    out = hi if target > 0 else lo
+    return np.exp(out) if log else out
+
+
+def _corrected(d, discordant):
+    """The score's numerator moved half a pair towards 0, where there are discordant pairs (with none, the
+    uncorrected score is already at least as wide as the exact zero-event bound)."""
+    return np.sign(d) * np.maximum(np.abs(d) - np.where(discordant > 0, CONTINUITY, 0.0), 0.0)
+
+
+def _z(d, var):
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(var > 0, d / np.sqrt(np.where(var > 0, var, 1.0)), np.sign(d) * np.inf)
+
+
+def _ratio_score(theta, both, only_a, only_b, n):
+    """Tang, Tang & Chan (2003): Z(theta) for H0 p_a / p_b = theta, the restricted MLE of the only-b cell in
+    closed form (the positive root of A q^2 + B q + C)."""
+    right = both + only_a + only_b
+    a = n * (1.0 + theta)
+    b = (both + only_b) * theta ** 2 - (both + only_a + 2.0 * only_b)
+    c = only_b * (1.0 - theta) * right / n
+    q = (-b + np.sqrt(np.maximum(b * b - 4.0 * a * c, 0.0))) / (2.0 * a)
+    var = n * (1.0 + theta) * q + right * (theta - 1.0)
+    return _z(_corrected((both + only_a) - theta * (both + only_b), only_a + only_b), var)
+
+
+def _difference_score(delta, both, only_a, only_b, n):
+    """Tango (1998): Z(delta) for H0 p_a - p_b = delta, the restricted MLE of the only-b cell in closed form."""
+    a = 2.0 * n
+    b = -only_a - only_b + (2.0 * n - only_a + only_b) * delta
+    c = -only_b * delta * (1.0 - delta)
+    q = (-b + np.sqrt(np.maximum(b * b - 4.0 * a * c, 0.0))) / (2.0 * a)
+    var = n * (2.0 * q + delta - delta ** 2)
+    return _z(_corrected(only_a - only_b - n * delta, only_a + only_b), var)
+
+
+def paired_samples_needed(counts: PairCounts, kind: str, op: str, threshold: float, confidence: float,
+                          limit: int = 10 ** 9) -> int | None:
+    """Samples for the interval to decide (pass or fail) if every kind of pair kept its observed share: the
+    counts scaled to n' and the interval recomputed (its width shrinks as 1/n' without disagreements, as
+    1/sqrt(n') with them). None when the estimate sits on the threshold or no n' up to `limit` decides."""
+    est = paired_interval(counts, kind, confidence).estimate
+    if not math.isfinite(est) or est == threshold:
+        return None
+
+    def decides(m: float) -> bool:
+        f = m / counts.n
+        scaled = PairCounts(counts.both * f, counts.only_a * f, counts.only_b * f, m)
+        return judge(paired_interval(scaled, kind, confidence), op, threshold) != INCONCLUSIVE
+
+    lo, hi = int(counts.n), int(counts.n)
+    while not decides(hi):
+        if hi >= limit:
+            return None
+        lo, hi = hi, min(limit, hi * 2)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if decides(mid) else (mid, hi)
+    return hi
 
 
 # --- task metrics: candidate / reference ratio, and what an interval decides ---------------------------

@@ -56,6 +56,28 @@ def test_inspect_error_findings_exit_1(capsys, tmp_path):
     assert doc["runtime"] == {}
 
 
+def test_inspect_several_files_is_one_call(capsys, tmp_path):
+    """A corpus in one call: a JSON array (or one object per line), each file judged alone; the exit code is the
+    worst of them, and an unusable file among several is reported without stopping the others."""
+    clean = m.save(m.conv_net(), "clean.onnx", tmp_path)
+    refused = m.save(m.unary_net("Det", TensorProto.DOUBLE), "det.onnx", tmp_path)
+    junk = tmp_path / "junk.onnx"
+    junk.write_bytes(b"not a model at all")
+    code, out, _ = _run(capsys, "inspect", clean, refused, "--json")
+    docs = json.loads(out)
+    assert code == 1 and [d["ok"] for d in docs] == [True, False]
+    assert [d["artifact"]["path"] for d in docs] == [str(clean), str(refused)]
+    code, out, _ = _run(capsys, "inspect", clean, junk, refused, "--jsonl")
+    lines = [json.loads(line) for line in out.splitlines()]
+    assert code == 2 and [d["ok"] for d in lines] == [True, False, False]
+    assert "error" in lines[1] and str(junk) in lines[1]["error"] and "findings" in lines[2]
+    code, out, err = _run(capsys, "inspect", clean, junk)
+    assert code == 2 and "3 files" not in out and "2 files: 1 ok, 0 with errors, 1 unusable" in out
+    assert err.count("tiergate: error:") == 1 and "Traceback" not in err
+    code, out, _ = _run(capsys, "inspect", clean, clean, "--json")
+    assert code == 0 and len(json.loads(out)) == 2
+
+
 def test_inspect_quantized_tflite_lists_quantization(capsys):
     path = m.save_tflite(m.tflite_activation_ranges(12 / 255, 0), "default.tflite")
     code, out, _ = _run(capsys, "inspect", path, "--json", "--target", "arm64-cpu-tflite", "--no-runtime")

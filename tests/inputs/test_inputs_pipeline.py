@@ -204,8 +204,15 @@ def test_a_small_effect_is_inconclusive_with_a_sample_size_a_larger_run_confirms
     assert f"needs about {check.samples_needed} samples" in small.reasons[0]
     task = small.metrics[X86].task["top1_accuracy"]
     assert task.outcome == "inconclusive" and task.samples_needed == check.samples_needed
-    # the same process, with twice the estimated sample size: the interval clears the threshold
-    labels, ref, cand = _classifier_case(None, 2 * check.samples_needed, seed=1)
+    # the estimate is made at the observed effect (0.98 here: it says how many samples would reject that); the
+    # process's true ratio is (0.9 - 0.015 + 0.011) / 0.9 = 0.9956. The same estimator on the process's expected
+    # pairs says how many samples promote it; twice that many do
+    from tiergate import stats
+
+    expected = stats.PairCounts(885, 11, 15, 1000)
+    needed = stats.paired_samples_needed(expected, "ratio", ">=", 0.99, check.interval.confidence)
+    assert needed > 1000
+    labels, ref, cand = _classifier_case(None, 2 * needed, seed=1)
     large = evaluate({X86: make(X86, cand)}, {X86: make(X86, ref)}, classes, load_policy(None), labels)
     big = next(c for c in large.checks if c.name == "accuracy_ratio")
     assert large.verdict == PROMOTE, large.reasons

@@ -97,7 +97,7 @@ def test_a_near_identical_candidate_is_promoted_before_the_last_look(tmp_path, t
     assert (tier.look, tier.samples_used, tier.stopped_early) == (2, 1200, True)
     assert abs(sum(1 - look.confidence for look in tier.plan if look.taken) - 0.05) < 1e-12
     interval = next(c.interval for c in d.checks if c.name == "accuracy_ratio")
-    assert interval.method == "exact-no-disagreement" and interval.confidence == tier.plan[1].confidence
+    assert interval.method == "score-ratio-paired" and interval.confidence == tier.plan[1].confidence
     assert len({j.data_sha256 for j in backend.jobs}) == 2                     # chunks 1 and 2, never 3 and 4
     merged = results.load(run.run_dirs[("candidate", X86)])
     assert merged.n_samples == 1200 and [s["samples"] for s in merged.extra["shards"]] == [[0, 600], [600, 1200]]

@@ -8,7 +8,8 @@ import onnx
 from onnx import helper, numpy_helper
 
 from tiergate.artifact.canon_base import CanonGraph, CanonNode, digest, spec_text, values_text
-from tiergate.artifact.onnx_loader import QUANT_SLOTS, dtype_name
+from tiergate.artifact.onnx_loader import QUANT_SLOTS
+from tiergate.artifact.onnx_types import dtype_name, plain_value, type_dims, type_text
 from tiergate.artifact.onnx_walk import ATTR_GRAPH, ATTR_GRAPHS, ScopedNode, Walk, walk
 
 
@@ -17,21 +18,31 @@ def _quant_param_slots(op: str) -> set[int]:
 
 
 def tensor_bytes(tensor: onnx.TensorProto) -> bytes:
+    """The bytes a weight digest is taken of: raw data, else the values (strings length-prefixed: an
+    object array's bytes would be pointers)."""
     if tensor.raw_data:
         return tensor.raw_data
+    if tensor.data_type == onnx.TensorProto.STRING:
+        return b"".join(len(v).to_bytes(8, "little") + v for v in tensor.string_data)
     return numpy_helper.to_array(tensor).tobytes()
+
+
+def sparse_bytes(sparse: onnx.SparseTensorProto) -> bytes:
+    dims = ",".join(str(d) for d in sparse.dims).encode()
+    return dims + b"|" + tensor_bytes(sparse.values) + b"|" + tensor_bytes(sparse.indices)
 
 
 class _Weights:
     """Digests of initializers (every scope's, by scoped name), each computed once."""
 
-    def __init__(self, tensors: dict[str, onnx.TensorProto]):
+    def __init__(self, tensors: dict[str, onnx.TensorProto | onnx.SparseTensorProto]):
         self.tensors = tensors  # by scoped name
         self.digests: dict[str, str] = {}
 
     def digest(self, name: str) -> str:
         if name not in self.digests:
-            self.digests[name] = digest(tensor_bytes(self.tensors[name]))
+            t = self.tensors[name]
+            self.digests[name] = digest(sparse_bytes(t) if isinstance(t, onnx.SparseTensorProto) else tensor_bytes(t))
         return self.digests[name]
 
 
@@ -39,13 +50,18 @@ def canonical_onnx(graph: onnx.GraphProto) -> CanonGraph:
     """The whole model, body graphs (If/Loop/Scan) included: their nodes follow the node that
     holds them (onnx_walk's order), named by their path, with name-free references."""
     walked = walk(graph)
-    weights = _Weights({sg.scoped(t.name): t for sg in walked.graphs for t in sg.graph.initializer})
+    tensors = {sg.scoped(t.name): t for sg in walked.graphs for t in sg.graph.initializer}
+    tensors.update({sg.scoped(t.values.name): t for sg in walked.graphs for t in sg.graph.sparse_initializer})
+    weights = _Weights(tensors)
     refs: dict[str, str] = {}
     for sg in walked.graphs:
         for t in sg.graph.initializer:
             refs[sg.scoped(t.name)] = "c:" + spec_text(dtype_name(t.data_type), t.dims)
+        for t in sg.graph.sparse_initializer:
+            refs[sg.scoped(t.values.name)] = "c:" + spec_text(f"sparse({dtype_name(t.values.data_type)})", t.dims)
     main = walked.graphs[0]
-    inputs = [v for v in graph.input if v.name not in {t.name for t in graph.initializer}]
+    constants = {t.name for t in graph.initializer} | {t.values.name for t in graph.sparse_initializer}
+    inputs = [v for v in graph.input if v.name not in constants]
     for position, value in enumerate(inputs):
         refs[value.name] = f"in{position}"
     for sg in walked.graphs[1:]:
@@ -62,7 +78,7 @@ def canonical_onnx(graph: onnx.GraphProto) -> CanonGraph:
     nodes = [_node(scoped, refs, weights, bodies.get(scoped.index, {})) for scoped in walked.nodes]
     unused = sorted(set(weights.tensors) - _used_names(walked))
     return CanonGraph(
-        inputs=tuple(spec_text(dtype_name(v.type.tensor_type.elem_type), _dims(v)) for v in inputs),
+        inputs=tuple(spec_text(type_text(v.type), _dims(v)) for v in inputs),
         outputs=tuple(refs.get(main.scoped(v.name), "?") for v in graph.output),
         nodes=tuple(nodes),
         loose_weights=tuple(sorted(weights.digest(n) for n in unused)),
@@ -76,7 +92,7 @@ def _used_names(walked: Walk) -> set[str]:
 
 
 def _dims(value: onnx.ValueInfoProto):
-    return [d.dim_value if d.HasField("dim_value") else None for d in value.type.tensor_type.shape.dim]
+    return list(type_dims(value.type, symbolic=False))
 
 
 def _node(scoped: ScopedNode, refs: dict[str, str], weights: _Weights, bodies: dict) -> CanonNode:
@@ -87,8 +103,8 @@ def _node(scoped: ScopedNode, refs: dict[str, str], weights: _Weights, bodies: d
     for slot, name in enumerate(scoped.inputs):
         if name not in weights.tensors:
             continue
-        if slot in quant_slots:
-            t = weights.tensors[name]
+        t = weights.tensors[name]
+        if slot in quant_slots and isinstance(t, onnx.TensorProto):
             found_quant[f"in{slot}"] = values_text(dtype_name(t.data_type), numpy_helper.to_array(t))
         else:
             found_weights[f"in{slot}"] = weights.digest(name)
@@ -112,20 +128,30 @@ def _attr_text(attr: onnx.AttributeProto, refs, found_weights: dict, bodies: dic
         # the body's nodes are canonical nodes of their own; here only its interface
         names = [attr.name] if attr.type == ATTR_GRAPH else [f"{attr.name}[{k}]" for k in range(len(attr.graphs))]
         return json.dumps([_body_text(bodies[n], refs) for n in names if n in bodies])
-    value = helper.get_attribute_value(attr)
+    try:
+        value = helper.get_attribute_value(attr)
+    except ValueError:          # an attribute type this onnx does not know, or a function's reference
+        return json.dumps({"ref": attr.ref_attr_name, "type": int(attr.type)})
     if isinstance(value, onnx.TensorProto):
         found_weights[f"attr:{attr.name}"] = digest(tensor_bytes(value))
         return "tensor:" + spec_text(dtype_name(value.data_type), value.dims)
+    if isinstance(value, onnx.SparseTensorProto):
+        found_weights[f"attr:{attr.name}"] = digest(sparse_bytes(value))
+        return "tensor:" + spec_text(f"sparse({dtype_name(value.values.data_type)})", value.dims)
     if isinstance(value, bytes):
         value = value.decode("utf-8", "replace")
     if isinstance(value, list):
+        for k, item in enumerate(value):
+            if isinstance(item, (onnx.TensorProto, onnx.SparseTensorProto)):
+                found_weights[f"attr:{attr.name}[{k}]"] = digest(
+                    sparse_bytes(item) if isinstance(item, onnx.SparseTensorProto) else tensor_bytes(item))
         value = [v.decode("utf-8", "replace") if isinstance(v, bytes) else v for v in value
-                 if not isinstance(v, (onnx.TensorProto, onnx.GraphProto))]
-    return json.dumps(value)
+                 if not isinstance(v, (onnx.TensorProto, onnx.SparseTensorProto, onnx.GraphProto))]
+    return json.dumps(plain_value(value))
 
 
 def _body_text(sg, refs: dict[str, str]) -> str:
     g = sg.graph
-    ins = [spec_text(dtype_name(v.type.tensor_type.elem_type), _dims(v)) for v in g.input]
+    ins = [spec_text(type_text(v.type), _dims(v)) for v in g.input]
     outs = [refs.get(sg.scoped(v.name), "?") for v in g.output]
     return f"graph:in={ins} out={outs}"

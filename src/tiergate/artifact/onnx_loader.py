@@ -11,8 +11,11 @@ from onnx import helper
 
 from tiergate.artifact.external import load_external_data
 from tiergate.artifact.model import Artifact, Node, QuantParams, TensorSpec
+from tiergate.artifact.onnx_types import dtype_name, plain_value, sparse_names, tensor_elem, type_dims, type_text
 from tiergate.artifact.onnx_walk import ScopedNode, Walk, walk
 from tiergate.errors import InputError
+
+__all__ = ["QUANT_SLOTS", "dtype_name", "load_onnx"]
 
 # input slots holding (scale, zero point) pairs, by op: quantization parameters, not weights
 QUANT_SLOTS: dict[str, tuple[tuple[int, int, int], ...]] = {
@@ -26,13 +29,6 @@ QUANT_SLOTS: dict[str, tuple[tuple[int, int, int], ...]] = {
 }
 
 
-def dtype_name(elem_type: int) -> str:
-    try:
-        return helper.tensor_dtype_to_np_dtype(elem_type).name
-    except (KeyError, ValueError, TypeError):
-        return helper.tensor_dtype_to_string(elem_type).removeprefix("TensorProto.").lower()
-
-
 def load_onnx(path: Path, data: bytes, *, check: bool = True) -> Artifact:
     """check=False: skip the ONNX checker (a runtime's optimized graph, with its contrib ops)."""
     model = _parse(path, data)
@@ -41,7 +37,7 @@ def load_onnx(path: Path, data: bytes, *, check: bool = True) -> Artifact:
     if check:
         _check(path, model.SerializeToString() if locations else data)
     graph = model.graph
-    init_names = {t.name for t in graph.initializer}
+    init_names = {t.name for t in graph.initializer} | set(sparse_names(graph))
     walked = walk(graph)
     return Artifact(
         path=path,
@@ -87,17 +83,10 @@ def _version(model: onnx.ModelProto) -> str:
     return f"opset {default[0]}" if default else "opset ?"
 
 
-def _dims(type_proto: onnx.TypeProto) -> tuple[int | str | None, ...]:
-    if not type_proto.tensor_type.HasField("shape"):
-        return ()
-    return tuple(
-        d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
-        for d in type_proto.tensor_type.shape.dim
-    )
-
-
 def _spec(value: onnx.ValueInfoProto) -> TensorSpec:
-    return TensorSpec(value.name, _dims(value.type), dtype_name(value.type.tensor_type.elem_type))
+    """A graph input or output of any type: a tensor's element type, else the type's text (seq(float32),
+    optional(...), map(...), sparse(...), or "?" when the value declares no type)."""
+    return TensorSpec(value.name, type_dims(value.type), type_text(value.type))
 
 
 def _node(scoped: ScopedNode) -> Node:
@@ -116,17 +105,11 @@ def _node(scoped: ScopedNode) -> Node:
 
 
 def _attr_value(attr: onnx.AttributeProto):
-    value = helper.get_attribute_value(attr)
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "replace")
-    if isinstance(value, onnx.TensorProto):
-        return {"tensor": dtype_name(value.data_type), "dims": list(value.dims)}
-    if isinstance(value, onnx.GraphProto):
-        return {"graph": value.name, "nodes": len(value.node)}
-    if isinstance(value, list):
-        return [v.decode("utf-8", "replace") if isinstance(v, bytes) else v for v in value
-                if not isinstance(v, (onnx.TensorProto, onnx.GraphProto))]
-    return value
+    try:
+        value = helper.get_attribute_value(attr)
+    except ValueError:          # an attribute type this onnx does not know, or a reference to a function's
+        return {"ref": attr.ref_attr_name} if attr.ref_attr_name else None
+    return plain_value(value)
 
 
 def _dtypes(model: onnx.ModelProto, walked: Walk) -> dict[str, str]:
@@ -137,16 +120,16 @@ def _dtypes(model: onnx.ModelProto, walked: Walk) -> dict[str, str]:
         g = sg.graph
         types.update({sg.scoped(t.name): dtype_name(t.data_type) for t in g.initializer})
         for value in [*g.input, *g.output, *g.value_info]:
-            if value.type.tensor_type.elem_type:
-                types[sg.scoped(value.name)] = dtype_name(value.type.tensor_type.elem_type)
+            if tensor_elem(value.type):
+                types[sg.scoped(value.name)] = tensor_elem(value.type)
     try:
         inferred = walk(onnx.shape_inference.infer_shapes(_skeleton(model)).graph).graphs
     except Exception:  # noqa: BLE001 - inference is a best effort; declared types remain
         inferred = ()
     for sg in inferred:
         for value in [*sg.graph.value_info, *sg.graph.output]:
-            if value.type.tensor_type.elem_type:
-                types.setdefault(sg.scoped(value.name), dtype_name(value.type.tensor_type.elem_type))
+            if tensor_elem(value.type):
+                types.setdefault(sg.scoped(value.name), tensor_elem(value.type))
     return types
 
 

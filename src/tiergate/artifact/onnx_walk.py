@@ -5,7 +5,7 @@ body graphs (attribute by attribute) right after it. A node's `path` shows the
 nesting: `If_0/then_branch/Conv_3` (a node without a name is `<op>_<position>`).
 
 Tensor names are made unique across scopes: a name that a body graph defines
-(its inputs, initializers and node outputs) is prefixed with the body's scope
+(its inputs, dense and sparse initializers and node outputs) is prefixed with the body's scope
 (`If_0/then_branch/x`); a name it reads from an enclosing graph keeps that
 graph's name. Top-level names are unchanged.
 """
@@ -72,6 +72,7 @@ def walk(graph: onnx.GraphProto) -> Walk:
         names = dict(visible)
         if scope:
             local = [v.name for v in g.input] + [t.name for t in g.initializer]
+            local += [s.values.name for s in g.sparse_initializer]
             local += [o for n in g.node for o in n.output if o]
             names.update({name: scope + name for name in local})
         sg = ScopedGraph(scope, parent, attribute, g, names)

@@ -1,6 +1,7 @@
 """`tiergate inspect` and `tiergate diff`: artifact intake on the command line.
 
-inspect: exit 0 when clean or warnings only, 1 with error-severity findings.
+inspect: exit 0 when clean or warnings only, 1 with error-severity findings; several files are one call
+         (the worst code of them; an unusable file among several is reported and the rest still inspected).
 diff:    exit 0 when structure, weights and quantization are all the same, 1 otherwise.
 Both exit 2 for unusable input. The --json shapes are documented in docs/json-shapes.md.
 """
@@ -15,8 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from tiergate.decision import cpu_text
-
-from tiergate.errors import EXIT_FAIL, EXIT_OK
+from tiergate.errors import EXIT_FAIL, EXIT_UNUSABLE, EXIT_OK
 
 JSON_VERSION = 1
 _SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "dim"}
@@ -121,21 +121,51 @@ def _artifact_json(artifact) -> dict:
 
 
 def inspect(
-    artifact: Path = typer.Argument(..., help="ONNX or TFLite model file."),
-    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON (docs/json-shapes.md)."),
+    artifacts: list[Path] = typer.Argument(..., help="ONNX or TFLite model file(s): a corpus is one call."),
+    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON (docs/json-shapes.md); with "
+                                                      "several files, a JSON array of one report per file."),
+    as_jsonl: bool = typer.Option(False, "--jsonl", help="Print one JSON report per line, per file, as each "
+                                                        "is done."),
     target: str = typer.Option(None, "--target", help="Device class(es), comma-separated: describe and lint the "
                                                       "graph each tier's runtime runs (in its container)."),
     runtime: bool = typer.Option(True, "--runtime/--no-runtime",
                                  help="With --target: describe the runtime graph in the tier's container "
                                       "(--no-runtime judges the file only, no Docker)."),
 ) -> None:
-    """Describe, fingerprint and lint an artifact; exit 1 when a finding is an error."""
-    report, code = inspect_report(artifact, target, runtime=runtime)
+    """Describe, fingerprint and lint artifacts; exit 1 when a finding is an error, 2 when a file is unusable."""
+    if len(artifacts) == 1 and not as_jsonl:
+        report, code = inspect_report(artifacts[0], target, runtime=runtime)
+        typer.echo(json.dumps(report, indent=1)) if as_json else _print_inspect(report)
+        raise typer.Exit(code)
+    reports, tally = [], {"ok": 0, "with errors": 0, "unusable": 0}
+    for path in artifacts:
+        report, _ = inspect_one(path, target, runtime=runtime)
+        tally["unusable" if "error" in report else "ok" if report["ok"] else "with errors"] += 1
+        if as_jsonl:
+            typer.echo(json.dumps(report))
+        elif as_json:
+            reports.append(report)
+        elif "error" in report:
+            typer.echo(f"tiergate: error: {report['error']}", err=True)
+        else:
+            _print_inspect(report)
     if as_json:
-        typer.echo(json.dumps(report, indent=1))
-    else:
-        _print_inspect(report)
-    raise typer.Exit(code)
+        typer.echo(json.dumps(reports, indent=1))
+    elif not as_jsonl:
+        typer.echo(f"{len(artifacts)} files: " + ", ".join(f"{n} {kind}" for kind, n in tally.items()))
+    raise typer.Exit(EXIT_UNUSABLE if tally["unusable"] else EXIT_FAIL if tally["with errors"] else EXIT_OK)
+
+
+def inspect_one(path: Path, target: str | None = None, *, runtime: bool = True) -> tuple[dict, int]:
+    """inspect_report for one file of several: an unusable file is a report with its one-line "error" (exit 2
+    for it), so the other files are still inspected."""
+    from tiergate.errors import TiergateError
+
+    try:
+        return inspect_report(path, target, runtime=runtime)
+    except TiergateError as exc:
+        return {"version": JSON_VERSION, "artifact": {"path": str(path)}, "error": str(exc), "ok": False}, \
+            EXIT_UNUSABLE
 
 
 def _print_inspect(report: dict) -> None:

@@ -7,8 +7,10 @@ the installed onnxruntime, not a hand-kept list.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from functools import cache
+from pathlib import Path
 
 import onnx
 import onnx.defs
@@ -92,18 +94,79 @@ def check_node(node, opsets: dict[str, int], dtypes: dict[str, str], provider: s
 
 
 def load_problem(path) -> str | None:
-    """The host onnxruntime's own message when it refuses to load the model (CPU EP, no
-    optimization), or None when it loads: the last word on "unsupported" at file level."""
+    """The host onnxruntime's own message when it refuses to create a session for the model (CPU EP,
+    the default optimization level a plain session uses, as the harness; no inference), or None when it
+    loads: the last word on "unsupported" at file level. Cached per file content."""
+    path = Path(path)
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return _load_problem(str(path), stat.st_size, stat.st_mtime_ns)
+
+
+@cache
+def _load_problem(path: str, size: int, mtime_ns: int) -> str | None:
     import onnxruntime as ort
 
     options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     options.log_severity_level = 4
+    options.intra_op_num_threads = 1
+    options.inter_op_num_threads = 1
     try:
-        ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
     except Exception as exc:  # noqa: BLE001 - any refusal is the answer, in the runtime's words
-        return " ".join(str(exc).split())[:400] or type(exc).__name__
+        return runtime_words(str(exc)) or type(exc).__name__
     return None
+
+
+def host_version() -> str:
+    import onnxruntime as ort
+
+    return ort.__version__
+
+
+# "/onnxruntime_src/onnxruntime/core/graph/model.cc:256 onnxruntime::Model::Model(...) " and "Load model from X
+# failed:": where in onnxruntime's source the refusal was raised, not what it says
+_SOURCE = re.compile(r"/onnxruntime_src/\S+:\d+ ")
+_LOAD_FROM = re.compile(r"Load model from .*? failed:")
+_IR = re.compile(r"Unsupported model IR version: (\d+), max supported IR version: (\d+)")
+_OPSET = re.compile(r"Opset (\d+) is under development.*?official support for domain (\S+) is till opset (\d+)")
+
+
+def runtime_words(text: str, limit: int = 800) -> str:
+    """onnxruntime's message on one line, without its source locations and C++ signatures."""
+    text = _LOAD_FROM.sub("", " ".join(str(text).split()))
+    while (match := _SOURCE.search(text)) is not None:
+        text = text[:match.start()] + _skip_signature(text[match.end():])
+    return text.strip()[:limit]
+
+
+def _skip_signature(rest: str) -> str:
+    """Drop a leading "type name(args) " (a C++ function signature, parentheses balanced)."""
+    head = rest.find("(")
+    if head < 0 or " " not in rest[:head].strip() and "::" not in rest[:head]:
+        return rest
+    depth = 0
+    for k in range(head, len(rest)):
+        depth += {"(": 1, ")": -1}.get(rest[k], 0)
+        if depth == 0:
+            return re.sub(r"^\S*\s*", "", rest[k + 1:])     # and what trails it (::<lambda()>, const)
+    return rest
+
+
+def why_refused(message: str, version: str | None = None) -> str:
+    """An IR version or opset beyond what onnxruntime `version` (default: the host's) reads, named as such
+    ("" otherwise)."""
+    version = version or host_version()
+    ir = _IR.search(message)
+    if ir:
+        return f"IR version {ir.group(1)} is newer than onnxruntime {version} reads (up to IR version {ir.group(2)})"
+    opset = _OPSET.search(message)
+    if opset:
+        return (f"opset {opset.group(1)} of domain {opset.group(2)} is newer than onnxruntime {version} supports "
+                f"(up to opset {opset.group(3)})")
+    return ""
 
 
 def _label(domain: str, op: str) -> str:

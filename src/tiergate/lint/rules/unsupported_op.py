@@ -1,10 +1,14 @@
-"""unsupported-op: an op the device class's runtime cannot run natively.
+"""unsupported-op: an op (or the model) the device class's runtime cannot run natively.
 
 ONNX (onnxruntime, onnxruntime-gpu): no kernel in the execution provider for the op,
 its opset version or its element types (asked of onnxruntime's kernel registry).
 On the CPU EP that means the session cannot be created (error); on the CUDA EP the
-node falls back to the CPU (warning). TFLite: custom and Flex ops (error), and
-builtins the XNNPACK delegate does not take (warning).
+node falls back to the CPU (warning). Judged on the file, the host's onnxruntime is
+always asked to create a session (no inference): a refusal no node explains (an IR
+version or opset newer than it reads, a kernel its registry lists but cannot build, a
+locale a kernel needs at start) is one error on the model, in the runtime's words.
+With the tier's runtime graph described, its own session decides. TFLite: custom and
+Flex ops (error), and builtins the XNNPACK delegate does not take (warning).
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from tiergate.lint import ort_coverage, tflite_coverage
 
 RULE = "unsupported-op"
 SEVERITY = "error"
-DESCRIPTION = "op the device class's runtime cannot run natively (falls back or fails)"
+DESCRIPTION = "op (or model) the device class's runtime cannot run natively (falls back or fails)"
 
 _FORMAT_OF_RUNTIME = {"onnxruntime": "onnx", "onnxruntime-gpu": "onnx", "tflite": "tflite"}
 _DEFAULT_RUNTIME = {"onnx": "onnxruntime", "tflite": "tflite"}
@@ -30,16 +34,18 @@ def check(ctx) -> list:
     described = ctx.runtime
     if described is not None and not described.ok:
         version = ", ".join(f"{k} {v}" for k, v in described.versions.items()) or runtime
+        words = ort_coverage.runtime_words(described.error) if artifact.format == "onnx" else described.error
+        why = ort_coverage.why_refused(words, described.versions.get("onnxruntime") or "(version not reported)") \
+            if artifact.format == "onnx" else ""
         return [_runtime_finding(ctx, ctx.finding(
             RULE, "error", f"tier {described.tier} ({described.target}, {version}, {described.machine}) "
-                           f"refuses the model: {described.error}"))]
+                           f"refuses the model: " + (f"{why} (it says: {words})" if why else words)))]
     if artifact.format == "tflite":
         return _tflite_described(ctx) if described is not None else _tflite(ctx)
-    findings = _onnx(ctx, runtime)
     if described is not None:
         # the tier's runtime loaded the model: nothing in it is unsupported there
-        findings = [f for f in findings if f.severity != "error"]
-    return findings
+        return [f for f in _onnx(ctx, runtime, ask=False) if f.severity != "error"]
+    return _onnx(ctx, runtime, ask=True)
 
 
 def _tflite(ctx) -> list:
@@ -81,7 +87,7 @@ def _runtime_finding(ctx, finding):
     return replace(finding, basis="runtime", target=ctx.runtime.target)
 
 
-def _onnx(ctx, runtime: str) -> list:
+def _onnx(ctx, runtime: str, *, ask: bool) -> list:
     provider, severity, findings = "CPUExecutionProvider", "error", []
     if runtime == "onnxruntime-gpu":
         if ort_coverage.has_provider("CUDAExecutionProvider"):
@@ -105,17 +111,30 @@ def _onnx(ctx, runtime: str) -> list:
             findings.append(ctx.finding(RULE, severity, verdict.reason + " (falls back to the CPU EP)", [node.index]))
         elif not verdict.ok:
             refused.append((node.index, verdict.reason))
-    return findings + _confirm_on_cpu(ctx, refused)
+    return findings + (_confirm_on_cpu(ctx, refused) if ask else [])
 
 
 def _confirm_on_cpu(ctx, refused: list[tuple[int, str]]) -> list:
-    """No kernel listed is an error only when onnxruntime really refuses the model; else the op
-    is rewritten or folded at load (info)."""
-    if not refused:
-        return []
+    """The host onnxruntime creates a session for the model (no inference). No kernel listed is an error only
+    when it really refuses the model; else the op is rewritten or folded at load (info). A refusal no node
+    explains is one error on the model."""
     problem = ort_coverage.load_problem(ctx.artifact.path)
     if problem is None:
         return [ctx.finding(RULE, "info", f"{reason}, but onnxruntime loads the model (rewritten or folded at load)",
                             [i]) for i, reason in refused]
-    return [ctx.finding(RULE, "error", f"{reason}: onnxruntime refuses the model: {problem}", [i])
-            for i, reason in refused]
+    if refused:
+        return [ctx.finding(RULE, "error", f"{reason}: onnxruntime refuses the model: {problem}", [i])
+                for i, reason in refused]
+    why = ort_coverage.why_refused(problem)
+    return [ctx.finding(RULE, "error", f"{_host(ctx)} refuses to create a session for the model"
+                        + (f": {why}" if why else "") + f" (it says: {problem})")]
+
+
+def _host(ctx) -> str:
+    """The host's onnxruntime, and the class's version where that differs (--target asks the class's own)."""
+    version = ort_coverage.host_version()
+    wanted = getattr(ctx.device_class, "runtime_version", "") or version
+    if wanted != version:
+        return (f"the host's onnxruntime {version} (the class {ctx.device_class.name} runs {wanted}: "
+                "--target describes it in the class's own runtime)")
+    return f"onnxruntime {version}"

@@ -42,7 +42,7 @@ from tiergate.execution.base import (FAILED_FILE, LOG_TAIL_LINES, Job, clear_out
                                      harness_spoke, host_fields, last_line, python_entrypoint, read_harness_result,
                                      tail)
 from tiergate.execution import janitor
-from tiergate.execution.engine import DEFAULT_ATTEMPTS, DEFAULT_BACKOFF_S, connect, with_retries
+from tiergate.execution.engine import DEFAULT_ATTEMPTS, DEFAULT_BACKOFF_S, connect, engine_problem, with_retries
 from tiergate.results import OUTPUTS_FILE, RESULT_FILE, TargetResult, failed
 from tiergate.results import save as results_save
 
@@ -88,11 +88,7 @@ class DockerBackend:
 
     def engine_problem(self) -> str | None:
         """Why this backend's engine does not answer, or None when it does (asked after a failed run)."""
-        try:
-            connect(self.docker_host, use_ssh_client=self.use_ssh_client).close()
-        except InfrastructureFault as exc:
-            return exc.one_line()
-        return None
+        return engine_problem(self.docker_host, use_ssh_client=self.use_ssh_client)
 
     # one attempt: any engine fault raised from here is retried by run_many()
     def _attempt(self, jobs: list[Job], hosts: list[dict]) -> list[TargetResult]:

@@ -1,7 +1,11 @@
-"""A tier is the device it names: PaddleOCR's direction classifier quantized s8s8 on an AVX2 edge x86 (emulated
-Haswell, whatever this host has), this host's own x86 CPU, and an emulated Cortex-A76. onnxruntime's MLAS picks
-its int8 kernels from CPUID, so the AVX2 tier must lose what such a device loses on any host, and every run must
-say which CPU its runtime saw (CPUID / HWCAP inside the container)."""
+"""A tier is the device it names: PaddleOCR's direction classifier quantized s8s8 (kit.int8_s8s8) on an AVX2 edge
+x86 (emulated Haswell, whatever this host has), this host's own x86 CPU and an emulated Cortex-A76. onnxruntime's
+MLAS picks its int8 kernels from CPUID / HWCAP: the AVX2 tier must lose what such a device loses on any host, the
+Cortex-A76 (dotprod, exact int8 products) agrees with FP32, and every run says which CPU its runtime saw.
+
+96 lines: the AVX2 tier's loss is beyond noise from 72 on (this data is rendered from a seed and QEMU's Haswell is
+deterministic, so the verdict is the same on every host); the FP32 reference costs about 4 s a line under the
+emulated Haswell (QEMU computes x86 vector floats in software), which makes this the suite's slowest test."""
 
 from __future__ import annotations
 
@@ -18,7 +22,7 @@ from . import kit
 
 pytestmark = [pytest.mark.realmodels, pytest.mark.docker, pytest.mark.emulated, pytest.mark.slow]
 AVX2, X86, ARM = "x86_64-avx2-onnxruntime", "x86_64-cpu-onnxruntime", "arm64-cpu-onnxruntime"
-LINES = 160
+LINES = 96
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ import pytest
 from tiergate import targets
 from tiergate.errors import InputError
 
-REQUIRED = ["x86_64-cpu-onnxruntime", "x86_64-cpu-tflite", "arm64-cpu-onnxruntime",
+REQUIRED = ["x86_64-cpu-onnxruntime", "x86_64-cpu-tflite", "x86_64-avx2-onnxruntime", "arm64-cpu-onnxruntime",
             "arm64-cpu-tflite", "cuda-gpu-onnxruntime"]
 
 GOOD = """tier = "t"
@@ -55,6 +55,12 @@ def test_adding_a_class_is_adding_a_file(tmp_path):
     (GOOD + '[container]\nmemory = "lots"\n', "container.memory"),
     (GOOD + 'emulated_cpu = "Cortex A76!"\n', "emulated_cpu"),
     (GOOD.replace('execution = "emulated"', 'execution = "native"') + 'emulated_cpu = "cortex-a76"\n', "emulated_cpu"),
+    (GOOD + '[cpu]\nrequires = ["AVX 2"]\n', "cpu.requires"),
+    (GOOD + '[cpu]\nlacks = "sve"\n', "cpu.lacks"),
+    (GOOD + '[cpu]\nrequires = ["sve"]\nlacks = ["sve"]\n', "cpu"),
+    (GOOD + '[cpu]\non_mismatch = "ignore"\n', "cpu.on_mismatch"),
+    (GOOD.replace('execution = "emulated"', 'execution = "native"') + '[cpu]\non_mismatch = "emulate"\n',
+     "cpu.on_mismatch"),
     (GOOD + "[evaluation]\nbatch = -1\n", "evaluation.batch"),
     (GOOD + "[evaluation]\nlatency_calls = 0\n", "evaluation.latency_calls"),
     (GOOD + "[evaluation]\nshard = 2\n", "evaluation.shard"),
@@ -121,3 +127,72 @@ def test_evaluation_defaults_follow_the_execution(tmp_path, monkeypatch):
     assert nat.evaluation.shard_count(nat, 1000) == 1 and nat.evaluation.shard_count(nat, 1000, 5) == 5
     assert fixed.evaluation.shard_count(fixed, 2) == 2 and fixed.evaluation.shard_count(fixed, 1000) == 3
     assert cat["emu"].emulated_cpu is None and cat["emu"].container_env == {}
+
+
+# --- the CPU behind a class -----------------------------------------------------------------------------------
+
+NATIVE_X86 = """tier = "edge"
+arch = "amd64"
+runtime = "onnxruntime"
+runtime_version = "1.31.1"
+threads = 1
+execution = "native"
+cost_per_hour = 0.01
+"""
+
+
+def _host(monkeypatch, *features, model="Test CPU"):
+    monkeypatch.setattr(targets, "host_cpu", lambda: (model, frozenset(features)))
+
+
+def test_a_native_class_is_refused_on_a_host_whose_cpu_is_not_the_devices(tmp_path, monkeypatch):
+    from tiergate.errors import EnvironmentProblem
+
+    (tmp_path / "avx2-box.toml").write_text(NATIVE_X86 + '[cpu]\nrequires = ["avx2", "fma"]\n'
+                                                         'lacks = ["avx512_vnni", "avx512f"]\n')
+    _host(monkeypatch, "sse2", "avx2", "fma")
+    assert targets.resolve("avx2-box", tmp_path)[0].execution == "native"        # the device's CPU: runs natively
+    _host(monkeypatch, "sse2", "avx2", "fma", "avx512f", "avx512_vnni")
+    with pytest.raises(EnvironmentProblem) as caught:
+        targets.resolve("avx2-box", tmp_path)
+    line = caught.value.one_line()
+    assert caught.value.exit_code == 2 and "avx2-box" in line and "has avx512_vnni, avx512f, which the device lacks" \
+        in line.replace("avx512f, avx512_vnni", "avx512_vnni, avx512f") and "\n" not in line
+    _host(monkeypatch, "sse2")
+    with pytest.raises(EnvironmentProblem, match="lacks avx2, fma, which the device has"):
+        targets.resolve("avx2-box", tmp_path)
+    assert targets.resolve("avx2-box", tmp_path, host=False)[0].execution == "native"   # the catalogue as written
+
+
+def test_a_native_class_may_emulate_its_cpu_instead(tmp_path, monkeypatch):
+    (tmp_path / "avx2-box.toml").write_text(NATIVE_X86 + 'emulated_cpu = "Haswell-noTSX"\n[cpu]\nlacks = '
+                                                         '["avx512_vnni"]\non_mismatch = "emulate"\n')
+    _host(monkeypatch, "avx2", "avx512_vnni")
+    dc = targets.resolve("avx2-box", tmp_path)[0]
+    assert dc.emulated and dc.evaluation.batch == 64
+    assert dc.launcher == [targets.EMULATOR_IN_IMAGE, "-cpu", "Haswell-noTSX"] and dc.cpu_key == "Haswell-noTSX"
+    assert targets.cpu_verdict(dc)[0] == "emulated"
+
+
+def test_the_cpu_is_part_of_a_native_class_s_identity(monkeypatch):
+    dc = targets.catalogue()["x86_64-cpu-onnxruntime"]
+    _host(monkeypatch, "avx2", "fma")
+    without_vnni = dc.cpu_key
+    _host(monkeypatch, "avx2", "fma", "avx512_vnni")
+    assert dc.cpu_key != without_vnni and dc.cpu_key.startswith("host-")
+    assert targets.catalogue()["arm64-cpu-onnxruntime"].cpu_key == "cortex-a76"
+    avx2 = targets.catalogue()["x86_64-avx2-onnxruntime"]
+    assert avx2.emulated and avx2.launcher[1:] == ["-cpu", "Haswell-noTSX"]
+    assert avx2.cpu.requires == ("avx2", "fma") and "avx512_vnni" in avx2.cpu.lacks
+
+
+def test_host_cpu_reads_proc_cpuinfo(tmp_path, monkeypatch):
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nmodel name\t: Some CPU\nflags\t\t: fpu sse2 avx2 fma\n\n"
+                    "processor\t: 1\nmodel name\t: Some CPU\nflags\t\t: fpu sse2 avx2 fma\n")
+    monkeypatch.setattr(targets, "CPUINFO", info)
+    targets.host_cpu.cache_clear()
+    try:
+        assert targets.host_cpu() == ("Some CPU", frozenset({"fpu", "sse2", "avx2", "fma"}))
+    finally:
+        targets.host_cpu.cache_clear()

@@ -484,6 +484,7 @@ def write(args, runner, batch, n, outputs, latencies):
         "runtime": args.runtime,
         "versions": versions,
         "machine": platform.machine(),
+        "cpu": _plugin("harness_cpu").cpu_info(),
         "threads": args.threads,
         "batch_size": batch,
         "n_samples": n,

@@ -135,15 +135,30 @@ def plan_runtime_image(dc: DeviceClass, *, client, base_image: str | None = None
     pip_conf = image_pip_conf()
     harness_sha = harness_sha256()
     versions = lock_versions(lock, dc)
+    emulator = emulator_path(dc)
     digest = _digest([dc.runtime, dc.arch, base, base_id, pip_mode, lock, pip_conf,
                       json.dumps(buildargs, sort_keys=True), hashlib.sha256(cas).hexdigest(), harness_sha,
-                      file_sha256(recipe)])
+                      file_sha256(recipe)] + ([file_sha256(emulator)] if emulator else []))
     labels = {f"{LABEL}.runtime": dc.runtime, f"{LABEL}.arch": dc.arch, f"{LABEL}.base_image": base,
               f"{LABEL}.versions": json.dumps(versions, sort_keys=True), f"{LABEL}.harness.sha256": harness_sha,
               f"{LABEL}.requirements": dc.build.requirements,
               f"{LABEL}.env": json.dumps(dc.build.env, sort_keys=True)}
+    if emulator:
+        labels[f"{LABEL}.emulator"] = f"{emulator.name} {file_sha256(emulator)[:16]}"
     return RuntimePlan(dc, f"tiergate/runtime-{dc.runtime}-{dc.arch}:{digest[:20]}", base, base_id, lock,
                        buildargs, cas, pip_conf, pip_mode, ca_bundle is not None, versions, labels)
+
+
+def emulator_path(dc: DeviceClass) -> Path | None:
+    """The QEMU user-mode binary an emulated x86 class's runtime image holds (scripts/setup fetches it), or None
+    when the class needs none."""
+    if not dc.launcher:
+        return None
+    path = Path(os.environ.get("TIERGATE_SYSTEM_DIR") or "/opt/tiergate") / "qemu" / Path(dc.launcher[0]).name
+    if not path.is_file():
+        raise EnvironmentProblem(f"{dc.name} emulates its CPU with {path.name}, which is not at {path}",
+                                 hint="run scripts/setup (it fetches QEMU 10's qemu-user binaries)")
+    return path
 
 
 def runtime_build_args(dc: DeviceClass, base: str) -> dict[str, str]:
@@ -195,8 +210,11 @@ def _runtime_context(plan: RuntimePlan, client, ctx: Path) -> None:
     (ctx / "requirements.txt").write_text(plan.lock)
     (ctx / "ca-bundle.crt").write_bytes(plan.ca_bundle)
     (ctx / "pip.conf").write_text(plan.pip_conf)
-    for name in ("site-packages", "out", "data"):
+    for name in ("site-packages", "out", "data", "emulator"):
         (ctx / name).mkdir()
+    emulator = emulator_path(dc)
+    if emulator is not None:
+        shutil.copy(emulator, ctx / "emulator" / emulator.name)
     root = containers_dir() / HARNESS_DIR
     for path in harness_files():
         target = ctx / HARNESS_DIR / path.relative_to(root)

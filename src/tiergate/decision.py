@@ -287,14 +287,33 @@ class GateRun:
 
 
 def runtime_summary(runtime: dict[str, dict]) -> dict[str, dict]:
-    """Per device class, what its runtime executes of the candidate: ops at the tier's own level."""
+    """Per device class, what its runtime executes of the candidate: ops at the tier's own level, and the CPU
+    it saw."""
     summary = {}
     for name, graph in runtime.items():
         level = graph.get("default_level") or ""
         ops = graph.get("ops", {})
         summary[name] = {"ok": graph.get("ok", False), "error": graph.get("error", ""), "level": level,
-                         "ops": ops.get(level, {}) if level else ops, "placement": graph.get("placement", {})}
+                         "ops": ops.get(level, {}) if level else ops, "placement": graph.get("placement", {}),
+                         "cpu": graph.get("cpu", {})}
     return summary
+
+
+def cpu_text(cpu: dict, limit: int = 8) -> str:
+    """'Intel Core Processor (Haswell): avx2 fma ...' : a CPU as a runtime saw it, its decisive features first."""
+    if not cpu:
+        return ""
+    features = list(cpu.get("features", []))
+    first = [f for f in DECISIVE_FEATURES if f in features]
+    rest = [f for f in features if f not in first]
+    shown = (first + rest)[:limit]
+    more = f" +{len(features) - len(shown)}" if len(features) > len(shown) else ""
+    return f"{cpu.get('model', '?')}: {' '.join(shown)}{more}"
+
+
+# the features that decide which kernels a runtime picks (MLAS, XNNPACK): shown first
+DECISIVE_FEATURES = ("avx512_vnni", "avx_vnni", "avx512f", "avx512bw", "avx2", "fma", "avx", "sse4_1", "sve2", "sve",
+                     "i8mm", "asimddp", "asimdhp", "asimd")
 
 
 def _fmt(value) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import os
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -130,6 +131,27 @@ def check_host_runtimes() -> Check:
     return Check("host runtimes", "ok", ", ".join(found))
 
 
+def check_cpu() -> list[Check]:
+    """The host CPU's features that decide a runtime's kernels, then each shipped class: native, emulated, or
+    refused here (its [cpu] table against this CPU), and the emulator an emulated x86 class needs."""
+    from tiergate.decision import DECISIVE_FEATURES, cpu_text
+    from tiergate.targets import catalogue, cpu_verdict, host_cpu
+
+    model, features = host_cpu()
+    shown = {"model": model or "?", "features": sorted(f for f in features if f in DECISIVE_FEATURES)}
+    checks = [Check("host cpu", "ok" if features else "warn", cpu_text(shown, limit=len(DECISIVE_FEATURES))
+                    or "no CPU features in /proc/cpuinfo")]
+    qemu = Path(os.environ.get("TIERGATE_SYSTEM_DIR") or "/opt/tiergate") / "qemu" / "qemu-x86_64"
+    for dc in catalogue().values():
+        verdict, why = cpu_verdict(dc, features)
+        status = {"native": "ok", "emulated": "ok", "refused": "warn"}[verdict]
+        fix = "" if verdict != "refused" else "run it on a host with the device's CPU, or [cpu] on_mismatch = emulate"
+        if verdict == "emulated" and dc.arch == "amd64" and not qemu.is_file():
+            status, fix = "fail", "scripts/setup (fetches qemu-x86_64)"
+        checks.append(Check(f"class {dc.name}", status, f"{verdict}: {why}", fix))
+    return checks
+
+
 def docker_client():
     """A client for the engine named by DOCKER_HOST (or the local socket), or None."""
     try:
@@ -147,4 +169,5 @@ def run_checks() -> list[Check]:
     checks = [check_engine(client), check_emulation_registration(), check_arm64_container(client)]
     checks += check_base_images(client)
     checks += [check_gpu(), check_disk(), check_host_runtimes()]
+    checks += check_cpu()
     return checks

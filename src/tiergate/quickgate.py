@@ -355,7 +355,7 @@ def _runtime_as_cached(request: GateRequest, gate_run, recorder: Recorder):
             continue
         image = recorder.images[(dc.name, candidate.sha256)]
         graph, found = recorder.builder.describe(dc, candidate, image)
-        folder = state.graph_folder(candidate.sha256, graph.get("image_id", ""), describer, dc.emulated_cpu)
+        folder = state.graph_folder(candidate.sha256, graph.get("image_id", ""), describer, dc.cpu_key)
         if graph.get("cached") is not True or not folder.is_dir():
             raise NoFastPath(f"the runtime graph on {dc.name} is not in the describe cache")
         runtime[dc.name] = graph

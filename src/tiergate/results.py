@@ -35,6 +35,7 @@ class TargetResult:
     runtime: str = ""                # onnxruntime | tflite | onnxruntime-gpu
     versions: dict[str, str] = field(default_factory=dict)  # runtime, numpy, python
     machine: str = ""                # uname -m inside the run: x86_64, aarch64
+    cpu: dict = field(default_factory=dict)   # the CPU the runtime saw: {"model", "features", "source"} (harness_cpu)
     emulated: bool = False
     threads: int = 1
     batch_size: int = 1

@@ -60,6 +60,7 @@ class RuntimeGraph:
     needs_delegate: list[str] = field(default_factory=list)   # tflite: what fails without XNNPACK
     seconds: float = 0.0                # the container run that produced it
     cached: bool = False
+    cpu: dict = field(default_factory=dict)   # the CPU the runtime saw: {"model", "features"} (CPUID / HWCAP)
 
     @property
     def runtime_artifact(self) -> Artifact | None:
@@ -75,7 +76,8 @@ class RuntimeGraph:
                "emulated": self.emulated, "image": self.image, "image_id": self.image_id,
                "ok": self.ok, "error": self.error, "versions": self.versions,
                "placement": self.placement, "nodes": self.nodes,
-               "seconds": self.seconds, "cached": self.cached}
+               "seconds": self.seconds, "cached": self.cached,
+               "cpu": {k: v for k, v in self.cpu.items() if k in ("model", "features")}}
         if self.runtime.startswith("onnxruntime"):
             doc.update(default_level=self.default_level, providers=self.providers,
                        levels={name: lvl.to_json() for name, lvl in self.levels.items()},
@@ -97,7 +99,7 @@ def parse_describe(folder: Path, *, target: str, tier: str, runtime: str, emulat
     graph = RuntimeGraph(target=target, tier=tier, runtime=runtime, machine=doc.get("machine", ""),
                          emulated=emulated, image=image, image_id=image_id, artifact_sha256=artifact_sha256,
                          ok=bool(doc.get("ok")), error=doc.get("error", ""), versions=doc.get("versions", {}),
-                         seconds=seconds, cached=cached)
+                         seconds=seconds, cached=cached, cpu=dict(doc.get("cpu") or {}))
     if not graph.ok:
         return graph
     if runtime == "tflite":

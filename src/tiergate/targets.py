@@ -6,12 +6,15 @@ error names the file and the field.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import hashlib
 import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tiergate.errors import InputError
+from tiergate.errors import EnvironmentProblem, InputError
 from tiergate.paths import containers_dir, targets_dir
 
 ARCHES = ("amd64", "arm64")
@@ -20,7 +23,8 @@ EXECUTIONS = ("native", "emulated", "remote")
 MACHINE_OF_ARCH = {"amd64": "x86_64", "arm64": "aarch64"}
 FORMAT_OF_RUNTIME = {"onnxruntime": "onnx", "onnxruntime-gpu": "onnx", "tflite": "tflite"}
 _NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
-_CPU = re.compile(r"^[a-z0-9][a-z0-9._-]{0,39}$")
+_CPU = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,39}$")
+_FEATURE = re.compile(r"^[a-z0-9_]{1,32}$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # The runtime recipe (containers/runtime/Dockerfile) has this many ENV slots for [build] env,
 # and sets these variables itself (the harness's contract), so a device class may not.
@@ -123,6 +127,25 @@ class Evaluation:
         return max(1, min(wanted, n_samples))
 
 
+@dataclass(frozen=True)
+class CpuSpec:
+    """The [cpu] table: the features the device's CPU has that its runtime may pick kernels by (`requires`), those
+    it does not have (`lacks`), and what a native class does on a host whose CPU differs (`on_mismatch`: "refuse",
+    exit 2, or "emulate": run under QEMU with the class's `emulated_cpu`). Names as /proc/cpuinfo spells them."""
+
+    requires: tuple[str, ...] = ()
+    lacks: tuple[str, ...] = ()
+    on_mismatch: str = "refuse"
+
+    def differences(self, features) -> list[str]:
+        """What a CPU with these features does differently from the device: [] when it is the device's."""
+        have = set(features)
+        missing = [f for f in self.requires if f not in have]
+        extra = [f for f in self.lacks if f in have]
+        return ([f"lacks {', '.join(missing)}, which the device has"] if missing else []) + \
+            ([f"has {', '.join(extra)}, which the device lacks"] if extra else [])
+
+
 def available_cores() -> int:
     import os
 
@@ -153,6 +176,7 @@ class DeviceClass:
     build: RuntimeBuild | None = None  # None: the runtime's defaults (filled in on creation)
     evaluation: Evaluation | None = None  # None: the execution's defaults (filled in on creation)
     emulated_cpu: str | None = None      # emulated classes: the CPU model QEMU presents (QEMU_CPU), e.g. cortex-a76
+    cpu: CpuSpec = field(default_factory=lambda: CpuSpec())   # the [cpu] table: what the device's CPU has and lacks
 
     def __post_init__(self):
         if self.build is None:
@@ -169,6 +193,25 @@ class DeviceClass:
         """Environment every container of this class gets: the emulated CPU model for QEMU user mode (it
         decides which kernels the runtime picks, as the device's own CPU would)."""
         return {"QEMU_CPU": self.emulated_cpu} if self.emulated_cpu else {}
+
+    @property
+    def launcher(self) -> list[str]:
+        """The command the runtime's Python is started under in this class's containers: QEMU user mode, started
+        explicitly, for an emulated x86 CPU (never binfmt_misc for the host's own architecture); [] otherwise
+        (arm64 classes are emulated through binfmt_misc, with QEMU_CPU)."""
+        if self.emulated and self.arch == "amd64":
+            return [EMULATOR_IN_IMAGE, "-cpu", self.emulated_cpu or "qemu64"]
+        return []
+
+    @property
+    def cpu_key(self) -> str:
+        """The CPU a run of this class runs on, for the run and describe cache keys: the emulated model, or the
+        local host's CPU (its model and features) for a native class on the local engine."""
+        if self.emulated:
+            return self.emulated_cpu or "qemu-default"
+        if self.docker_host in ("local", None) and self.execution != "remote":
+            return host_cpu_key()
+        return ""
 
     @property
     def machine(self) -> str:
@@ -205,7 +248,11 @@ _FIELDS: dict[str, tuple[type | tuple[type, ...], bool]] = {
     "build": (dict, False),
     "evaluation": (dict, False),
     "emulated_cpu": (str, False),
+    "cpu": (dict, False),
 }
+_CPU_FIELDS = {"requires": list, "lacks": list, "on_mismatch": str}
+ON_MISMATCH = ("refuse", "emulate")
+EMULATOR_IN_IMAGE = "/opt/tiergate/emulator/qemu-x86_64"   # in the runtime image of an emulated x86 class
 _BUILD_FIELDS = {"requirements": str, "env": dict}
 _EVALUATION_FIELDS = {"batch": int, "latency_calls": int, "shards": int}
 _LIMIT_FIELDS = {"memory": str, "pids_limit": int, "timeout_s": int}
@@ -266,12 +313,16 @@ def parse_device_class(path: Path, data: dict) -> DeviceClass:
     limits = _parse_limits(path, data.get("container", {}), data.get("memory_limit_mb"))
     build = _parse_build(path, data["runtime"], data.get("build", {}))
     evaluation = _parse_evaluation(path, data["execution"], data.get("evaluation", {}))
+    cpu_spec = _parse_cpu(path, data.get("cpu", {}))
     cpu = data.get("emulated_cpu")
     if cpu is not None:
-        if data["execution"] != "emulated":
-            raise _bad(path, "emulated_cpu", "applies to emulated classes only (execution = \"emulated\")")
+        if data["execution"] != "emulated" and cpu_spec.on_mismatch != "emulate":
+            raise _bad(path, "emulated_cpu", "applies to emulated classes (execution = \"emulated\"), and to native "
+                       "ones that emulate on a host whose CPU differs ([cpu] on_mismatch = \"emulate\")")
         if not _CPU.match(cpu):
-            raise _bad(path, "emulated_cpu", f"must name a QEMU CPU model (e.g. cortex-a76, neoverse-n1), got {cpu!r}")
+            raise _bad(path, "emulated_cpu", f"must name a QEMU CPU model (e.g. cortex-a76, Haswell-noTSX), got {cpu!r}")
+    if cpu_spec.on_mismatch == "emulate" and cpu is None:
+        raise _bad(path, "cpu.on_mismatch", "is \"emulate\": name the CPU to emulate in emulated_cpu")
     tags = data.get("cost_tags", {})
     for key, value in tags.items():
         if not isinstance(value, str):
@@ -296,7 +347,28 @@ def parse_device_class(path: Path, data: dict) -> DeviceClass:
         build=build,
         evaluation=evaluation,
         emulated_cpu=cpu,
+        cpu=cpu_spec,
     )
+
+
+def _parse_cpu(path: Path, table: dict) -> CpuSpec:
+    """The [cpu] table: feature names as /proc/cpuinfo spells them."""
+    for key, value in table.items():
+        if key not in _CPU_FIELDS:
+            raise _bad(path, f"cpu.{key}", f"is unknown (known: {', '.join(_CPU_FIELDS)})")
+        _check_type(path, f"cpu.{key}", value, _CPU_FIELDS[key])
+    for key in ("requires", "lacks"):
+        for name in table.get(key, []):
+            if not isinstance(name, str) or not _FEATURE.match(name):
+                raise _bad(path, f"cpu.{key}", f"must list CPU feature names as /proc/cpuinfo spells them (avx2, "
+                           f"avx512_vnni, asimddp, ...), got {name!r}")
+    both = set(table.get("requires", [])) & set(table.get("lacks", []))
+    if both:
+        raise _bad(path, "cpu", f"names {', '.join(sorted(both))} both as required and as lacking")
+    on_mismatch = table.get("on_mismatch", "refuse")
+    if on_mismatch not in ON_MISMATCH:
+        raise _bad(path, "cpu.on_mismatch", f"must be one of {', '.join(ON_MISMATCH)}, got {on_mismatch!r}")
+    return CpuSpec(tuple(table.get("requires", [])), tuple(table.get("lacks", [])), on_mismatch)
 
 
 def _parse_evaluation(path: Path, execution: str, table: dict) -> Evaluation:
@@ -382,8 +454,9 @@ def catalogue(directory: Path | None = None) -> dict[str, DeviceClass]:
     return {dc.name: dc for dc in map(load_device_class_file, sorted(directory.glob("*.toml")))}
 
 
-def resolve(names: str | list[str], directory: Path | None = None) -> list[DeviceClass]:
-    """Device classes by name (a comma-separated string or a list); unknown names are errors."""
+def resolve(names: str | list[str], directory: Path | None = None, *, host: bool = True) -> list[DeviceClass]:
+    """Device classes by name (a comma-separated string or a list); unknown names are errors. With `host`, each
+    as it runs on this host (for_this_host: a native class whose CPU this host does not have is refused)."""
     wanted = [n.strip() for n in (names.split(",") if isinstance(names, str) else names)]
     wanted = [n for n in wanted if n]
     if not wanted:
@@ -395,4 +468,62 @@ def resolve(names: str | list[str], directory: Path | None = None) -> list[Devic
             f"unknown device class {', '.join(map(repr, missing))}; "
             f"known: {', '.join(sorted(known))}"
         )
-    return [known[n] for n in wanted]
+    return [for_this_host(known[n]) for n in wanted] if host else [known[n] for n in wanted]
+
+
+# --- the CPU behind a class -------------------------------------------------------------------------------
+
+CPUINFO = Path("/proc/cpuinfo")
+
+
+@functools.lru_cache(maxsize=1)
+def host_cpu() -> tuple[str, frozenset[str]]:
+    """(model name, feature flags) of this machine's CPU as its kernel reports them (/proc/cpuinfo)."""
+    model, features = "", frozenset()
+    try:
+        text = CPUINFO.read_text()
+    except OSError:
+        return model, features
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        key = key.strip().lower()
+        if key in ("model name", "cpu part") and not model:
+            model = value.strip()
+        elif key in ("flags", "features") and not features:
+            features = frozenset(value.split())
+    return model, features
+
+
+def host_cpu_key() -> str:
+    model, features = host_cpu()
+    return "host-" + hashlib.sha256(("\0".join([model, *sorted(features)])).encode()).hexdigest()[:12]
+
+
+def cpu_verdict(dc: DeviceClass, features=None) -> tuple[str, str]:
+    """How a class runs on this host: ("native" | "emulated" | "refused", why)."""
+    if dc.emulated:
+        return "emulated", f"QEMU {dc.emulated_cpu or 'default CPU'}"
+    if dc.docker_host not in ("local", None) or dc.execution == "remote":
+        return "native", f"on {dc.docker_host} (its CPU is reported by its runs)"
+    differences = dc.cpu.differences(host_cpu()[1] if features is None else features)
+    if not differences:
+        return "native", "this host's CPU"
+    why = "this host's CPU " + " and ".join(differences)
+    if dc.cpu.on_mismatch == "emulate":
+        return "emulated", f"{why}: emulating {dc.emulated_cpu}"
+    return "refused", why
+
+
+def for_this_host(dc: DeviceClass) -> DeviceClass:
+    """The class as it runs here: a native class on a host whose CPU is not the device's is refused (exit 2) with
+    the difference named, or emulated when the class says so ([cpu] on_mismatch = "emulate")."""
+    verdict, why = cpu_verdict(dc)
+    if verdict == "refused":
+        raise EnvironmentProblem(f"device class {dc.name}: {why}, so its runtime would pick kernels the device does "
+                                 "not run", hint=f'run it on a host with that CPU, or set [cpu] on_mismatch = '
+                                 f'"emulate" and emulated_cpu in {dc.source or dc.name}')
+    if verdict == "emulated" and not dc.emulated:
+        own = dc.evaluation != default_evaluation(dc.execution)    # an [evaluation] table of its own stays
+        return dataclasses.replace(dc, execution="emulated",
+                                   evaluation=dc.evaluation if own else default_evaluation("emulated"))
+    return dc

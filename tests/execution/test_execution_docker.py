@@ -31,8 +31,23 @@ def _ok_and_close(result, out_dir, reference, machine, emulated, tol):
     assert saved.machine == machine and saved.status == "ok" and saved.emulated is emulated
 
 
+def _cpu_is_the_classes(dc_name: str, cpu: dict) -> None:
+    """The CPU the runtime saw inside the container (CPUID / HWCAP) is the one the class names."""
+    from tiergate.targets import host_cpu
+
+    features = set(cpu["features"])
+    if dc_name == "x86_64-avx2-onnxruntime":      # a Haswell edge box, whatever this host has
+        assert {"avx2", "fma", "sse4_2"} <= features and not {"avx512f", "avx512_vnni", "avx_vnni"} & features
+        assert "Haswell" in cpu["model"]
+    elif dc_name == "arm64-cpu-onnxruntime":      # a Cortex-A76: dotprod, no SVE
+        assert {"asimd", "asimddp"} <= features and "sve" not in features
+    else:                                         # native: what this host has
+        assert features and features <= host_cpu()[1]
+
+
 @pytest.mark.parametrize("dc_name, machine, emulated", [
     ("x86_64-cpu-onnxruntime", "x86_64", False),
+    pytest.param("x86_64-avx2-onnxruntime", "x86_64", True, marks=[pytest.mark.emulated, pytest.mark.slow]),
     pytest.param("arm64-cpu-onnxruntime", "aarch64", True, marks=[pytest.mark.emulated, pytest.mark.slow]),
 ])
 def test_onnx_in_container_matches_host(images, models, data, tmp_path, dc_name, machine, emulated):
@@ -42,6 +57,8 @@ def test_onnx_in_container_matches_host(images, models, data, tmp_path, dc_name,
     assert result.versions["onnxruntime"] == "1.31.1"
     assert result.artifact_sha256 == kit.sha256(models["mlp"])
     assert results.load(tmp_path).data_sha256 == kit.sha256(data)
+    _cpu_is_the_classes(dc_name, result.cpu)
+    assert results.load(tmp_path).cpu == result.cpu                 # saved with the run
 
 
 @pytest.mark.parametrize("dc_name, machine, emulated", [

@@ -139,12 +139,13 @@ def _hook_modules(*extra, models, data, tmp_path) -> str:
 def test_hook_modules_are_imported_only_when_asked_for(models, data, tmp_path):
     from tiergate.paths import containers_dir
 
-    # the memory readings are part of every run; the other hooks come only with their option
-    assert _hook_modules(models=models, data=data, tmp_path=tmp_path) == "hook modules: ['harness_memory']"
+    # the CPU and memory readings are part of every run; the other hooks come only with their option
+    assert _hook_modules(models=models, data=data, tmp_path=tmp_path) == \
+        "hook modules: ['harness_cpu', 'harness_memory']"
     assert _hook_modules("--compare-rounds", "1", models=models, data=data, tmp_path=tmp_path) == \
-        "hook modules: ['harness_bench', 'harness_memory']"
+        "hook modules: ['harness_bench', 'harness_cpu', 'harness_memory']"
     assert _hook_modules("--profile", models=models, data=data, tmp_path=tmp_path) == \
-        "hook modules: ['harness_memory', 'harness_profile']"
+        "hook modules: ['harness_cpu', 'harness_memory', 'harness_profile']"
     assert not (containers_dir() / "harness" / "__pycache__").exists()  # no byte-code left in the source tree
 
 

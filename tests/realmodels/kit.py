@@ -9,6 +9,8 @@
   rotated 180 degrees, pre-processed as PaddleOCR's direction classifier expects; labels 0 upright, 1 rotated.
 - `int8_calibrated(source, folder, calibration)`: the classifier quantized to INT8 (QDQ) by onnxruntime's
   own static quantizer, calibrated on correctly pre-processed lines.
+- `int8_s8s8(source, folder, calibration)`: the same quantizer with signed activations and per-tensor weights and
+  no pre-processing (s8s8): onnxruntime's x86 int8 kernels give it different accuracy with and without VNNI.
 
 bench/ imports this as `realmodels.kit` with tests/ on sys.path, as pytest does.
 """
@@ -130,4 +132,30 @@ def int8_calibrated(source, folder, calibration: np.ndarray) -> Path:
     quant_pre_process(str(opset13), str(prepared), skip_symbolic_shape=True)   # BatchNorm folded, shapes inferred
     quantize_static(str(prepared), str(out), Lines(), quant_format=QuantFormat.QDQ, per_channel=True,
                     activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+    return out
+
+
+def int8_s8s8(source, folder, calibration: np.ndarray) -> Path:
+    """The classifier quantized s8s8 (QDQ, int8 activations, per-tensor int8 weights, no quant_pre_process) in
+    `folder`, calibrated on `calibration` by percentile (99.999): the model whose accuracy depends on the x86 CPU's
+    int8 instructions. Where the CPU multiplies int8 exactly (AVX512-VNNI, arm64 dotprod) it matches FP32; on
+    AVX2 (vpmaddubsw saturates its 16-bit pair sums) it loses points (docs/cpu.md)."""
+    import onnx
+    from onnx import version_converter
+    from onnxruntime.quantization import (CalibrationDataReader, CalibrationMethod, QuantFormat, QuantType,
+                                          quantize_static)
+
+    class Lines(CalibrationDataReader):
+        def __init__(self):
+            self.batches = iter({"x": calibration[i:i + 8]} for i in range(0, len(calibration), 8))
+
+        def get_next(self):
+            return next(self.batches, None)
+
+    folder = Path(folder)
+    opset13, out = folder / "paddleocr_cls_opset13.onnx", folder / "paddleocr_cls_s8s8.onnx"
+    onnx.save(version_converter.convert_version(onnx.load(source), 13), opset13)
+    quantize_static(str(opset13), str(out), Lines(), quant_format=QuantFormat.QDQ, per_channel=False,
+                    activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
+                    calibrate_method=CalibrationMethod.Percentile)
     return out

@@ -7,6 +7,7 @@ import json
 import tempfile
 from pathlib import Path
 
+from tiergate.decision import cpu_text
 from tiergate.errors import EnvironmentProblem, InputError
 
 _OK = {True: "[green]pass[/]", False: "[bold red]FAIL[/]"}
@@ -120,14 +121,15 @@ def _print_runtime(console, run) -> None:
     from rich.table import Table
 
     table = Table(title="runtime graph of the candidate (what each tier executes)")
-    for column in ("device class", "level", "nodes", "top ops", "placement"):
+    for column in ("device class", "cpu the runtime saw", "level", "nodes", "top ops", "placement"):
         table.add_column(column, overflow="fold")
     for name, item in summary.items():
+        cpu = cpu_text(item.get("cpu", {}))
         if not item["ok"]:
-            table.add_row(name, "", "", f"[red]refused: {item['error']}[/]", "")
+            table.add_row(name, cpu, "", "", f"[red]refused: {item['error']}[/]", "")
             continue
         ops = sorted(item["ops"].items(), key=lambda kv: -kv[1])
-        table.add_row(name, item["level"] or "-", str(sum(item["ops"].values())),
+        table.add_row(name, cpu, item["level"] or "-", str(sum(item["ops"].values())),
                       ", ".join(f"{op} {n}" for op, n in ops[:6]),
                       ", ".join(f"{k} {v}" for k, v in item["placement"].items()))
     console.print(table)

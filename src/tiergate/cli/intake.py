@@ -15,6 +15,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from tiergate.decision import cpu_text
 from tiergate.errors import EXIT_FAIL, EXIT_UNUSABLE, EXIT_OK
 
 JSON_VERSION = 1
@@ -201,6 +202,8 @@ def _op_list(ops: dict) -> str:
 def _print_runtime(console: Console, graph: dict) -> None:
     how = f"{graph['machine']}{' emulated' if graph['emulated'] else ''}, " + \
         ", ".join(f"{k} {v}" for k, v in graph["versions"].items())
+    if graph.get("cpu"):
+        how += f"; cpu {cpu_text(graph['cpu'])}"
     when = "cached" if graph["cached"] else f"{graph['seconds']:.1f} s"
     title = f"runtime graph on {graph['target']} (tier {graph['tier']}; {how}; {when})"
     if not graph["ok"]:

@@ -25,7 +25,7 @@ from tiergate.targets import DeviceClass
 LOG_TAIL_LINES = 40
 DEFAULT_WARMUP = 3
 # fields of TargetResult the harness itself knows (the host adds the rest)
-HARNESS_FIELDS = ("runtime", "versions", "machine", "threads", "batch_size", "n_samples",
+HARNESS_FIELDS = ("runtime", "versions", "machine", "cpu", "threads", "batch_size", "n_samples",
                   "latencies_ns", "warmup", "extra", "device")
 
 
@@ -54,6 +54,12 @@ class Job:
 
     def harness_args(self, model: str, data: str, out: str) -> list[str]:
         return harness_command([self], [model], data, [out])
+
+
+def python_entrypoint(dc: DeviceClass, script: str) -> list[str]:
+    """A container's entry point running `script` with the image's Python, under the class's launcher (QEMU for
+    an emulated x86 CPU: the runtime then sees that CPU's CPUID, as it would on the device)."""
+    return [*dc.launcher, "/usr/bin/python3" if dc.launcher else "python3", "-s", script]
 
 
 def harness_command(jobs: list[Job], models: list[str], data: str, outs: list[str]) -> list[str]:

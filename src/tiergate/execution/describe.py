@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from tiergate.errors import InfrastructureFault, InputError
-from tiergate.execution.base import Job, last_line
+from tiergate.execution.base import Job, last_line, python_entrypoint
 from tiergate.execution.docker_backend import DockerBackend, _job_volumes, _run, download, upload
 from tiergate.execution.engine import connect, with_retries
 from tiergate.hashing import file_sha256
@@ -53,7 +53,7 @@ def describe_runtime(artifact, dc, image: str, *, client=None, refresh: bool = F
     try:
         found = client.images.get(image)
         image_id = found.id
-        folder = state.graph_folder(artifact.sha256, image_id, file_sha256(describer_path()), dc.emulated_cpu)
+        folder = state.graph_folder(artifact.sha256, image_id, file_sha256(describer_path()), dc.cpu_key)
         meta = dict(target=dc.name, tier=dc.tier, runtime=dc.runtime, emulated=dc.emulated, image=image,
                     image_id=image_id, artifact_sha256=artifact.sha256)
         if folder.is_dir() and not refresh:
@@ -118,7 +118,7 @@ def _attempt(client, dc, image: str, artifact, work: Path) -> None:
     with _job_volumes(client) as (data_volume, out_volume):
         _upload(client, image, data_volume, _files(artifact))
         spec = DockerBackend(dc.docker_host, gpu=dc.gpu).spec(job, data_volume, out_volume)
-        spec.update(entrypoint=["python3", "-s", f"{INPUT_DIR}/tiergate_describe.py"],
+        spec.update(entrypoint=python_entrypoint(dc, f"{INPUT_DIR}/tiergate_describe.py"),
                     command=["--runtime", dc.runtime, "--model", model, "--out", "/out",
                              "--threads", str(dc.threads)])
         container = client.containers.create(**spec)

@@ -39,9 +39,10 @@ import requests
 from tiergate.images import LABEL
 from tiergate.errors import InfrastructureFault, InputError
 from tiergate.execution.base import (FAILED_FILE, LOG_TAIL_LINES, Job, clear_outputs, exit_reason, harness_command,
-                                     harness_spoke, host_fields, last_line, read_harness_result, tail)
+                                     harness_spoke, host_fields, last_line, python_entrypoint, read_harness_result,
+                                     tail)
 from tiergate.execution import janitor
-from tiergate.execution.engine import DEFAULT_ATTEMPTS, DEFAULT_BACKOFF_S, connect, with_retries
+from tiergate.execution.engine import DEFAULT_ATTEMPTS, DEFAULT_BACKOFF_S, connect, engine_problem, with_retries
 from tiergate.results import OUTPUTS_FILE, RESULT_FILE, TargetResult, failed
 from tiergate.results import save as results_save
 
@@ -87,11 +88,7 @@ class DockerBackend:
 
     def engine_problem(self) -> str | None:
         """Why this backend's engine does not answer, or None when it does (asked after a failed run)."""
-        try:
-            connect(self.docker_host, use_ssh_client=self.use_ssh_client).close()
-        except InfrastructureFault as exc:
-            return exc.one_line()
-        return None
+        return engine_problem(self.docker_host, use_ssh_client=self.use_ssh_client)
 
     # one attempt: any engine fault raised from here is retried by run_many()
     def _attempt(self, jobs: list[Job], hosts: list[dict]) -> list[TargetResult]:
@@ -175,11 +172,14 @@ class DockerBackend:
             environment={**dc.container_env, **job.env, CONTAINER_ENV: "1"},
             labels={f"{LABEL}.device_class": dc.name, **janitor.owner_labels()},
         )
+        if dc.launcher:
+            spec["entrypoint"] = python_entrypoint(dc, HARNESS_IN_IMAGE)
         if self.gpu:
             spec["device_requests"] = [docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])]
         return spec
 
 
+HARNESS_IN_IMAGE = "/opt/tiergate/harness/tiergate_harness.py"   # the runtime image's ENTRYPOINT script
 POLL_S = 1.0      # how often a container of several artifacts is asked which it finished
 
 

@@ -41,6 +41,15 @@ def connect(docker_host: str = "local", *, use_ssh_client: bool = False) -> dock
                                   hint="start it (scripts/setup) or check docker_host") from exc
 
 
+def engine_problem(docker_host: str | None, *, use_ssh_client: bool = False) -> str | None:
+    """Why the engine at `docker_host` does not answer, or None when it does (asked after a failure)."""
+    try:
+        connect(docker_host, use_ssh_client=use_ssh_client).close()
+    except InfrastructureFault as exc:
+        return exc.one_line()
+    return None
+
+
 def is_infrastructure(exc: BaseException) -> bool:
     """Faults of the engine or the link to it (worth a retry), as opposed to the run itself."""
     if isinstance(exc, InfrastructureFault):

@@ -110,7 +110,7 @@ class DockerRunner:
             client.close()
 
     def _attempt(self, client, dc, tag, models, data, samples, out) -> None:
-        from tiergate.execution.base import Job, last_line
+        from tiergate.execution.base import Job, last_line, python_entrypoint
         from tiergate.execution.describe import _upload
         from tiergate.execution.docker_backend import DockerBackend, _job_volumes, _run
         from tiergate.images import LABEL, BuiltImage
@@ -126,7 +126,7 @@ class DockerRunner:
                        "--max-samples", str(samples), "--threads", str(dc.threads)]
             for name, path in models.items():
                 command += ["--model", f"{name}={INPUT_DIR}/{name}{path.suffix}"]
-            spec.update(entrypoint=["python3", "-s", f"{INPUT_DIR}/tiergate_explain.py"], command=command)
+            spec.update(entrypoint=python_entrypoint(dc, f"{INPUT_DIR}/tiergate_explain.py"), command=command)
             container = client.containers.create(**spec)
             try:
                 reason, log_tail, _oom = _run(container, job)

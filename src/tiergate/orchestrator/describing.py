@@ -45,8 +45,15 @@ def describe_candidate(group: list[RunSpec], builder, *, progress: Progress | No
     say(progress, f"runtime graph of the candidate on {spec.device_class.name}")
     try:
         return describe(spec.device_class, spec.intake, spec.image)
-    except InfrastructureFault:
-        raise
+    except InfrastructureFault as exc:
+        from tiergate.execution.engine import engine_problem
+
+        name = spec.device_class.name
+        problem = engine_problem(spec.device_class.docker_host)
+        if problem:
+            raise InfrastructureFault(f"on {name}: describing the candidate failed and the engine is gone: "
+                                      f"{problem}") from exc
+        raise InfrastructureFault(f"on {name}: {exc.message}", hint=exc.hint) from exc
     except TiergateError as exc:
         return ({"target": spec.device_class.name, "ok": False, "error": exc.one_line()},
                 [Finding("runtime-graph", "warning", f"could not describe the runtime graph on "

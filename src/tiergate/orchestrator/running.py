@@ -31,7 +31,7 @@ def spec_key(spec: RunSpec, data: EvalData) -> str:
     ev = dc.evaluation
     how = (("+profile" if spec.profile else "")
            + (f"+batch{ev.batch}-latency{ev.latency_calls}" if ev.batch > dc.batch_size else "")
-           + (f"+cpu-{dc.emulated_cpu}" if dc.emulated_cpu else ""))
+           + (f"+cpu-{dc.cpu_key}" if dc.cpu_key else ""))
     return state.run_key(spec.intake.sha256, dc.name + how, spec.image.image_id, data.sha256)
 
 

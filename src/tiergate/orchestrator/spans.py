@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from tiergate import results, state
-from tiergate.errors import InfrastructureFault, TiergateError, disk_full, is_disk_full
+from tiergate.errors import EnvironmentProblem, InfrastructureFault, TiergateError, disk_full, is_disk_full
 from tiergate.evaldata import EvalData
 from tiergate.execution import janitor
 from tiergate.hashing import file_sha256
@@ -136,6 +136,9 @@ class PendingRuns:
             for key, result in zip(keys, ran):
                 if not result.ok:
                     failures.setdefault(key, (span, result))
+        for (span, keys), ran in zip(self.todo, outcome):
+            for result in ran:
+                check_cpu(self.dc, result)
         if failures:
             probe = getattr(self.raw_backend, "engine_problem", None)
             problem = probe() if probe is not None else None
@@ -183,6 +186,19 @@ class PendingRuns:
             shutil.rmtree(work, ignore_errors=True)
         if disk:
             raise disk_full(exc, self.root) from None
+
+
+def check_cpu(dc, result: results.TargetResult) -> None:
+    """A run whose runtime saw a CPU that is not the class's device (its [cpu] table) is no measurement of that
+    device: exit 2, naming the difference (an emulated class's emulated_cpu that does not present the device)."""
+    features = (result.cpu or {}).get("features")
+    if not result.ok or features is None or (result.cpu or {}).get("source") == "none":
+        return
+    differences = dc.cpu.differences(features)
+    if differences:
+        raise EnvironmentProblem(f"device class {dc.name}: its runtime saw {result.cpu.get('model', 'a CPU')}, which "
+                                 f"{' and '.join(differences)}: the run does not measure the device",
+                                 hint="fix the class's emulated_cpu or its [cpu] table")
 
 
 def keep_finished(work: Path, folder: Path, stamp: dict | None = None) -> bool:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tiergate.decision import runtime_summary
+from tiergate.decision import cpu_text, runtime_summary
 
 
 def write_reports(gate_run, report_dir: Path | None, junit: Path | None) -> dict[str, Path]:
@@ -37,5 +37,8 @@ def runtime_markdown(summary: dict[str, dict]) -> str:
              "| op | " + " | ".join(f"`{n}` ({summary[n]['level'] or 'as loaded'})" for n in names) + " |",
              "|---|" + "---|" * len(names)]
     lines += [f"| `{op}` | " + " | ".join(str(summary[n]["ops"].get(op, "")) for n in names) + " |" for op in ops]
+    lines += ["", "CPU each tier's runtime saw: " + "; ".join(f"`{n}` {cpu_text(summary[n].get('cpu', {}))}"
+                                                           for n in names if summary[n].get("cpu"))] \
+        if any(summary[n].get("cpu") for n in names) else []
     refused = [f"- `{n}`: refused by the runtime: {summary[n]['error']}" for n in names if not summary[n]["ok"]]
     return "\n".join(lines + [""] + refused) + "\n"

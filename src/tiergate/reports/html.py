@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tiergate.decision import cpu_text
 from tiergate.errors import InputError
 
 HTML_FILE = "report.html"
@@ -232,18 +233,21 @@ def ops_table(tier: str, entries: list[dict]) -> str:
 
 
 def runtime_table(entry: dict) -> str:
-    """One artifact's op counts per device class, side by side."""
+    """One artifact's op counts per device class, side by side, under the CPU each class's runtime saw."""
     classes = entry["device_classes"]
     names = list(classes)
     ops = sorted({op for item in classes.values() for op in item.get("ops", {})})
     head = "".join(f"<th>{escape(n)}<br>{escape(classes[n].get('level') or '')}</th>" for n in names)
     rows = "".join(f'<tr><td class="l"><code>{escape(op)}</code></td>' + "".join(
         f"<td>{classes[n].get('ops', {}).get(op, '')}</td>" for n in names) + "</tr>" for op in ops)
+    cpu = "".join(f'<tr><td class="l">cpu</td>' + "".join(
+        f"<td>{escape(cpu_text(classes[n].get('cpu') or {}))}</td>" for n in names) + "</tr>"
+        for _ in [0] if any(classes[n].get("cpu") for n in names))
     refused = "".join(f'<tr><td class="l">refused</td>' + "".join(
         f"<td>{escape(classes[n].get('error', ''))}</td>" for n in names) + "</tr>"
         for _ in [0] if any(not classes[n].get("ok", True) for n in names))
     return (f'<table id="{element_id("table-runtime", entry["short"])}"><caption><code>{escape(entry["short"])}'
-            f'</code></caption><tr><th class="l">op</th>{head}</tr>{rows}{refused}</table>')
+            f'</code></caption><tr><th class="l">op</th>{head}</tr>{cpu}{rows}{refused}</table>')
 
 
 def write_report(report: dict, out_dir: Path) -> tuple[Path, Path]:

@@ -63,6 +63,7 @@ def test_adding_a_class_is_adding_a_file(tmp_path):
      "cpu.on_mismatch"),
     (GOOD + "[evaluation]\nbatch = -1\n", "evaluation.batch"),
     (GOOD + "[evaluation]\nlatency_calls = 0\n", "evaluation.latency_calls"),
+    (GOOD + "[evaluation]\nshard_samples = 0\n", "evaluation.shard_samples"),
     (GOOD + "[evaluation]\nshard = 2\n", "evaluation.shard"),
     (GOOD + '[evaluation]\nshards = "2"\n', "evaluation.shards"),
 ])
@@ -126,6 +127,10 @@ def test_evaluation_defaults_follow_the_execution(tmp_path, monkeypatch):
     assert [emu.evaluation.shard_count(emu, n) for n in (10, 64, 200, 1000)] == [1, 1, 3, 4]
     assert nat.evaluation.shard_count(nat, 1000) == 1 and nat.evaluation.shard_count(nat, 1000, 5) == 5
     assert fixed.evaluation.shard_count(fixed, 2) == 2 and fixed.evaluation.shard_count(fixed, 1000) == 3
+    # a class whose samples are slow to emulate spreads a run sooner: at least 16 samples a shard
+    (tmp_path / "slow.toml").write_text(GOOD + "[evaluation]\nshard_samples = 16\n")
+    slow = targets.catalogue(tmp_path)["slow"]
+    assert [slow.evaluation.shard_count(slow, n) for n in (10, 40, 96, 1000)] == [1, 2, 4, 4]
     assert cat["emu"].emulated_cpu is None and cat["emu"].container_env == {}
 
 

@@ -109,12 +109,16 @@ class Evaluation:
                    emulated classes (their latency is never gated), 0 on the others.
     latency_calls  calls timed for latency when batched, spread over the shards (default 16).
     shards         containers a tier's samples are split over, merged in sample order; 0: automatic
-                   (emulated: the cores available / threads, at most one per 64 samples; others: 1).
+                   (emulated: the cores available / threads, at most one per `shard_samples` samples; others: 1).
+    shard_samples  automatic shards hold at least this many samples (default 64): a shard pays one interpreter
+                   start and session creation under QEMU, so a class whose samples are slow to emulate (an x86
+                   class's vector floats) lowers it to spread a run over the cores sooner.
     """
 
     batch: int = 0
     latency_calls: int = DEFAULT_LATENCY_CALLS
     shards: int = 0
+    shard_samples: int = AUTO_SHARD_MIN_SAMPLES
 
     def shard_count(self, device_class: "DeviceClass", n_samples: int, requested: int | None = None) -> int:
         """Containers for a run of n samples: `requested` (--shards), else the class's, else automatic."""
@@ -123,7 +127,7 @@ class Evaluation:
             if not device_class.emulated:
                 return 1
             wanted = max(1, min(available_cores() // max(device_class.threads, 1),
-                                n_samples // AUTO_SHARD_MIN_SAMPLES))
+                                n_samples // self.shard_samples))
         return max(1, min(wanted, n_samples))
 
 
@@ -254,7 +258,7 @@ _CPU_FIELDS = {"requires": list, "lacks": list, "on_mismatch": str}
 ON_MISMATCH = ("refuse", "emulate")
 EMULATOR_IN_IMAGE = "/opt/tiergate/emulator/qemu-x86_64"   # in the runtime image of an emulated x86 class
 _BUILD_FIELDS = {"requirements": str, "env": dict}
-_EVALUATION_FIELDS = {"batch": int, "latency_calls": int, "shards": int}
+_EVALUATION_FIELDS = {"batch": int, "latency_calls": int, "shards": int, "shard_samples": int}
 _LIMIT_FIELDS = {"memory": str, "pids_limit": int, "timeout_s": int}
 _CHOICES = {"arch": ARCHES, "runtime": RUNTIMES, "execution": EXECUTIONS}
 
@@ -379,12 +383,14 @@ def _parse_evaluation(path: Path, execution: str, table: dict) -> Evaluation:
         _check_type(path, f"evaluation.{key}", value, int)
         if value < 0:
             raise _bad(path, f"evaluation.{key}", "must not be negative")
-    if table.get("latency_calls", 1) < 1:
-        raise _bad(path, "evaluation.latency_calls", "must be at least 1")
+    for key in ("latency_calls", "shard_samples"):
+        if table.get(key, 1) < 1:
+            raise _bad(path, f"evaluation.{key}", "must be at least 1")
     default = default_evaluation(execution)
     return Evaluation(batch=table.get("batch", default.batch),
                       latency_calls=table.get("latency_calls", default.latency_calls),
-                      shards=table.get("shards", default.shards))
+                      shards=table.get("shards", default.shards),
+                      shard_samples=table.get("shard_samples", default.shard_samples))
 
 
 def _parse_limits(path: Path, table: dict, memory_limit_mb: int | None) -> ContainerLimits:

@@ -39,8 +39,11 @@ def client():
 
 
 def _build(client, tag: str, name: str) -> str:
+    # the tag (unique per test run) is a label too, so the image is this run's own: an image an interrupted
+    # earlier run left behind has another id instead of gaining this run's tag
     labels = {"org.tiergate.artifact.sha256": sha(name), "org.tiergate.device_class": DC,
-              "org.tiergate.runtime": "onnxruntime", "org.tiergate.runtime_image": "tiergate/runtime-test:none"}
+              "org.tiergate.runtime": "onnxruntime", "org.tiergate.runtime_image": "tiergate/runtime-test:none",
+              "org.tiergate.test.tag": tag}
     image, _ = client.images.build(fileobj=io.BytesIO(f"FROM {BASE}\n".encode()), tag=tag, labels=labels,
                                    rm=True, pull=False, network_mode="none")
     return image.id

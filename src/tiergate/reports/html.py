@@ -240,12 +240,12 @@ def runtime_table(entry: dict) -> str:
     head = "".join(f"<th>{escape(n)}<br>{escape(classes[n].get('level') or '')}</th>" for n in names)
     rows = "".join(f'<tr><td class="l"><code>{escape(op)}</code></td>' + "".join(
         f"<td>{classes[n].get('ops', {}).get(op, '')}</td>" for n in names) + "</tr>" for op in ops)
-    cpu = "".join(f'<tr><td class="l">cpu</td>' + "".join(
+    cpu = ('<tr><td class="l">cpu</td>' + "".join(
         f"<td>{escape(cpu_text(classes[n].get('cpu') or {}))}</td>" for n in names) + "</tr>"
-        for _ in [0] if any(classes[n].get("cpu") for n in names))
-    refused = "".join(f'<tr><td class="l">refused</td>' + "".join(
+        if any(classes[n].get("cpu") for n in names) else "")
+    refused = ('<tr><td class="l">refused</td>' + "".join(
         f"<td>{escape(classes[n].get('error', ''))}</td>" for n in names) + "</tr>"
-        for _ in [0] if any(not classes[n].get("ok", True) for n in names))
+        if any(not classes[n].get("ok", True) for n in names) else "")
     return (f'<table id="{element_id("table-runtime", entry["short"])}"><caption><code>{escape(entry["short"])}'
             f'</code></caption><tr><th class="l">op</th>{head}</tr>{cpu}{rows}{refused}</table>')
 

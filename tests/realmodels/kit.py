@@ -110,12 +110,13 @@ def text_lines(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     return x, y
 
 
-def int8_calibrated(source, folder, calibration: np.ndarray) -> Path:
-    """The PaddleOCR classifier at `source` quantized to INT8 (QDQ, per-channel int8 weights, uint8
-    activations) in `folder`, calibrated on `calibration` (pre-processed lines, batches of 8)."""
+def _quantized(source, folder, calibration: np.ndarray, name: str, *, pre_process: bool, **options) -> Path:
+    """The classifier at `source` converted to opset 13 (per-channel DequantizeLinear needs it), optionally
+    pre-processed (BatchNorm folded, shapes inferred), quantized to QDQ by onnxruntime's `quantize_static` with
+    `options`, calibrated on `calibration` (pre-processed lines, batches of 8): `folder`/paddleocr_cls_NAME.onnx."""
     import onnx
     from onnx import version_converter
-    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_static
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
     class Lines(CalibrationDataReader):
@@ -126,13 +127,23 @@ def int8_calibrated(source, folder, calibration: np.ndarray) -> Path:
             return next(self.batches, None)
 
     folder = Path(folder)
-    prepared, out = folder / "paddleocr_cls_prep.onnx", folder / "paddleocr_cls_int8.onnx"
-    opset13 = folder / "paddleocr_cls_opset13.onnx"           # per-channel DequantizeLinear needs opset 13
-    onnx.save(version_converter.convert_version(onnx.load(source), 13), opset13)
-    quant_pre_process(str(opset13), str(prepared), skip_symbolic_shape=True)   # BatchNorm folded, shapes inferred
-    quantize_static(str(prepared), str(out), Lines(), quant_format=QuantFormat.QDQ, per_channel=True,
-                    activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+    model, out = folder / "paddleocr_cls_opset13.onnx", folder / f"paddleocr_cls_{name}.onnx"
+    onnx.save(version_converter.convert_version(onnx.load(source), 13), model)
+    if pre_process:
+        prepared = folder / "paddleocr_cls_prep.onnx"
+        quant_pre_process(str(model), str(prepared), skip_symbolic_shape=True)
+        model = prepared
+    quantize_static(str(model), str(out), Lines(), quant_format=QuantFormat.QDQ, **options)
     return out
+
+
+def int8_calibrated(source, folder, calibration: np.ndarray) -> Path:
+    """The PaddleOCR classifier at `source` quantized to INT8 (QDQ, per-channel int8 weights, uint8
+    activations, pre-processed) in `folder`, calibrated on `calibration`."""
+    from onnxruntime.quantization import QuantType
+
+    return _quantized(source, folder, calibration, "int8", pre_process=True, per_channel=True,
+                      activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
 
 
 def int8_s8s8(source, folder, calibration: np.ndarray) -> Path:
@@ -140,22 +151,8 @@ def int8_s8s8(source, folder, calibration: np.ndarray) -> Path:
     `folder`, calibrated on `calibration` by percentile (99.999): the model whose accuracy depends on the x86 CPU's
     int8 instructions. Where the CPU multiplies int8 exactly (AVX512-VNNI, arm64 dotprod) it matches FP32; on
     AVX2 (vpmaddubsw saturates its 16-bit pair sums) it loses points (docs/cpu.md)."""
-    import onnx
-    from onnx import version_converter
-    from onnxruntime.quantization import (CalibrationDataReader, CalibrationMethod, QuantFormat, QuantType,
-                                          quantize_static)
+    from onnxruntime.quantization import CalibrationMethod, QuantType
 
-    class Lines(CalibrationDataReader):
-        def __init__(self):
-            self.batches = iter({"x": calibration[i:i + 8]} for i in range(0, len(calibration), 8))
-
-        def get_next(self):
-            return next(self.batches, None)
-
-    folder = Path(folder)
-    opset13, out = folder / "paddleocr_cls_opset13.onnx", folder / "paddleocr_cls_s8s8.onnx"
-    onnx.save(version_converter.convert_version(onnx.load(source), 13), opset13)
-    quantize_static(str(opset13), str(out), Lines(), quant_format=QuantFormat.QDQ, per_channel=False,
-                    activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
-                    calibrate_method=CalibrationMethod.Percentile)
-    return out
+    return _quantized(source, folder, calibration, "s8s8", pre_process=False, per_channel=False,
+                      activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
+                      calibrate_method=CalibrationMethod.Percentile)

@@ -33,6 +33,10 @@ import platform
 import sys
 import time
 
+# harness_cpu.py: beside this script in a checkout, in the runtime image's harness folder inside a container
+sys.path.append("/opt/tiergate/harness")
+from harness_cpu import cpu_info  # noqa: E402
+
 LEVELS = ("basic", "extended", "all")
 
 
@@ -152,23 +156,10 @@ def _delegated(details, count):
     return covered
 
 
-def _cpu():
-    """The CPU the runtime sees (harness_cpu.py, beside this script or in the runtime image's harness folder)."""
-    for folder in (os.path.dirname(os.path.abspath(__file__)), "/opt/tiergate/harness"):
-        if os.path.isfile(os.path.join(folder, "harness_cpu.py")):
-            sys.path.insert(0, folder)
-            try:
-                from harness_cpu import cpu_info
-            finally:
-                sys.path.remove(folder)
-            return cpu_info()
-    return {}
-
-
 def main(argv=None):
     args = parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
-    doc = {"ok": True, "runtime": args.runtime, "machine": platform.machine(), "cpu": _cpu(), "error": ""}
+    doc = {"ok": True, "runtime": args.runtime, "machine": platform.machine(), "cpu": cpu_info(), "error": ""}
     code = (describe_tflite if args.runtime == "tflite" else describe_onnx)(args, doc)
     path = os.path.join(args.out, "describe.json")
     with open(path + ".tmp", "w") as fh:

@@ -37,6 +37,10 @@ import time
 
 import numpy as np
 
+# harness_cpu.py: beside this script in a checkout, in the runtime image's harness folder inside a container
+sys.path.append("/opt/tiergate/harness")
+from harness_cpu import cpu_info  # noqa: E402
+
 LABELS = "labels"
 
 
@@ -137,23 +141,10 @@ def run_tflite(args, path, data, entry):
     return names, [collected[name] for name in names], {k: v for k, v in quant.items() if k in names}
 
 
-def _cpu():
-    """The CPU the runtime sees (harness_cpu.py, beside this script or in the runtime image's harness folder)."""
-    for folder in (os.path.dirname(os.path.abspath(__file__)), "/opt/tiergate/harness"):
-        if os.path.isfile(os.path.join(folder, "harness_cpu.py")):
-            sys.path.insert(0, folder)
-            try:
-                from harness_cpu import cpu_info
-            finally:
-                sys.path.remove(folder)
-            return cpu_info()
-    return {}
-
-
 def main(argv=None):
     args = parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
-    doc = {"ok": True, "runtime": args.runtime, "machine": platform.machine(), "cpu": _cpu(), "error": "", "models": {}}
+    doc = {"ok": True, "runtime": args.runtime, "machine": platform.machine(), "cpu": cpu_info(), "error": "", "models": {}}
     data = load_data(args.data, args.max_samples)
     code = 0
     for spec in args.model:

@@ -38,7 +38,7 @@ import docker
 from tiergate.hashing import file_sha256
 from tiergate.errors import EnvironmentProblem, InputError
 from tiergate.images import HOST_CA_BUNDLE, HOST_PIP_CONF, LABEL, BuiltImage  # noqa: F401 - re-exported
-from tiergate.paths import containers_dir
+from tiergate.paths import containers_dir, qemu_binary
 from tiergate.artifact.files import artifact_files, onnx_external_files  # noqa: F401 - re-exported
 from tiergate.targets import MAX_BUILD_ENV, DeviceClass, resolve
 
@@ -154,7 +154,7 @@ def emulator_path(dc: DeviceClass) -> Path | None:
     when the class needs none."""
     if not dc.launcher:
         return None
-    path = Path(os.environ.get("TIERGATE_SYSTEM_DIR") or "/opt/tiergate") / "qemu" / Path(dc.launcher[0]).name
+    path = qemu_binary(Path(dc.launcher[0]).name)
     if not path.is_file():
         raise EnvironmentProblem(f"{dc.name} emulates its CPU with {path.name}, which is not at {path}",
                                  hint="run scripts/setup (it fetches QEMU 10's qemu-user binaries)")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 import shutil
-import os
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -135,19 +134,20 @@ def check_cpu() -> list[Check]:
     """The host CPU's features that decide a runtime's kernels, then each shipped class: native, emulated, or
     refused here (its [cpu] table against this CPU), and the emulator an emulated x86 class needs."""
     from tiergate.decision import DECISIVE_FEATURES, cpu_text
-    from tiergate.targets import catalogue, cpu_verdict, host_cpu
+    from tiergate.paths import qemu_binary
+    from tiergate.targets import EMULATOR_IN_IMAGE, catalogue, cpu_verdict, host_cpu
 
     model, features = host_cpu()
     shown = {"model": model or "?", "features": sorted(f for f in features if f in DECISIVE_FEATURES)}
     checks = [Check("host cpu", "ok" if features else "warn", cpu_text(shown, limit=len(DECISIVE_FEATURES))
                     or "no CPU features in /proc/cpuinfo")]
-    qemu = Path(os.environ.get("TIERGATE_SYSTEM_DIR") or "/opt/tiergate") / "qemu" / "qemu-x86_64"
     for dc in catalogue().values():
         verdict, why = cpu_verdict(dc, features)
         status = {"native": "ok", "emulated": "ok", "refused": "warn"}[verdict]
         fix = "" if verdict != "refused" else "run it on a host with the device's CPU, or [cpu] on_mismatch = emulate"
-        if verdict == "emulated" and dc.arch == "amd64" and not qemu.is_file():
-            status, fix = "fail", "scripts/setup (fetches qemu-x86_64)"
+        emulator = Path(EMULATOR_IN_IMAGE).name if verdict == "emulated" and dc.arch == "amd64" else None
+        if emulator and not qemu_binary(emulator).is_file():
+            status, fix = "fail", f"scripts/setup (fetches {emulator})"
         checks.append(Check(f"class {dc.name}", status, f"{verdict}: {why}", fix))
     return checks
 

@@ -27,6 +27,11 @@ def containers_dir() -> Path:
     return project_root() / "containers"
 
 
+def qemu_binary(name: str) -> Path:
+    """A QEMU user-mode binary scripts/setup fetched (qemu-aarch64, qemu-x86_64): TIERGATE_SYSTEM_DIR/qemu/NAME."""
+    return Path(os.environ.get("TIERGATE_SYSTEM_DIR") or "/opt/tiergate") / "qemu" / name
+
+
 def home() -> Path:
     """tiergate's working state: registry, artifact store, run results, caches."""
     path = Path(os.environ.get("TIERGATE_HOME") or Path.cwd() / ".tiergate")

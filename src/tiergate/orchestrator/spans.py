@@ -134,11 +134,9 @@ class PendingRuns:
         failures: dict[str, tuple[Span, results.TargetResult]] = {}
         for (span, keys), ran in zip(self.todo, outcome):
             for key, result in zip(keys, ran):
+                check_cpu(self.dc, result)
                 if not result.ok:
                     failures.setdefault(key, (span, result))
-        for (span, keys), ran in zip(self.todo, outcome):
-            for result in ran:
-                check_cpu(self.dc, result)
         if failures:
             probe = getattr(self.raw_backend, "engine_problem", None)
             problem = probe() if probe is not None else None

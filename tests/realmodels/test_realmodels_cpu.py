@@ -5,7 +5,7 @@ Cortex-A76 (dotprod, exact int8 products) agrees with FP32, and every run says w
 
 72 lines: the AVX2 tier's loss is beyond noise from 72 lines on (the upper bound of the ratio's interval is 0.966 at
 72, 0.983 at 80, 0.960 at 96, 0.888 at 160); the lines are rendered from a seed and QEMU's Haswell is
-deterministic, so the verdict is the same on every host. The FP32 reference costs about 3-4 s a line under the
+deterministic, so the verdict is the same on every host. The FP32 reference costs about 2-4 s a line under the
 emulated Haswell (QEMU computes x86 vector floats in software), which makes this the suite's slowest test; the
 class spreads a run over the cores from 16 lines a shard (`shard_samples`)."""
 

@@ -7,6 +7,9 @@ it verifies (its outputs still hash to what its result says). What must run runs
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import json
 import shutil
 import sys
 import threading
@@ -25,13 +28,26 @@ from tiergate.orchestrator.types import RunDone, RunSpec, say
 from tiergate.request import RunOptions
 
 
+# What a device class holds that cannot change a run's result: left out of the run key (everything else is in it,
+# so a new field is in the key by default). The shard count never changes a result (shards merge in sample order).
+_NOT_IN_RUN_KEY = ("cost_per_hour", "description", "cost_tags", "source")
+_EVALUATION_NOT_IN_RUN_KEY = ("shards", "shard_samples")
+
+
+def class_settings(dc) -> str:
+    """A hash of a device class's whole effective settings that can change a run: limits (memory, pids, timeout),
+    threads, batch size, evaluation, runtime and version, build, engine, CPU (the class's and the one it runs on)."""
+    settings = {k: v for k, v in dataclasses.asdict(dc).items() if k not in _NOT_IN_RUN_KEY}
+    settings["evaluation"] = {k: v for k, v in settings["evaluation"].items() if k not in _EVALUATION_NOT_IN_RUN_KEY}
+    settings["cpu_key"] = dc.cpu_key
+    return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
 def spec_key(spec: RunSpec, data: EvalData) -> str:
-    """The run key of a spec: what it runs, where, in which image, on which data, how it evaluates."""
+    """The run key of a spec: what it runs, where (the class's whole settings: class_settings), in which image,
+    on which data, profiled or not."""
     dc = spec.device_class
-    ev = dc.evaluation
-    how = (("+profile" if spec.profile else "")
-           + (f"+batch{ev.batch}-latency{ev.latency_calls}" if ev.batch > dc.batch_size else "")
-           + (f"+cpu-{dc.cpu_key}" if dc.cpu_key else ""))
+    how = f"+settings-{class_settings(dc)}" + ("+profile" if spec.profile else "")
     return state.run_key(spec.intake.sha256, dc.name + how, spec.image.image_id, data.sha256)
 
 
@@ -78,6 +94,9 @@ def run_tier(specs: list[RunSpec], data: EvalData, backend, options: RunOptions,
             else:
                 pending[key] = spec
         started = PendingRuns(pending, data, backend, options, slots).run() if pending else {}
+        for key, ran in started.items():
+            if ran:
+                _stamp_key(root / key, key)
         for i, spec, key in keyed:
             if i not in done:
                 first = started.get(key) is not None and pending[key].role == spec.role
@@ -86,8 +105,19 @@ def run_tier(specs: list[RunSpec], data: EvalData, backend, options: RunOptions,
     return [done[i] for i in range(len(specs))]
 
 
+def _stamp_key(folder: Path, key: str) -> None:
+    """Name the run key (the class's whole settings included) in a fresh run's result.json: a run recorded in a
+    registry is reused (_fetch_recorded) only for the same key, never for the same class name under other limits."""
+    if (folder / state.RESULT_FILE).is_file():
+        result = results.load(folder)
+        if result.extra.get("run_key") != key:
+            result.extra["run_key"] = key
+            results.save(result, folder)
+
+
 def _fetch_recorded(registry, spec: RunSpec, data: EvalData, folder: Path) -> bool:
-    """A result recorded in a (possibly shared) registry for exactly this input."""
+    """A result recorded in a (possibly shared) registry for exactly this input: its run key (stamped in its
+    result.json) must be this one, so a run made under other class settings is never fetched."""
     if registry is None:
         return False
     run = registry.find_cached_run(spec.intake.sha256, spec.device_class.name, spec.image.image_id, data.sha256)
@@ -103,6 +133,10 @@ def _fetch_recorded(registry, spec: RunSpec, data: EvalData, folder: Path) -> bo
         text = exc.one_line() if isinstance(exc, TiergateError) else " ".join(str(exc).split())[:300]
         print(f"tiergate: warning: the recorded run {run.id} cannot be fetched ({text}); running it again",
               file=sys.stderr)
+        return False
+    recorded = (state.read_result(work) or {}).get("extra") or {}
+    if recorded.get("run_key") != folder.name:
+        shutil.rmtree(work, ignore_errors=True)
         return False
     state.replace_dir(work, folder)
     return state.verified(folder)

@@ -41,3 +41,47 @@ def read_external(model_path: Path, locations, digest) -> dict[str, bytes]:
         digest.update(location.encode() + b"\x00")
         digest.update(contents[location])
     return contents
+
+
+# A user metric's code: its file, the local modules it imports, and the regular files of its folder.
+METRIC_FOLDER_MAX_FILES = 2000           # more files in a metric's folder (recursively) is refused
+METRIC_CONTENT_MAX_BYTES = 4 * 1024 ** 2  # a bigger file in the folder is named by its size and mtime
+
+
+def metric_code_files(main: Path, imported=()) -> list[Path]:
+    """The files a user metric's identity covers: `main`, the regular files under its folder (recursively, no
+    __pycache__ and no dot folders or files) and the `imported` module files (those outside the folder)."""
+    main = Path(main).resolve()
+    files = {main}
+    for folder, dirs, names in os.walk(main.parent):
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__" and not d.startswith("."))
+        for name in names:
+            path = Path(folder) / name
+            if not name.startswith(".") and not name.endswith(".pyc") and path.is_file() and not path.is_symlink():
+                files.add(path)
+        if len(files) > METRIC_FOLDER_MAX_FILES:
+            raise InputError(f"metric {main}: its folder {main.parent} holds more than {METRIC_FOLDER_MAX_FILES} "
+                             "files (all of them are in the decision's identity); put the metric in a folder of "
+                             "its own")
+    files.update(Path(p).resolve() for p in imported)
+    return sorted(files)
+
+
+def metric_code_sha256(main: Path, imported=()) -> str:
+    """One hash over metric_code_files: each file's path and content (a file over METRIC_CONTENT_MAX_BYTES: its
+    size and mtime); a file that is gone hashes as gone."""
+    digest = hashlib.sha256()
+    folder = Path(main).resolve().parent
+    for path in metric_code_files(main, imported):
+        name = path.relative_to(folder).as_posix() if path.is_relative_to(folder) else str(path)
+        digest.update(name.encode() + b"\0")
+        try:
+            stat = path.stat()
+            if stat.st_size > METRIC_CONTENT_MAX_BYTES:
+                digest.update(f"size={stat.st_size} mtime_ns={stat.st_mtime_ns}".encode())
+            else:
+                digest.update(file_sha256(path).encode())
+        except OSError:
+            digest.update(b"gone")
+        digest.update(b"\0")
+    return digest.hexdigest()

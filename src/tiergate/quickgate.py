@@ -36,7 +36,7 @@ from urllib.parse import quote
 
 from tiergate import state
 from tiergate.decision import Decision, GateRun
-from tiergate.hashing import read_external
+from tiergate.hashing import metric_code_sha256, read_external
 from tiergate.images import DESCRIBER, HOST_CA_BUNDLE, HOST_PIP_CONF, LABEL
 from tiergate.paths import containers_dir
 from tiergate.request import BuildSettings, GateRequest, is_loader
@@ -242,13 +242,12 @@ def lookup(request: GateRequest, build: BuildSettings = BuildSettings()) -> Gate
 def _lookup(request: GateRequest, build: BuildSettings) -> GateRun | None:
     doc, hashers = identity(request, build)
     key = _key_of(doc)
-    try:
-        entry = json.loads(state.quick_entry_path(key).read_text())
-    except FileNotFoundError:
-        return None
-    if entry.get("schema") != SCHEMA or entry.get("key") != key:
+    entry = state.read_quick_entry(key)         # sealed: an edited or foreign entry is never believed
+    if entry is None or entry.get("schema") != SCHEMA or entry.get("key") != key:
         return None
     inputs = entry["decision_inputs"]
+    if not _inputs_match_request(inputs, request):
+        return None
     if set(entry["artifacts"]) != set(request.artifacts):
         return None
     for role, path in request.artifacts.items():
@@ -273,6 +272,40 @@ def _lookup(request: GateRequest, build: BuildSettings) -> GateRun | None:
     findings = {dc: [StoredFinding(f) for f in found] for dc, found in entry["findings"].items()}
     return GateRun(decision, runs, cache_hits=len(runs), decision_cached=True, decision_key=entry["decision_key"],
                    runtime=entry["runtime"], runtime_findings=findings)
+
+
+def _inputs_match_request(inputs: dict, request: GateRequest) -> bool:
+    """The decision's inputs are what this request computes, not only what the entry says: its classes and
+    policy by content, and every metric it names (user metrics by their code: metric_code_matches)."""
+    computed = {"device_classes": state.classes_identity(request.device_classes),
+                "policy": state.policy_identity(request.policy)}
+    if any(name in inputs and inputs[name] != value for name, value in computed.items()):
+        return False
+    if "metrics" in inputs and not metric_code_matches(inputs["metrics"], request):
+        return False
+    return True
+
+
+def metric_code_matches(identities: list, request: GateRequest) -> bool:
+    """Every user metric of the request is among the decision's metrics, and its file, the local modules it
+    imported and its folder still hash as they did (hashing.metric_code_sha256)."""
+    custom = {}
+    for text in identities:
+        spec = json.loads(text)
+        if spec.get("kind") == "custom":
+            custom[spec.get("source")] = spec
+    for name in request.metrics:
+        if not is_loader(name):
+            continue
+        spec = custom.get(name)
+        if spec is None:
+            return False
+        file = Path(name.rpartition(":")[0])
+        if _file_sha(file, required=True) != spec.get("source_sha256"):
+            return False
+        if metric_code_sha256(file, spec.get("code_files") or ()) != spec.get("code_sha256"):
+            return False
+    return True
 
 
 def _saved_decision(key: str, inputs: dict) -> Decision | None:
@@ -323,7 +356,7 @@ def _remember(request: GateRequest, build: BuildSettings, gate_run, recorder: Re
         "decision_inputs": inputs, "runs": runs, "images": current, "runtime_graph_folders": graphs,
         "runtime": runtime, "findings": findings,
     }
-    return state.write_json(state.quick_entry_path(key), entry)
+    return state.save_quick_entry(key, entry)
 
 
 def _runs_and_images(gate_run, inputs: dict, recorder: Recorder) -> tuple[list, dict]:

@@ -3,8 +3,8 @@
 Layout under `home()`:
   runs/<run key>/                 a result folder (result.json, outputs.npz), reused while it verifies
   runs/<run key>.shards/A-B/      finished shards of a run whose other shards are missing, until merged
-  decisions/<key>.json            a decision with the hashes of every input it was made from
-  quick/<request key>.json        the fast path's entry for an unchanged `tiergate gate`
+  decisions/<key>.json            a decision with the hashes of every input it was made from (sealed)
+  quick/<request key>.json        the fast path's entry for an unchanged `tiergate gate` (sealed)
   runtime-graphs/<key>/           the describe cache (a tier's runtime graph of an artifact)
   explain/<key>/                  explain's tensor dumps
   data/<sha>.npz                  content-hashed archives (loader data, early-decision chunks)
@@ -14,12 +14,18 @@ Everything written here is written whole or not at all: to `NAME.part-PID-TID` b
 place, then renamed (`part_path`, `parse_part`: the one naming, which gc reads to tell a live
 writer from a dead one); a full disk is the one-line EnvironmentProblem of errors.disk_full.
 The orchestrator, the fast path (quickgate) and gc all use this module; it imports no numpy.
+
+Decision files and fast-path entries are sealed: an HMAC-SHA256 under a key kept outside the home
+(`cache_key_path`: $TIERGATE_CACHE_KEY, else ${XDG_CONFIG_HOME:-~/.config}/tiergate/cache.key, 32 random
+bytes made 0600 on first use). A file whose seal is missing or wrong (edited, or restored from a home
+sealed under another key) is never believed: a decision is made again from the verified runs.
 """
 
 from __future__ import annotations
 
 import fcntl
 import hashlib
+import hmac
 import json
 import os
 import re
@@ -280,7 +286,119 @@ def run_matches(folder: Path, inputs: dict, label: str) -> bool:
     return inputs["runs"].get(label) == named and image == inputs["images"].get(label) and run_verifies(folder)
 
 
+# --- the seal of decisions and fast-path entries ---------------------------------------------------
+
+CACHE_KEY_BYTES = 32
+SEAL = "seal"
+_KEY_WARNED: set[str] = set()
+
+
+def cache_key_path() -> Path:
+    """Where the cache's seal key lives: outside the home, so a home copied from elsewhere is not trusted."""
+    explicit = os.environ.get("TIERGATE_CACHE_KEY")
+    if explicit:
+        return Path(explicit)
+    config = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(config) / "tiergate" / "cache.key"
+
+
+def cache_key() -> bytes | None:
+    """The seal key (made on first use, atomically: two gates at once agree on one key); None when it can be
+    neither read nor made (a warning once: the gate then decides and caches nothing)."""
+    path = cache_key_path()
+    try:
+        key = _read_key(path)
+        if key is None:
+            key = _make_key(path)
+        if len(key) != CACHE_KEY_BYTES:
+            raise ValueError(f"it holds {len(key)} bytes, not {CACHE_KEY_BYTES}")
+        return key
+    except (OSError, ValueError) as exc:
+        if str(path) not in _KEY_WARNED:
+            _KEY_WARNED.add(str(path))
+            text = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            print(f"tiergate: warning: the cache key {path} is unusable ({text}); decisions are not cached",
+                  file=sys.stderr)
+        return None
+
+
+def _read_key(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return None
+
+
+def _make_key(path: Path) -> bytes:
+    """32 random bytes, written 0600 to a part file and linked into place: the first writer wins, every other
+    one reads the winner's key."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    tmp = part_path(path)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(os.urandom(CACHE_KEY_BYTES))
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            pass
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path.read_bytes()
+
+
+def seal_of(doc: dict, key: bytes) -> str:
+    """The HMAC-SHA256 of a document (its canonical JSON, without its own seal)."""
+    body = json.dumps({k: v for k, v in doc.items() if k != SEAL}, sort_keys=True, allow_nan=False)
+    return hmac.new(key, body.encode(), hashlib.sha256).hexdigest()
+
+
+def write_sealed(path: Path, doc: dict) -> Path | None:
+    """Write a sealed JSON document atomically; None (nothing written) when there is no usable cache key."""
+    key = cache_key()
+    if key is None:
+        return None
+    return write_json(path, {**doc, SEAL: seal_of(doc, key)}, sort_keys=True)
+
+
+def read_sealed(path: Path) -> tuple[dict | None, str]:
+    """(the document, "") when its seal verifies under this machine's key; else (None, why): "absent",
+    "unreadable", "unsealed" (no seal or a wrong one: edited, or sealed under another key) or "no key"."""
+    try:
+        doc = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None, "absent"
+    except (OSError, ValueError):
+        return None, "unreadable"
+    if not isinstance(doc, dict):
+        return None, "unreadable"
+    key = cache_key()
+    if key is None:
+        return None, "no key"
+    seal = doc.get(SEAL)
+    if not isinstance(seal, str) or not hmac.compare_digest(seal, seal_of(doc, key)):
+        return None, "unsealed"
+    return doc, ""
+
+
 # --- decisions ------------------------------------------------------------------------------------
+
+
+def classes_identity(device_classes) -> str:
+    """A decision's `device_classes` input: the classes by content (the orchestrator and the fast path alike)."""
+    import dataclasses
+
+    text = "\n".join(json.dumps(dataclasses.asdict(dc), sort_keys=True, default=str) for dc in device_classes)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def policy_identity(policy) -> str:
+    """A decision's `policy` input: the effective policy by content (defaults, per-tier overrides, metrics)."""
+    import dataclasses
+
+    text = json.dumps([dataclasses.asdict(policy.defaults), policy.overrides, policy.metrics], sort_keys=True,
+                      default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def decision_key_of(inputs: dict) -> str:
@@ -288,34 +406,40 @@ def decision_key_of(inputs: dict) -> str:
 
 
 def read_decision(key: str, inputs: dict, *, discard: bool = False) -> dict | None:
-    """The saved decision's JSON for exactly these inputs, or None. With `discard`, a file that does not
-    verify is removed with a warning (the caller then decides again)."""
-    path = decision_path(key)
-    try:
-        doc = json.loads(path.read_text())
-    except FileNotFoundError:
+    """The saved decision's JSON for exactly these inputs, when its seal verifies (read_sealed), or None. With
+    `discard`, a file that does not verify is removed with a warning (the caller then decides again)."""
+    doc, why = read_sealed(decision_path(key))
+    if why in ("absent", "no key"):
         return None
-    except (OSError, ValueError):
-        doc = None
-    if isinstance(doc, dict) and doc.get("schema") == DECISION_SCHEMA and doc.get("key") == key \
+    if doc is not None and doc.get("schema") == DECISION_SCHEMA and doc.get("key") == key \
             and doc.get("inputs") == inputs and isinstance(doc.get("decision"), dict):
         return doc["decision"]
     if discard:
-        discard_decision(key)
+        discard_decision(key, "its seal is missing or wrong (edited, or made under another cache key)"
+                         if why == "unsealed" else "it does not match its inputs")
     return None
 
 
-def discard_decision(key: str) -> None:
+def discard_decision(key: str, why: str = "it does not match its inputs") -> None:
     path = decision_path(key)
-    print(f"tiergate: warning: discarding the cached decision {path.name}: it does not match its inputs",
-          file=sys.stderr)
+    print(f"tiergate: warning: discarding the cached decision {path.name}: {why}; deciding again", file=sys.stderr)
     path.unlink(missing_ok=True)
 
 
-def save_decision(key: str, inputs: dict, decision: dict) -> Path:
-    """Write a decision (its JSON) with its inputs, atomically."""
+def save_decision(key: str, inputs: dict, decision: dict) -> Path | None:
+    """Write a decision (its JSON) with its inputs, sealed, atomically; None when it cannot be sealed (no usable
+    cache key: the gate has decided, nothing is cached)."""
     doc = {"schema": DECISION_SCHEMA, "key": key, "created_at": now_iso(), "inputs": inputs, "decision": decision}
-    return write_json(decision_path(key), doc, sort_keys=True)
+    return write_sealed(decision_path(key), doc)
+
+
+def read_quick_entry(key: str) -> dict | None:
+    """The fast path's entry for a request key when its seal verifies; None otherwise (the normal path runs)."""
+    return read_sealed(quick_entry_path(key))[0]
+
+
+def save_quick_entry(key: str, entry: dict) -> Path | None:
+    return write_sealed(quick_entry_path(key), entry)
 
 
 def now_iso() -> str:

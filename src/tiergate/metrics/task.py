@@ -22,8 +22,11 @@ from __future__ import annotations
 import json
 import math
 import re
+import sys
+import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -49,6 +52,8 @@ class MetricSpec:
     max_ratio: float | None = None     # candidate / reference <= this (errors)
     source: str = ""                   # FILE.py:FUNCTION of a custom metric
     source_sha256: str = ""
+    code_sha256: str = ""              # the metric file, the local modules it imports, its folder (metric_code)
+    code_files: tuple[str, ...] = ()   # the local modules it imports that lie outside its folder
     implicit: bool = False             # the default top-1 check (min_accuracy_ratio), not asked for by name
     fn: Callable | None = field(default=None, compare=False, repr=False)
 
@@ -87,12 +92,15 @@ def resolve(names: list[str], policy) -> list[MetricSpec]:
     specs: dict[str, MetricSpec] = {}
     for name in names:
         if is_loader(name):
+            before = set(sys.modules)
             fn = load_function(name, "metric")
-            fname = name.rpartition(":")[2]
+            fname, file = name.rpartition(":")[2], name.rpartition(":")[0]
             table = tables.get(fname, {})
+            code_sha, code_files = metric_code(Path(file), fn, set(sys.modules) - before)
             specs[fname] = MetricSpec(fname, "custom", table.get("output"), min_ratio=table.get("min_ratio"),
                                       max_ratio=table.get("max_ratio"), source=name,
-                                      source_sha256=file_sha256(name.rpartition(":")[0]), fn=fn)
+                                      source_sha256=file_sha256(file), code_sha256=code_sha,
+                                      code_files=code_files, fn=fn)
         else:
             specs[name] = builtin(name, tables.get(name))
     for name, table in tables.items():
@@ -106,6 +114,45 @@ def resolve(names: list[str], policy) -> list[MetricSpec]:
     if "top1_accuracy" not in specs:
         specs = {"top1_accuracy": MetricSpec("top1_accuracy", "top1", implicit=True), **specs}
     return list(specs.values())
+
+
+def metric_code(file: Path, fn, new_modules) -> tuple[str, tuple[str, ...]]:
+    """(the hash of a user metric's code, the imported module files outside its folder): the metric file, every
+    module imported while it was (`new_modules`) or named in its namespace whose file is neither the standard
+    library's nor an installed package's (outside sys.prefix and sys.base_prefix) nor tiergate's own, and the
+    regular files of its folder (hashing.metric_code_sha256)."""
+    from tiergate.hashing import metric_code_sha256
+
+    names = set(new_modules)
+    namespace = getattr(fn, "__globals__", {})
+    for value in namespace.values():
+        module = value if isinstance(value, types.ModuleType) else sys.modules.get(getattr(value, "__module__", None)
+                                                                                   or "")
+        if module is not None:
+            names.add(module.__name__)
+    folder = file.resolve().parent
+    outside = set()
+    for name in names:
+        path = _local_module_file(sys.modules.get(name))
+        if path is not None and not path.is_relative_to(folder):
+            outside.add(str(path))
+    files = tuple(sorted(outside))
+    return metric_code_sha256(file, files), files
+
+
+_PACKAGE = Path(__file__).resolve().parents[1]
+
+
+def _local_module_file(module) -> Path | None:
+    """A module's source file when it is the user's own: not stdlib, site-packages, or tiergate itself."""
+    where = getattr(module, "__file__", None)
+    if not where:
+        return None
+    path = Path(where).resolve()
+    prefixes = {Path(p).resolve() for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
+    if any(path.is_relative_to(p) for p in prefixes) or path.is_relative_to(_PACKAGE) or not path.is_file():
+        return None
+    return path
 
 
 # --- per-sample components and statistics ------------------------------------------------------------

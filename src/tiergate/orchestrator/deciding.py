@@ -7,9 +7,7 @@ from the decision cache (state.read_decision) when all of them match, else decid
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
-import json
 from pathlib import Path
 
 from tiergate import state
@@ -69,21 +67,16 @@ def decide(outcomes: dict, basis: Basis) -> Decision:
 
 def decision_inputs(folders: dict[tuple[str, str], Path], basis: Basis) -> dict:
     """Everything a decision depends on, by hash: artifacts, data, runs, images, classes, policy, code."""
-    def sha_text(text: str) -> str:
-        return hashlib.sha256(text.encode()).hexdigest()
-
     intakes, policy = basis.intakes, basis.policy
     runs, images = named_runs(folders)
-    classes = [json.dumps(dataclasses.asdict(dc), sort_keys=True, default=str) for dc in basis.device_classes]
     return {
         "candidate": intakes["candidate"].sha256,
         "reference": intakes["reference"].sha256,
         "incumbent": intakes["incumbent"].sha256 if "incumbent" in intakes else None,
         "quantized": intakes["candidate"].artifact.is_quantized,
         "data": basis.data.sha256,
-        "device_classes": sha_text("\n".join(classes)),
-        "policy": sha_text(json.dumps([dataclasses.asdict(policy.defaults), policy.overrides,
-                                       policy.metrics], sort_keys=True, default=str)),
+        "device_classes": state.classes_identity(basis.device_classes),
+        "policy": state.policy_identity(policy),
         "metrics": [m.identity for m in basis.metrics or ()],
         "code": deciding_code_hash(),
         "runs": runs,

@@ -77,22 +77,74 @@ def build_image(device_class: DeviceClass | str, artifact_path: Path | str, *, a
     runtime = ensure_runtime_image(dc, client=client, base_image=base_image, ca_bundle=ca_bundle,
                                    pip_mode=pip_mode)
     labels = image_labels(dc, runtime, files[0].name, artifact_sha256, fingerprint)
-    digest = _digest([runtime.tag, runtime.image_id, json.dumps(labels, sort_keys=True),
-                      *(f"{p.name}:{file_sha256(p)}" for p in files)])
-    tag = f"tiergate/{dc.name}:{digest[:20]}"
+    tag = artifact_image_tag(dc, runtime, labels, files)
     found = _local_image(client, tag)
-    if found is not None:
+    if found is not None and not lineage_problems(found.labels, labels):
         return BuiltImage(tag, found.id, dict(found.labels), True, runtime.tag, runtime.reused,
                           time.monotonic() - t0)
+    if found is not None:       # another image re-tagged under this tag: built again (the tag moves to it)
+        print(f"tiergate: warning: the image {tag} is not what its tag names "
+              f"({'; '.join(lineage_problems(found.labels, labels))}); building it again", file=sys.stderr)
     with tempfile.TemporaryDirectory(prefix="tiergate-artifact-") as tmp:
         ctx = Path(tmp)
-        shutil.copy(containers_dir() / "artifact.Dockerfile", ctx / "Dockerfile")
-        (ctx / "model").mkdir()
-        for path in files:
-            shutil.copy(path, ctx / "model" / path.name)
+        artifact_context(files, ctx)
         image = _docker_build(client, ctx, tag, {"RUNTIME_IMAGE": runtime.tag}, labels)
+    problems = lineage_problems(image.labels, labels)
+    if problems:
+        raise EnvironmentProblem(f"the image built as {tag} does not carry its lineage ({'; '.join(problems)})")
     return BuiltImage(tag, image.id, dict(image.labels), False, runtime.tag, runtime.reused,
                       time.monotonic() - t0)
+
+
+# What decides the artifact image's content beyond its inputs' bytes: bump when the recipe or the context's
+# making changes (2: files enter the image with fixed modes, 0644 in 0755 folders, whatever the host's umask).
+ARTIFACT_RECIPE = "2"
+LINEAGE = ("artifact.sha256", "runtime_image", "runtime", "runtime.version", "versions", "model.path",
+           "device_class", "base_image")
+
+
+def artifact_image_tag(dc: DeviceClass, runtime: RuntimeImage, labels: dict[str, str], files: list[Path]) -> str:
+    """The artifact image's content-hash tag: the runtime image, the labels, the artifact's files (names and
+    bytes), the recipe (containers/artifact.Dockerfile) and ARTIFACT_RECIPE; never the host's file modes."""
+    digest = _digest([ARTIFACT_RECIPE, file_sha256(containers_dir() / "artifact.Dockerfile"), runtime.tag,
+                      runtime.image_id, json.dumps(labels, sort_keys=True),
+                      *(f"{p.name}:{file_sha256(p)}" for p in files)])
+    return f"tiergate/{dc.name}:{digest[:20]}"
+
+
+def artifact_context(files: list[Path], ctx: Path) -> None:
+    """The artifact image's build context: the recipe and the artifact's files (model and external data) under
+    model/, readable by the harness's user whatever their modes on the host (a 0600 file from umask 077)."""
+    shutil.copyfile(containers_dir() / "artifact.Dockerfile", ctx / "Dockerfile")
+    (ctx / "model").mkdir()
+    for path in files:
+        shutil.copyfile(path, ctx / "model" / path.name)
+    normalise_modes(ctx)
+
+
+def normalise_modes(root: Path) -> None:
+    """Fixed modes for a build context: folders 0755, files 0644 (0755 when the owner may execute them), so an
+    image's content never depends on the host's umask or a file's mode."""
+    os.chmod(root, 0o755)
+    for folder, dirs, names in os.walk(root):
+        for name in dirs:
+            os.chmod(os.path.join(folder, name), 0o755)
+        for name in names:
+            path = os.path.join(folder, name)
+            if not os.path.islink(path):
+                os.chmod(path, 0o755 if os.stat(path).st_mode & 0o100 else 0o644)
+
+
+def lineage_problems(found: dict[str, str] | None, wanted: dict[str, str]) -> list[str]:
+    """How an image's labels differ from the lineage its tag names (the artifact's sha256, the runtime image
+    and its identity): [] when they match."""
+    found = found or {}
+    problems = []
+    for name in LINEAGE:
+        key = f"{LABEL}.{name}"
+        if key in wanted and found.get(key) != wanted[key]:
+            problems.append(f"{name} is {found.get(key)!r}, not {wanted[key]!r}")
+    return problems
 
 
 # --- the runtime image -----------------------------------------------------------------
@@ -194,14 +246,25 @@ def ensure_runtime_image(dc: DeviceClass, *, client, base_image: str | None = No
     """The runtime image for the device class's runtime and arch, built once."""
     plan = plan_runtime_image(dc, client=client, base_image=base_image, ca_bundle=ca_bundle, pip_mode=pip_mode)
     found = _local_image(client, plan.tag)
-    if found is not None:
+    if found is not None and not runtime_lineage_problems(found.labels, plan.labels):
         return RuntimeImage(plan.tag, found.id, plan.versions, plan.base, True, dict(found.labels))
+    if found is not None:
+        print(f"tiergate: warning: the image {plan.tag} is not what its tag names "
+              f"({'; '.join(runtime_lineage_problems(found.labels, plan.labels))}); building it again",
+              file=sys.stderr)
     with tempfile.TemporaryDirectory(prefix="tiergate-runtime-") as tmp:
         ctx = Path(tmp)
         _runtime_context(plan, client, ctx)
         network = "host" if plan.pip_mode == "image" else "none"  # host: needs no docker0 bridge
         image = _docker_build(client, ctx, plan.tag, plan.buildargs, plan.labels, network)
     return RuntimeImage(plan.tag, image.id, plan.versions, plan.base, False, dict(image.labels))
+
+
+def runtime_lineage_problems(found: dict[str, str] | None, wanted: dict[str, str]) -> list[str]:
+    """How a runtime image's labels differ from its plan's (runtime, arch, base, versions, harness, lock, env)."""
+    found = found or {}
+    return [f"{key[len(LABEL) + 1:]} is {found.get(key)!r}, not {value!r}"
+            for key, value in sorted(wanted.items()) if found.get(key) != value]
 
 
 def _runtime_context(plan: RuntimePlan, client, ctx: Path) -> None:
@@ -224,6 +287,7 @@ def _runtime_context(plan: RuntimePlan, client, ctx: Path) -> None:
         python = base_python_version(client, plan.base, plan.base_id)
         wheels = download_wheels(plan.lock, dc, python, ctx / "ca-bundle.crt" if plan.extra_ca else None)
         install_on_host(plan.lock, wheels, dc, python, ctx / "site-packages")
+    normalise_modes(ctx)        # the harness, the packages and the emulator readable by the image's user
 
 
 def ensure_base_image(client, base: str, dc: DeviceClass) -> str:

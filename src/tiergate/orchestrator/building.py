@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from tiergate.errors import EnvironmentProblem, TiergateError
+from tiergate.images import LABEL
 from tiergate.orchestrator.types import Progress, RunSpec, say
 
 
@@ -13,9 +14,21 @@ def build_images(specs: list[RunSpec], builder, *, progress: Progress | None = N
         say(progress, f"image for {spec.role} on {spec.device_class.name}")
         spec.image, spec.build_error = None, None
         try:
-            spec.image = builder.build(spec.device_class, spec.intake)
+            spec.image = check_lineage(builder.build(spec.device_class, spec.intake), spec)
         except EnvironmentProblem:     # no engine, no base image, pip or docker build broken: exit 2, no verdict
             raise
         except TiergateError as exc:  # this artifact cannot be built for this class: that class's run fails
             spec.build_error = f"image build failed: {exc.one_line()}"
     return specs
+
+
+def check_lineage(image, spec: RunSpec):
+    """The image a builder returned, when the artifact it names (its `artifact.sha256` label) is the spec's: an
+    image re-tagged under a candidate's tag is never run. A builder whose images carry no labels (a work pool's,
+    built and checked on the worker) passes; a mismatch the builder did not repair is EnvironmentProblem (exit 2)."""
+    named = (image.labels or {}).get(f"{LABEL}.artifact.sha256")
+    if named is not None and named != spec.intake.sha256:
+        raise EnvironmentProblem(f"the image {image.tag} for {spec.role} on {spec.device_class.name} holds another "
+                                 f"artifact (sha256 {named[:12]}…, not {spec.intake.sha256[:12]}…)",
+                                 hint="remove the image (docker rmi) and gate again")
+    return image

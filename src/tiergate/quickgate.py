@@ -116,8 +116,8 @@ def identity(request: GateRequest, build: BuildSettings) -> tuple[dict, dict[str
         "data": _file_sha(Path(request.data), required=True),
         "device_classes": [json.dumps(dataclasses.asdict(dc), sort_keys=True, default=str)
                            for dc in request.device_classes],
-        "policy": json.dumps([dataclasses.asdict(policy.defaults), policy.overrides, policy.metrics, policy.early],
-                             sort_keys=True, default=str),
+        "policy": json.dumps([dataclasses.asdict(policy.defaults), policy.overrides, policy.metrics, policy.early,
+                              list(policy.sources)], sort_keys=True, default=str),
         "early_stop": request.early_stop,
         "metrics": metrics,
         "sample_axes": list(request.sample_axes),

@@ -393,11 +393,13 @@ def classes_identity(device_classes) -> str:
 
 
 def policy_identity(policy) -> str:
-    """A decision's `policy` input: the effective policy by content (defaults, per-tier overrides, metrics)."""
+    """A decision's `policy` input: the effective policy by content (defaults, per-tier overrides, metrics) and
+    the files it came from (the decision names them in `policy_sources`: two files of one content are two
+    decisions, each naming its own file)."""
     import dataclasses
 
-    text = json.dumps([dataclasses.asdict(policy.defaults), policy.overrides, policy.metrics], sort_keys=True,
-                      default=str)
+    text = json.dumps([dataclasses.asdict(policy.defaults), policy.overrides, policy.metrics,
+                       list(policy.sources)], sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()
 
 

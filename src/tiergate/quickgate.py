@@ -267,7 +267,7 @@ def _lookup(request: GateRequest, build: BuildSettings) -> GateRun | None:
     current = image_ids(wanted, _engine_socket(request.device_classes))
     if any(current.get(name) != image_id for name, image_id in wanted.items()):
         return None
-    if not all(Path(folder).is_dir() for folder in entry["runtime_graph_folders"]):
+    if not all(state.folder_verifies(Path(folder)) for folder in entry["runtime_graph_folders"]):
         return None          # the normal path would describe again: its runtime section would differ
     findings = {dc: [StoredFinding(f) for f in found] for dc, found in entry["findings"].items()}
     return GateRun(decision, runs, cache_hits=len(runs), decision_cached=True, decision_key=entry["decision_key"],
@@ -389,7 +389,7 @@ def _runtime_as_cached(request: GateRequest, gate_run, recorder: Recorder):
         image = recorder.images[(dc.name, candidate.sha256)]
         graph, found = recorder.builder.describe(dc, candidate, image)
         folder = state.graph_folder(candidate.sha256, graph.get("image_id", ""), describer, dc.cpu_key)
-        if graph.get("cached") is not True or not folder.is_dir():
+        if graph.get("cached") is not True or not state.folder_verifies(folder):
             raise NoFastPath(f"the runtime graph on {dc.name} is not in the describe cache")
         runtime[dc.name] = graph
         findings[dc.name] = [f.to_json() for f in found]

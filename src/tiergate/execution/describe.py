@@ -56,8 +56,13 @@ def describe_runtime(artifact, dc, image: str, *, client=None, refresh: bool = F
         folder = state.graph_folder(artifact.sha256, image_id, file_sha256(describer_path()), dc.cpu_key)
         meta = dict(target=dc.name, tier=dc.tier, runtime=dc.runtime, emulated=dc.emulated, image=image,
                     image_id=image_id, artifact_sha256=artifact.sha256)
-        if folder.is_dir() and not refresh:
-            return parse_describe(folder, cached=True, seconds=_seconds(folder), **meta)
+        if not refresh and state.cached_folder(folder, "runtime graph"):
+            try:
+                return parse_describe(folder, cached=True, seconds=_seconds(folder), **meta)
+            except (InputError, ValueError, KeyError, TypeError, AttributeError) as exc:   # sealed, but another shape
+                state.discard_folder(folder, "runtime graph", f"it cannot be read ({type(exc).__name__})")
+        elif refresh:
+            shutil.rmtree(folder, ignore_errors=True)
         t0 = time.monotonic()
         with tempfile.TemporaryDirectory(prefix="tiergate-describe-") as tmp:
             work = Path(tmp) / "out"
@@ -89,16 +94,15 @@ def _seconds(folder: Path) -> float:
 
 
 def _publish(work: Path, folder: Path) -> None:
-    """Move the finished folder into the cache in one rename (a concurrent twin may win: fine)."""
+    """Copy the finished folder beside its place and put it in the cache (state.publish_folder: one rename, with
+    a sealed manifest that the next read verifies)."""
     folder.parent.mkdir(parents=True, exist_ok=True)
     staging = state.part_path(folder)
     shutil.copytree(work, staging)
     try:
-        os.rename(staging, folder)
-    except OSError:
+        state.publish_folder(staging, folder)
+    finally:
         shutil.rmtree(staging, ignore_errors=True)
-        if not folder.is_dir():
-            raise
 
 
 def _files(artifact) -> list[tuple[Path, str]]:

@@ -224,7 +224,7 @@ def _dump(runner: Runner, dc, models, cand_sha, ref_sha, data_sha, data_path, n)
                           file_sha256(script_path()), str(n)))
     key = hashlib.sha256(key_text.encode()).hexdigest()[:24]
     folder = state.explain_folder(key)
-    if (folder / "explain.json").is_file():
+    if state.cached_folder(folder, "explain dump"):        # a sealed manifest: truncated or edited is made again
         return folder
     folder.parent.mkdir(parents=True, exist_ok=True)
     work = state.part_path(folder)
@@ -241,10 +241,7 @@ def _dump(runner: Runner, dc, models, cand_sha, ref_sha, data_sha, data_path, n)
             shutil.rmtree(target, ignore_errors=True)
             work.rename(target)
             return target
-        try:
-            os.rename(work, folder)
-        except OSError:
-            shutil.rmtree(work, ignore_errors=True)
+        state.publish_folder(work, folder)
         return folder
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)

@@ -353,12 +353,13 @@ def seal_of(doc: dict, key: bytes) -> str:
     return hmac.new(key, body.encode(), hashlib.sha256).hexdigest()
 
 
-def write_sealed(path: Path, doc: dict) -> Path | None:
-    """Write a sealed JSON document atomically; None (nothing written) when there is no usable cache key."""
+def write_sealed(path: Path, doc: dict, *, sort_keys: bool = False) -> Path | None:
+    """Write a sealed JSON document atomically (its key order kept unless `sort_keys`: the seal is over the
+    canonical form); None (nothing written) when there is no usable cache key."""
     key = cache_key()
     if key is None:
         return None
-    return write_json(path, {**doc, SEAL: seal_of(doc, key)}, sort_keys=True)
+    return write_json(path, {**doc, SEAL: seal_of(doc, key)}, sort_keys=sort_keys)
 
 
 def read_sealed(path: Path) -> tuple[dict | None, str]:
@@ -481,7 +482,7 @@ def save_decision(key: str, inputs: dict, decision: dict) -> Path | None:
     """Write a decision (its JSON) with its inputs, sealed, atomically; None when it cannot be sealed (no usable
     cache key: the gate has decided, nothing is cached)."""
     doc = {"schema": DECISION_SCHEMA, "key": key, "created_at": now_iso(), "inputs": inputs, "decision": decision}
-    return write_sealed(decision_path(key), doc)
+    return write_sealed(decision_path(key), doc, sort_keys=True)
 
 
 def read_quick_entry(key: str) -> dict | None:

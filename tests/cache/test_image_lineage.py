@@ -95,15 +95,16 @@ def test_an_image_retagged_under_the_candidates_tag_is_built_again(private_model
         client._images[tag] = _Image("sha256:fresh", dict(labels))
         return client._images[tag]
     monkeypatch.setattr(build, "_docker_build", docker_build)
-    labels = build.image_labels(dc, runtime, private_model.name, "c" * 64, "")
-    tag = build.artifact_image_tag(dc, runtime, labels, build.artifact_files(dc, private_model))
-    other = dict(labels, **{f"{LABEL}.artifact.sha256": "d" * 64})      # `docker tag <another image> <tag>`
-    client = _Client({tag: _Image("sha256:other", other)})
+    client = _Client({})
+    first = build.build_image(dc, private_model, artifact_sha256="c" * 64, client=client)
+    assert built == [first.tag] and not first.reused
+    other = dict(first.labels, **{f"{LABEL}.artifact.sha256": "d" * 64})
+    client._images[first.tag] = _Image("sha256:other", other)          # `docker tag <another image> <tag>`
     image = build.build_image(dc, private_model, artifact_sha256="c" * 64, client=client)
-    assert built == [tag] and image.image_id == "sha256:fresh" and not image.reused
+    assert built == [first.tag] * 2 and image.image_id == "sha256:fresh" and not image.reused
     assert "is not what its tag names" in capsys.readouterr().err
     again = build.build_image(dc, private_model, artifact_sha256="c" * 64, client=client)
-    assert again.reused and again.image_id == "sha256:fresh" and built == [tag]     # matching labels: reused
+    assert again.reused and again.image_id == "sha256:fresh" and len(built) == 2      # matching labels: reused
 
 
 def test_a_runtime_image_whose_labels_differ_from_its_plan_is_not_reused():
@@ -148,3 +149,17 @@ def test_a_0600_candidate_with_external_data_runs_in_the_container(private_model
     candidate = results.load(run.run_dirs[("candidate", X86)])
     assert candidate.ok, candidate.reason
     assert run.decision.verdict != "REJECT", run.decision.reasons
+
+    # another image re-tagged under the candidate's tag (`docker tag`): not used, built again
+    import docker
+
+    client = docker.from_env()
+    reference = results.load(run.run_dirs[("reference", X86)])
+    fingerprint = client.images.get(candidate.image).labels[f"{LABEL}.fingerprint"]
+    client.images.get(reference.image_id).tag(candidate.image)
+    image = build.build_image(resolve(X86)[0], private_model, artifact_sha256=candidate.artifact_sha256,
+                              fingerprint=fingerprint, client=client)
+    assert image.tag == candidate.image and not image.reused
+    assert image.labels[f"{LABEL}.artifact.sha256"] == candidate.artifact_sha256
+    assert client.images.get(candidate.image).id == image.image_id != reference.image_id
+    client.close()

@@ -22,6 +22,7 @@ on first use, once.
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import sys
@@ -398,6 +399,47 @@ def subset(data: EvalData, start: int, stop: int) -> EvalData:
         arrays[LABELS] = data.labels[start:stop]
     meta = {"inputs": data.axes, "outputs": data.output_axes} if needs_axes_member(data) else None
     return load_eval_data(write_archive(arrays, meta))
+
+
+def select(data: EvalData, rows) -> EvalData:
+    """The samples at file positions `rows` (in that order) as their own content-hashed archive (sample axes and
+    constants kept); every sample in file order is `data` itself (its file, its hash, its cached runs)."""
+    rows = np.asarray(rows, dtype=np.int64)
+    if len(rows) == data.n_samples and np.array_equal(rows, np.arange(data.n_samples)):
+        return data
+    if len(rows) == 0 or rows.min() < 0 or rows.max() >= data.n_samples:
+        raise ValueError(f"sample rows outside 0-{data.n_samples}")
+    arrays = {name: data.arrays[name] if data.axis(name) is None else np.take(data.arrays[name], rows,
+                                                                              axis=data.axis(name))
+              for name in data.info}
+    if data.labels is not None:
+        arrays[LABELS] = data.labels[rows]
+    meta = {"inputs": data.axes, "outputs": data.output_axes} if needs_axes_member(data) else None
+    return load_eval_data(write_archive(arrays, meta))
+
+
+def sample_keys(data: EvalData, seed: int) -> np.ndarray:
+    """One 128-bit key per sample, (n, 2) uint64: a keyed hash of the seed and the sample's own bytes (every
+    input's slice along its sample axis, with its shape and dtype, and its label; constants left out). Equal
+    samples get equal keys wherever they are in the file, so an order made from the keys is the file order's
+    no more than the samples' (an early decision's partition, orchestrator.spans.sample_order)."""
+    salt = int(seed).to_bytes(8, "little")
+    columns = []
+    for name in sorted(data.info):
+        axis = data.axis(name)
+        if axis is not None:
+            columns.append((name, np.moveaxis(np.asarray(data.arrays[name]), axis, 0)))
+    if data.labels is not None:
+        columns.append((LABELS, np.asarray(data.labels)))
+    keys = np.empty((data.n_samples, 2), dtype=np.uint64)
+    for i in range(data.n_samples):
+        digest = hashlib.blake2b(salt, digest_size=16)
+        for name, column in columns:
+            one = np.ascontiguousarray(column[i])
+            digest.update(f"{name}\0{one.dtype.str}\0{one.shape}\0".encode())
+            digest.update(one.tobytes())
+        keys[i] = np.frombuffer(digest.digest(), dtype="<u8")
+    return keys
 
 
 # --- data loaders: FILE.py:FUNCTION -----------------------------------------------------------------

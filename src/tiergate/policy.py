@@ -35,7 +35,7 @@ AGREEMENT = ("auto", "gate", "evidence")
 _CHOICES = {"on_inconclusive": ON_INCONCLUSIVE, "agreement": AGREEMENT}
 # Early decision (docs/policy.md): not thresholds, so they are kept apart from Thresholds (and the decision's
 # thresholds JSON); [defaults] and [override.NAME] take them like any other key.
-EARLY_KEYS = ("early_stop", "early_looks", "early_spending")
+EARLY_KEYS = ("early_stop", "early_looks", "early_spending", "early_seed")
 MAX_EARLY_LOOKS = 20
 
 
@@ -47,6 +47,7 @@ class EarlyStop:
     enabled: bool = False
     looks: int = 4
     spending: str = "obrien-fleming"
+    seed: int = 0                       # the looks' seeded random partition of the samples (orchestrator/early.py)
 
 
 @dataclass(frozen=True)
@@ -252,6 +253,10 @@ def _early_value(name: str, where: str, key: str, value):
         if value not in SPENDING:
             raise InputError(f"{bad} must be one of {', '.join(repr(c) for c in SPENDING)}, got {value!r}")
         return "spending", value
+    if key == "early_seed":
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2 ** 63:
+            raise InputError(f"{bad} must be a whole number from 0 to 2**63 - 1, got {value!r}")
+        return "seed", value
     if isinstance(value, bool) or not isinstance(value, int) or not 2 <= value <= MAX_EARLY_LOOKS:
         raise InputError(f"{bad} must be a whole number from 2 to {MAX_EARLY_LOOKS}, got {value!r}")
     return "looks", value

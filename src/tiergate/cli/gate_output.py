@@ -88,7 +88,7 @@ def print_run(run, explained=None) -> None:
         how = (f"settled {t.verdict} at look {t.look} of {t.looks}" if t.stopped_early
                else f"{t.verdict} at its last look ({t.look} of {t.looks})")
         console.print(f"early stop: {name}: {how}, {t.samples_used} of {t.samples_total} samples used "
-                      f"(intervals at {t.confidence:.4%})", highlight=False)
+                      f"(intervals at {t.confidence:.4%}; seed {t.seed})", highlight=False)
     console.print(f"runs: {run.containers_started} started, {run.cache_hits} reused from cache", highlight=False)
     style = "bold green" if decision.passed else ("bold yellow" if decision.verdict == "INCONCLUSIVE" else "bold red")
     console.print(f"[{style}]{decision.verdict}[/]")

@@ -11,6 +11,7 @@ keeps what is measured; a finished shard is kept under runs/<key>.shards/ until 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import shutil
 import threading
 import time
@@ -37,6 +38,36 @@ def shard_ranges(n: int, count: int) -> list[Span]:
     count = max(1, min(count, n))
     edges = [round(i * n / count) for i in range(count + 1)]
     return [(a, b) for a, b in zip(edges, edges[1:])]
+
+
+def sample_order(keys: np.ndarray, labels: np.ndarray | None, seed: int) -> np.ndarray:
+    """The file positions of every sample in an early decision's order: a seeded random order (by the samples'
+    keys, evaldata.sample_keys), stratified where the labels are one class index per sample: each class is
+    shuffled by its keys and the classes are interleaved by fractional position ((rank + phase) / class size, the
+    phase seeded per class), so every prefix holds each class in about its share of the whole set. Made from the
+    seed and the samples only: reordering the file reorders nothing here."""
+    n = len(keys)
+    strata = labels is not None and labels.ndim == 1 and len(labels) == n and (
+        np.issubdtype(labels.dtype, np.integer) or labels.dtype == np.bool_)
+    if not strata:
+        return np.lexsort((keys[:, 1], keys[:, 0]))
+    position = np.empty(n, dtype=np.float64)
+    for value in np.unique(labels):
+        members = np.flatnonzero(labels == value)
+        members = members[np.lexsort((keys[members, 1], keys[members, 0]))]
+        phase = int.from_bytes(hashlib.blake2b(f"{int(seed)}\0{int(value)}".encode(), digest_size=8).digest(),
+                               "little") / 2 ** 64
+        position[members] = (np.arange(len(members)) + phase) / len(members)
+    return np.lexsort((keys[:, 1], keys[:, 0], position))
+
+
+def partition(order: np.ndarray, count: int) -> tuple[list[Span], list[np.ndarray]]:
+    """`count` chunks of an order (early decision): their spans of positions in it and their samples' file
+    positions (the whole set in one chunk: in file order, the data itself)."""
+    spans = shard_ranges(len(order), count)
+    if len(spans) == 1:
+        return spans, [np.arange(len(order))]
+    return spans, [order[a:b] for a, b in spans]
 
 
 class PendingRuns:

@@ -1,12 +1,13 @@
-"""Early decision: sequential looks at growing sample prefixes (off by default; docs/policy.md).
+"""Early decision: sequential looks at growing shares of the samples (off by default; docs/policy.md).
 
 A class with early stop on splits the samples into `looks` chunks, a seeded random partition stratified by label
 (spans.sample_order: made from the seed and the samples' own bytes, so the file's order decides nothing); after
-chunk k its runs of chunks 1..k are merged (spans.merge_shards) into prefix folders and judged on those m_k samples
-(deciding.decide_saved, at the look's confidence, tiergate.stats.look_plan). A class stops at the first look whose verdict is settled
-(tiergate.gate.settled), or at its last; only classes still undecided run the next chunk. A class with early stop
-off runs all samples at once (one look at the policy's confidence). Every chunk is an ordinary run (its own
-content-hashed .npz, cached by the run cache); every look's decision is cached.
+chunk k its runs of chunks 1..k are merged (spans.merge_shards) into prefix folders and judged on those m_k
+samples (deciding.decide_saved, at the look's confidence, tiergate.stats.look_plan). A class stops at the first
+look whose verdict is settled (tiergate.gate.settled), or at its last; only classes still undecided run the next
+chunk. A class with early stop off runs all samples at once, in file order (one look at the policy's confidence).
+Every chunk is an ordinary run (its own content-hashed .npz, cached by the run cache); every look's decision is
+cached.
 """
 
 from __future__ import annotations

@@ -58,7 +58,7 @@ def json_text(run, explained=None) -> str:
 
 
 def print_run(run, explained=None) -> None:
-    """The human-readable answer: checks, device figures, runtime graphs, reasons, warnings, files, runs."""
+    """The human-readable answer: checks, device figures, runtime graphs, reasons, warnings, notes, files, runs."""
     from rich.table import Table
 
     decision = run.decision
@@ -80,6 +80,10 @@ def print_run(run, explained=None) -> None:
         console.print(f"[red]reason:[/] {reason}", highlight=False)
     for warning in decision.warnings:
         console.print(f"[yellow]warning:[/] {warning}", highlight=False)
+    from rich.markup import escape
+
+    for note in decision.notes:
+        console.print(f"[dim]note:[/] {escape(note)}", highlight=False)
     for line in explained.reasons() if explained is not None else []:
         console.print(f"[red]reason:[/] explain: {line}", highlight=False)
     for name, files in run.report_files.items():

@@ -17,12 +17,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Protocol
 
+from tiergate.errors import EnvironmentProblem
 from tiergate.hashing import file_sha256
 from tiergate.images import LABEL, BuiltImage
 from tiergate.results import OUTPUTS_FILE, RESULT_FILE, TargetResult, failed
 from tiergate.targets import DeviceClass
 
 LOG_TAIL_LINES = 40
+
+
+class ImageGone(EnvironmentProblem):
+    """A job's image is not on the engine any more (removed while the gate ran): the environment's fault, exit 2,
+    never a failed run (hence never a verdict). Backends raise it; the orchestrator lets it through."""
+
 DEFAULT_WARMUP = 3
 # fields of TargetResult the harness itself knows (the host adds the rest)
 HARNESS_FIELDS = ("runtime", "versions", "machine", "cpu", "threads", "batch_size", "n_samples",

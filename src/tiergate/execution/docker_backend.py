@@ -38,9 +38,9 @@ import requests
 
 from tiergate.images import LABEL
 from tiergate.errors import InfrastructureFault, InputError
-from tiergate.execution.base import (FAILED_FILE, LOG_TAIL_LINES, Job, clear_outputs, exit_reason, harness_command,
-                                     harness_spoke, host_fields, last_line, python_entrypoint, read_harness_result,
-                                     tail)
+from tiergate.execution.base import (FAILED_FILE, LOG_TAIL_LINES, ImageGone, Job, clear_outputs, exit_reason,
+                                     harness_command, harness_spoke, host_fields, last_line, python_entrypoint,
+                                     read_harness_result, tail)
 from tiergate.execution import janitor
 from tiergate.execution.engine import DEFAULT_ATTEMPTS, DEFAULT_BACKOFF_S, connect, engine_problem, with_retries
 from tiergate.results import OUTPUTS_FILE, RESULT_FILE, TargetResult, failed
@@ -85,6 +85,10 @@ class DockerBackend:
                                 backoff_s=self.backoff_s, what=f"{dc.name} on {self.docker_host}")
         except InfrastructureFault as exc:
             return [failed(dc.name, exc.message, **host) for host in hosts]
+        except docker.errors.ImageNotFound:
+            raise ImageGone(f"{dc.name}: image {jobs[0].image.tag} is no longer on the engine {self.docker_host} "
+                            f"(removed while the gate ran: tiergate gc or docker rmi)",
+                            hint="run the gate again: it builds the image again") from None
 
     def engine_problem(self) -> str | None:
         """Why this backend's engine does not answer, or None when it does (asked after a failed run)."""

@@ -228,7 +228,8 @@ def _map_threads(fn, items: list) -> list:
 
 
 class _HostFaults:
-    """A backend wrapper that keeps a full disk (ENOSPC) from becoming a failed run, hence a verdict."""
+    """A backend wrapper that keeps a full disk (ENOSPC), or an environment problem a backend raises (an image gone
+    from the engine), from becoming a failed run, hence a verdict: it is raised once the span ends (exit 2)."""
 
     def __init__(self, backend):
         self.backend, self.fault = backend, None
@@ -245,6 +246,10 @@ class _HostFaults:
         except OSError as exc:
             if is_disk_full(exc):
                 self.fault = disk_full(exc, job.out_dir.parent)
+            raise
+        except EnvironmentProblem as exc:   # e.g. the image was removed under the gate (execution.base.ImageGone)
+            if not isinstance(exc, InfrastructureFault):
+                self.fault = exc
             raise
 
     def raise_fault(self) -> None:

@@ -19,8 +19,6 @@ from concurrent.futures import wait as wait_all
 from contextlib import nullcontext
 from pathlib import Path
 
-import numpy as np
-
 from tiergate import results, state
 from tiergate.errors import EnvironmentProblem, InfrastructureFault, TiergateError, disk_full, is_disk_full
 from tiergate.evaldata import EvalData
@@ -274,8 +272,12 @@ def merge_shards(parts: list[Path], work: Path, spans: list[Span] | None = None)
                                 tier=first.tier, artifact_sha256=first.artifact_sha256)
         results.save(result, work)
         return result
-    outputs = [results.load_outputs(part) for part in parts]
-    merged = {name: np.concatenate([o[name] for o in outputs]) for name in outputs[0]}
+    too_large = results.over_output_limit(work, sum(results.outputs_nbytes(part) for part in parts))
+    if too_large:
+        result = results.failed(first.device_class, too_large, tier=first.tier,
+                                artifact_sha256=first.artifact_sha256)
+        results.save(result, work)
+        return result
     shards = [{"samples": [int(a), int(b)], "wall_s": r.wall_s, "started_at": r.started_at,
                "latency_calls": len(r.latencies_ns)}
               for r, (a, b) in zip(loaded, spans or (map(int, part.name.split("-")) for part in parts))]
@@ -283,7 +285,7 @@ def merge_shards(parts: list[Path], work: Path, spans: list[Span] | None = None)
         first, n_samples=sum(r.n_samples for r in loaded), latencies_ns=[x for r in loaded for x in r.latencies_ns],
         started_at=min(r.started_at for r in loaded), wall_s=max(r.wall_s for r in loaded),
         extra={**first.extra, "evaluation": _merged_evaluation(loaded), "shards": shards}, outputs_sha256="")
-    results.save(result, work, merged)
+    results.concat_outputs(parts, work)       # streamed: one shard's array in memory at a time
     result.outputs_sha256 = file_sha256(work / state.OUTPUTS_FILE)
     results.save(result, work)
     return result

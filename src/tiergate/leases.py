@@ -60,6 +60,7 @@ class _Lease:
         self.images: set[str] = set()
         while True:      # a stale-lease sweep may unlink the file between open and flock: then take a new one
             fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+            os.fchmod(fd, 0o644)            # whatever the umask: every user's gc probes it
             fcntl.flock(fd, fcntl.LOCK_EX)
             try:
                 same = os.fstat(fd).st_ino == os.stat(self.lock_path).st_ino
@@ -142,6 +143,10 @@ def _gc_lock(mode: int, waiting: str = "") -> Iterator[None]:
     except OSError:
         yield                  # no lease folder: nothing to exclude against (holding() warned)
         return
+    try:
+        os.fchmod(fd, 0o644)   # every user's gates and gc open it (a flock needs no write access)
+    except OSError:
+        pass                   # another user's file
     try:
         try:
             fcntl.flock(fd, mode | fcntl.LOCK_NB)

@@ -20,8 +20,6 @@ from concurrent.futures import wait as wait_all
 from contextlib import nullcontext
 from pathlib import Path
 
-import numpy as np
-
 from tiergate import results, state
 from tiergate.errors import EnvironmentProblem, InfrastructureFault, TiergateError, disk_full, is_disk_full
 from tiergate.evaldata import EvalData
@@ -259,7 +257,8 @@ def _map_threads(fn, items: list) -> list:
 
 
 class _HostFaults:
-    """A backend wrapper that keeps a full disk (ENOSPC) from becoming a failed run, hence a verdict."""
+    """A backend wrapper that keeps a full disk (ENOSPC), or an environment problem a backend raises (an image gone
+    from the engine), from becoming a failed run, hence a verdict: it is raised once the span ends (exit 2)."""
 
     def __init__(self, backend):
         self.backend, self.fault = backend, None
@@ -276,6 +275,10 @@ class _HostFaults:
         except OSError as exc:
             if is_disk_full(exc):
                 self.fault = disk_full(exc, job.out_dir.parent)
+            raise
+        except EnvironmentProblem as exc:   # e.g. the image was removed under the gate (execution.base.ImageGone)
+            if not isinstance(exc, InfrastructureFault):
+                self.fault = exc
             raise
 
     def raise_fault(self) -> None:
@@ -300,8 +303,12 @@ def merge_shards(parts: list[Path], work: Path, spans: list[Span] | None = None)
                                 tier=first.tier, artifact_sha256=first.artifact_sha256)
         results.save(result, work)
         return result
-    outputs = [results.load_outputs(part) for part in parts]
-    merged = {name: np.concatenate([o[name] for o in outputs]) for name in outputs[0]}
+    too_large = results.over_output_limit(work, sum(results.outputs_nbytes(part) for part in parts))
+    if too_large:
+        result = results.failed(first.device_class, too_large, tier=first.tier,
+                                artifact_sha256=first.artifact_sha256)
+        results.save(result, work)
+        return result
     shards = [{"samples": [int(a), int(b)], "wall_s": r.wall_s, "started_at": r.started_at,
                "latency_calls": len(r.latencies_ns)}
               for r, (a, b) in zip(loaded, spans or (map(int, part.name.split("-")) for part in parts))]
@@ -309,7 +316,7 @@ def merge_shards(parts: list[Path], work: Path, spans: list[Span] | None = None)
         first, n_samples=sum(r.n_samples for r in loaded), latencies_ns=[x for r in loaded for x in r.latencies_ns],
         started_at=min(r.started_at for r in loaded), wall_s=max(r.wall_s for r in loaded),
         extra={**first.extra, "evaluation": _merged_evaluation(loaded), "shards": shards}, outputs_sha256="")
-    results.save(result, work, merged)
+    results.concat_outputs(parts, work)       # streamed: one shard's array in memory at a time
     result.outputs_sha256 = file_sha256(work / state.OUTPUTS_FILE)
     results.save(result, work)
     return result

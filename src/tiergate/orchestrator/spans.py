@@ -20,6 +20,8 @@ from concurrent.futures import wait as wait_all
 from contextlib import nullcontext
 from pathlib import Path
 
+import numpy as np
+
 from tiergate import results, state
 from tiergate.errors import EnvironmentProblem, InfrastructureFault, TiergateError, disk_full, is_disk_full
 from tiergate.evaldata import EvalData

@@ -16,14 +16,17 @@ monotonic nanosecond clock and writes to the output folder:
 Usage:
   python tiergate_harness.py --runtime onnxruntime --model M.onnx --out DIR [--model M2 --out DIR2 ...]
       --data D.npz [--samples START:STOP] [--threads 1] [--batch-size 1] [--warmup 3]
-      [--eval-batch 0] [--latency-calls 16] [--compare-rounds 0] [--profile]
+      [--eval-batch 0] [--latency-calls 16] [--compare-rounds 0] [--profile] [--timeout 0]
 
 Several artifacts, one process start: `--model`/`--out` pairs run in order over the same
 data. The runtime library is imported and the data read once; each artifact then runs in
 a child process forked from there (so its memory figures, and a crash, are its own: a
 child that dies leaves `failed.json` with the reason in its folder, and the next artifact
 runs). One pair runs in this process. `--samples START:STOP` evaluates that range of the
-data only (a shard of a tier's run).
+data only (a shard of a tier's run). `--timeout S`: each child has S seconds (its load, warm-up
+and every call); one still running then is killed, its failed.json says "timed out after S s"
+(`timed_out`: true), and the next artifact runs with its own S seconds: a hung candidate times out
+alone. (A single artifact runs in this process: the host's timeout is its own.)
 
 Batched evaluation (`--eval-batch N`, N > the device class's batch size, where the model's
 batch dimension is dynamic): latency is timed on `--latency-calls` calls at the class's
@@ -85,6 +88,7 @@ import importlib
 import json
 import os
 import platform
+import signal
 import sys
 import time
 
@@ -115,6 +119,8 @@ def parse_args(argv=None):
     p.add_argument("--latency-calls", type=int, default=16, help="with --eval-batch: calls timed for latency")
     p.add_argument("--compare-rounds", type=int, default=0)
     p.add_argument("--profile", action="store_true", help="per-op time in device.op_profile")
+    p.add_argument("--timeout", type=float, default=0.0,
+                   help="seconds each artifact's child may take (several artifacts); 0: no limit")
     args = p.parse_args(argv)
     if len(args.models) != len(args.outs):
         p.error("give one --out per --model")
@@ -548,15 +554,38 @@ def run_child(args, loaded):
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
-    _, status = os.waitpid(pid, 0)
+    status = wait_child(pid, args.timeout)
+    if status is None:                                 # past its time: killed, whatever it left is no result
+        fail(args.out, f"timed out after {args.timeout:g} s", -9, timed_out=True)
+        return
     if os.waitstatus_to_exitcode(status) != 0 and not os.path.exists(os.path.join(args.out, FAILED_FILE)):
         code = os.waitstatus_to_exitcode(status)
         fail(args.out, f"exited with code {code}" if code > 0 else f"killed by signal {-code}", code)
 
 
-def fail(out, reason, code):
+def wait_child(pid, timeout):
+    """The child's wait status; None when it ran past `timeout` seconds (> 0), after killing it."""
+    if timeout <= 0:
+        return os.waitpid(pid, 0)[1]
+    deadline = time.monotonic() + timeout
+    pause = 0.01
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return status
+        time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+        pause = min(pause * 2, 0.2)
+    done, status = os.waitpid(pid, os.WNOHANG)
+    if done:
+        return status
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    return None
+
+
+def fail(out, reason, code, **more):
     with open(os.path.join(out, FAILED_FILE), "w") as fh:
-        json.dump({"reason": " ".join(reason.split())[:300], "code": code}, fh)
+        json.dump({"reason": " ".join(reason.split())[:300], "code": code, **more}, fh)
 
 
 def say(runner, n, latencies):

@@ -190,6 +190,7 @@ class TierLooks:
     spending: str                 # alpha spending (tiergate.stats.alpha_spent)
     confidence: float             # every interval's confidence at that look
     plan: list[Look] = field(default_factory=list)   # every look: samples, taken, confidence
+    seed: int | None = None       # the seed of the looks' random partition of the samples (None: before it had one)
 
     def to_json(self) -> dict:
         return encode(self)

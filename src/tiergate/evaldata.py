@@ -16,12 +16,13 @@ and "the same data on every tier" hold), and containers only ever see arrays.
 An archive whose sample axes are not all leading, or that holds constants, carries
 them in a member named `__tiergate_axes__` (a JSON string; the harness reads it),
 so a normalised archive needs no other side channel. Shapes and dtypes are read
-from the `.npy` headers, so validation touches no array data; arrays are read
-on first use, once.
+from the `.npy` headers; arrays are read on first use, once (validation reads the float ones to refuse
+NaN and infinities).
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import sys
@@ -219,6 +220,34 @@ def validate_against(data: EvalData, inputs: list[TensorSpec], sample_axes: dict
     for name, spec in wanted.items():
         _check_input(where, data.info[name], spec, data.axis(name))
     _check_labels(data)
+    check_finite(data)
+
+
+def check_finite(data: EvalData) -> None:
+    """Every float input (and float labels) must be finite: a NaN or an infinity fed to both models is no
+    evidence about either (it would be judged as their outputs' disagreement). Names the first bad sample."""
+    where = f"evaluation data {data.source or data.path}"
+    arrays = [(name, data.axis(name), data.info[name].dtype) for name in data.info]
+    if data.labels is not None:
+        arrays.append((LABELS, 0, data.labels.dtype.name))
+    for name, axis, dtype in arrays:
+        if np.dtype(dtype).kind not in "fc":
+            continue
+        array = data.labels if name == LABELS else data.arrays[name]
+        bad = ~np.isfinite(array)
+        if not bad.any():
+            continue
+        what = "labels" if name == LABELS else f"input '{name}'"
+        rule = "labels must be finite numbers" if name == LABELS else "inputs must be finite numbers"
+        if axis is None:
+            value = np.asarray(array)[bad].flat[0]
+            raise InputError(f"{where}: {what} (a constant) holds {value}; {rule}")
+        per_sample = np.moveaxis(bad, axis, 0).reshape(bad.shape[axis], -1).any(axis=1)
+        first = int(np.argmax(per_sample))
+        sample = np.moveaxis(array, axis, 0)[first]
+        value = np.asarray(sample)[~np.isfinite(sample)].flat[0]
+        raise InputError(f"{where}: {what} holds {value} at sample {first} (and {int(per_sample.sum()) - 1} other "
+                         f"sample(s)); {rule}")
 
 
 def _check_input(where: str, info: ArrayInfo, spec: TensorSpec, axis: int | None) -> None:
@@ -400,11 +429,62 @@ def subset(data: EvalData, start: int, stop: int) -> EvalData:
     return load_eval_data(write_archive(arrays, meta))
 
 
+def select(data: EvalData, rows) -> EvalData:
+    """The samples at file positions `rows` (in that order) as their own content-hashed archive (sample axes and
+    constants kept); every sample in file order is `data` itself (its file, its hash, its cached runs)."""
+    rows = np.asarray(rows, dtype=np.int64)
+    if len(rows) == data.n_samples and np.array_equal(rows, np.arange(data.n_samples)):
+        return data
+    if len(rows) == 0 or rows.min() < 0 or rows.max() >= data.n_samples:
+        raise ValueError(f"sample rows outside 0-{data.n_samples}")
+    arrays = {name: data.arrays[name] if data.axis(name) is None else np.take(data.arrays[name], rows,
+                                                                              axis=data.axis(name))
+              for name in data.info}
+    if data.labels is not None:
+        arrays[LABELS] = data.labels[rows]
+    meta = {"inputs": data.axes, "outputs": data.output_axes} if needs_axes_member(data) else None
+    return load_eval_data(write_archive(arrays, meta))
+
+
+def sample_keys(data: EvalData, seed: int) -> np.ndarray:
+    """One 128-bit key per sample, (n, 2) uint64: a keyed hash of the seed and the sample's own bytes (every
+    input's slice along its sample axis, with its shape and dtype, and its label; constants left out). Equal
+    samples get equal keys wherever they are in the file, so an order made from the keys is the file order's
+    no more than the samples' (an early decision's partition, orchestrator.spans.sample_order)."""
+    salt = int(seed).to_bytes(8, "little")
+    columns = []
+    for name in sorted(data.info):
+        axis = data.axis(name)
+        if axis is not None:
+            columns.append((name, np.moveaxis(np.asarray(data.arrays[name]), axis, 0)))
+    if data.labels is not None:
+        columns.append((LABELS, np.asarray(data.labels)))
+    keys = np.empty((data.n_samples, 2), dtype=np.uint64)
+    for i in range(data.n_samples):
+        digest = hashlib.blake2b(salt, digest_size=16)
+        for name, column in columns:
+            one = np.ascontiguousarray(column[i])
+            digest.update(f"{name}\0{one.dtype.str}\0{one.shape}\0".encode())
+            digest.update(one.tobytes())
+        keys[i] = np.frombuffer(digest.digest(), dtype="<u8")
+    return keys
+
+
 # --- data loaders: FILE.py:FUNCTION -----------------------------------------------------------------
 
 
+LOADER_MAX_SAMPLES_ENV = "TIERGATE_LOADER_MAX_SAMPLES"
+LOADER_MAX_MB_ENV = "TIERGATE_LOADER_MAX_MB"
+LOADER_MAX_SAMPLES = 1_000_000
+LOADER_MAX_MB = 4096
+
+
 def load_function(spec: str, what: str = "data loader"):
-    """FUNCTION from FILE.py (imported once per call, as a fresh module); an InputError naming the spec."""
+    """FUNCTION from FILE.py (imported once per call, as a fresh module); an InputError naming the spec.
+
+    The import runs the file's top level: user code, run with limits (tiergate.usercode)."""
+    from tiergate import usercode
+
     file, sep, function = str(spec).rpartition(":")
     if not sep or not file.endswith(".py") or not function.isidentifier():
         raise InputError(f"{what} {spec!r}: expected FILE.py:FUNCTION")
@@ -416,12 +496,10 @@ def load_function(spec: str, what: str = "data loader"):
         module_spec = importlib.util.spec_from_file_location(module_name, path)
         module = importlib.util.module_from_spec(module_spec)
         sys.modules[module_name] = module
-        module_spec.loader.exec_module(module)
-    except BaseException as exc:       # noqa: BLE001 - the user's file: any failure is one line
+        usercode.call(f"{what} {spec}: importing {file}", module_spec.loader.exec_module, module)
+    except BaseException:
         sys.modules.pop(module_name, None)
-        if isinstance(exc, KeyboardInterrupt):
-            raise
-        raise InputError(f"{what} {spec}: importing {file} failed: {type(exc).__name__}: {exc}") from None
+        raise
     fn = getattr(module, function, None)
     if not callable(fn):
         raise InputError(f"{what} {spec}: {file} defines no function {function}()")
@@ -429,45 +507,53 @@ def load_function(spec: str, what: str = "data loader"):
 
 
 def run_loader(spec: str, inputs: list[TensorSpec], sample_axes: dict[str, int] | None = None) -> EvalData:
-    """Run a loader once, here; its samples, checked against the model's inputs, as a content-hashed archive."""
+    """Run a loader once, here; its samples, checked against the model's inputs, as a content-hashed archive.
+
+    The loader is user code run with limits (tiergate.usercode: sys.exit, stdout, a timeout per sample),
+    and at most TIERGATE_LOADER_MAX_SAMPLES samples and TIERGATE_LOADER_MAX_MB of arrays are taken from it."""
+    from tiergate import usercode
+
     fn = load_function(spec)
     where = f"data loader {spec}"
-    try:
-        samples = iter(fn())
-    except InputError:
-        raise
-    except Exception as exc:  # noqa: BLE001
-        raise InputError(f"{where}: raised {type(exc).__name__}: {exc}") from None
+    max_samples = usercode.env_limit(LOADER_MAX_SAMPLES_ENV, LOADER_MAX_SAMPLES)
+    max_bytes = usercode.env_limit(LOADER_MAX_MB_ENV, LOADER_MAX_MB) * 2 ** 20
+    samples = usercode.iterate(where, fn, lambda i: f"{where}: sample {i}")
     explicit = dict(sample_axes or {})
     specs = {s.name: s for s in inputs}
     axes = {name: explicit.get(name, model_sample_axis(s)) for name, s in specs.items()}
     columns: dict[str, list[np.ndarray]] = {name: [] for name in specs}
     labels: list[np.ndarray] = []
-    index = -1
-    while True:
-        index += 1
-        try:
-            sample = next(samples)
-        except StopIteration:
-            break
-        except Exception as exc:  # noqa: BLE001
-            raise InputError(f"{where}: sample {index}: raised {type(exc).__name__}: {exc}") from None
-        feed, label = _split_sample(where, index, sample)
-        if (label is None) != (not labels) and index > 0:
-            raise InputError(f"{where}: sample {index}: " + ("has a label but earlier samples have none"
-                             if label is not None else "has no label but earlier samples have one"))
-        for name in feed:
-            if name not in specs:
-                raise InputError(f"{where}: sample {index}: '{name}' is not a model input "
-                                 f"(inputs: {', '.join(specs)})")
-        for name, s in specs.items():
-            if name not in feed:
-                raise InputError(f"{where}: sample {index}: model input '{name}' is missing "
-                                 f"(sample has: {', '.join(feed) or 'nothing'})")
-            columns[name].append(_one_call(where, index, s, axes[name], feed[name], columns[name]))
-        if label is not None:
-            labels.append(_label(where, index, label, labels))
-    if index == 0:
+    index, held = -1, 0
+    try:
+        for index, sample in enumerate(samples):
+            if index >= max_samples:
+                raise InputError(f"{where}: yields more than {max_samples:,} samples, the limit "
+                                 f"({LOADER_MAX_SAMPLES_ENV}); a loader must end")
+            feed, label = _split_sample(where, index, sample)
+            if (label is None) != (not labels) and index > 0:
+                raise InputError(f"{where}: sample {index}: " + ("has a label but earlier samples have none"
+                                 if label is not None else "has no label but earlier samples have one"))
+            for name in feed:
+                if name not in specs:
+                    raise InputError(f"{where}: sample {index}: '{name}' is not a model input "
+                                     f"(inputs: {', '.join(specs)})")
+            for name, s in specs.items():
+                if name not in feed:
+                    raise InputError(f"{where}: sample {index}: model input '{name}' is missing "
+                                     f"(sample has: {', '.join(feed) or 'nothing'})")
+                array = _one_call(where, index, s, axes[name], feed[name], columns[name])
+                if axes[name] is not None or not columns[name]:
+                    held += array.nbytes
+                columns[name].append(array)
+            if label is not None:
+                labels.append(_label(where, index, label, labels))
+                held += labels[-1].nbytes
+            if held > max_bytes:
+                raise InputError(f"{where}: sample {index}: its samples exceed {max_bytes // 2 ** 20:,} MB, the "
+                                 f"limit ({LOADER_MAX_MB_ENV})")
+    finally:
+        samples.close()
+    if index < 0:
         raise InputError(f"{where}: yielded no samples")
     arrays = {name: (column[0] if axes[name] is None else np.concatenate(column, axis=axes[name]))
               for name, column in columns.items()}

@@ -341,36 +341,39 @@ class _TargetEval:
                 continue
             a, b = task.prepare(spec, cand.outputs[name], labels), task.prepare(spec, ref.outputs[name], labels)
             counts = stats.pair_counts(a.components[0], b.components[0]) if spec.kind == "topk" else None
+            difference = spec.max_drop is not None
             interval = stats.paired_interval(counts, "ratio", self.t.confidence) if counts else \
                 stats.metric_ratio(a.components, b.components, a.statistic, confidence=self.t.confidence,
-                                   n_resamples=self.t.bootstrap_resamples, seed=self.seed)
-            op = ">=" if spec.higher_is_better else "<="
-            threshold = spec.min_ratio if spec.higher_is_better else spec.max_ratio
-            if spec.higher_is_better and threshold is None:
-                threshold = self.t.min_accuracy_ratio
-            self._judged(m, spec, f"{spec.name}_ratio", name, len(labels), task.value(a), task.value(b), interval,
-                         op, threshold, f"candidate {task.value(a):.4g} vs FP32 {task.value(b):.4g}", counts=counts)
+                                   n_resamples=self.t.bootstrap_resamples, seed=self.seed, difference=difference)
+            op, threshold = _task_threshold(spec, self.t.min_accuracy_ratio)
+            self._judged(m, spec, f"{spec.name}_{'difference' if difference else 'ratio'}", name, len(labels),
+                         task.value(a), task.value(b), interval, op, threshold,
+                         f"candidate {task.value(a):.4g} vs FP32 {task.value(b):.4g}", counts=counts)
 
     def _custom_metric(self, m: TargetMetrics, spec: MetricSpec, cand: dict, ref: dict, labels) -> None:
-        from tiergate.metrics.task import custom_value
+        from tiergate.metrics.task import custom_value, refuse_ratio_of_nonpositive
 
         n = len(next(iter(ref.values())))
         if any(len(v) != n for v in (*cand.values(), *ref.values())):
             self.note(f"metric {spec.name}: outputs differ in sample count; not computed")
             return
 
+        difference = spec.max_drop is not None
+
         def pair(idx):
             lab = None if labels is None else labels[idx]
-            return (custom_value(spec, {k: v[idx] for k, v in cand.items()}, lab),
-                    custom_value(spec, {k: v[idx] for k, v in ref.items()}, lab))
+            values = (custom_value(spec, {k: v[idx] for k, v in cand.items()}, lab),
+                      custom_value(spec, {k: v[idx] for k, v in ref.items()}, lab))
+            if not difference:       # a user metric's range is unknown: a ratio only of positive values
+                refuse_ratio_of_nonpositive(spec, dict(zip(("candidate", "reference"), values)))
+            return values
         a, b = pair(np.arange(n))
         interval = stats.metric_ratio(n, None, pair, confidence=self.t.confidence,
-                                      n_resamples=self.t.bootstrap_resamples, seed=self.seed, vectorised=False)
-        op, threshold = (">=", spec.min_ratio) if spec.max_ratio is None else ("<=", spec.max_ratio)
-        if threshold is None:
-            threshold = self.t.min_accuracy_ratio
-        self._judged(m, spec, f"{spec.name}_ratio", None, n, a, b, interval, op, threshold,
-                     f"candidate {a:.4g} vs FP32 {b:.4g} ({spec.source})")
+                                      n_resamples=self.t.bootstrap_resamples, seed=self.seed, vectorised=False,
+                                      difference=difference)
+        op, threshold = _task_threshold(spec, self.t.min_accuracy_ratio)
+        self._judged(m, spec, f"{spec.name}_{'difference' if difference else 'ratio'}", None, n, a, b, interval,
+                     op, threshold, f"candidate {a:.4g} vs FP32 {b:.4g} ({spec.source})")
 
     def _judged(self, m: TargetMetrics, spec: MetricSpec, check: str, output, n: int, cand_value: float,
                 ref_value: float, interval: stats.Interval, op: str, threshold, detail: str,
@@ -591,6 +594,21 @@ def _failure(outcome: RunOutcome, who: str) -> str:
     if outcome.result.ok:
         return f"{who} run has no saved outputs"
     return f"{who} run failed: {outcome.result.reason or 'no reason recorded'}"
+
+
+def _task_threshold(spec: MetricSpec, default_ratio: float | None) -> tuple[str, float | None]:
+    """(op, threshold) of a task metric's check: a difference candidate - reference with `max_drop` (at least
+    -max_drop; an error metric's at most +max_drop), else a ratio candidate / reference (min_ratio, an error
+    metric's or a user metric's max_ratio; min_accuracy_ratio by default)."""
+    if spec.max_drop is not None:
+        drop = float(spec.max_drop)
+        return ("<=", drop) if not spec.higher_is_better else (">=", -drop if drop else 0.0)
+    if spec.kind == "custom":
+        op, threshold = (">=", spec.min_ratio) if spec.max_ratio is None else ("<=", spec.max_ratio)
+    else:
+        op = ">=" if spec.higher_is_better else "<="
+        threshold = spec.min_ratio if spec.higher_is_better else spec.max_ratio
+    return op, (default_ratio if threshold is None and op == ">=" else threshold)
 
 
 def _compare(value, op: str, threshold) -> bool:

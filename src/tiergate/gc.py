@@ -15,7 +15,9 @@ What is kept, first rule that matches (docs/gc.md):
 - everything a kept decision names (its run folders and images), and the image of a kept run;
 - what a gate in progress holds (a locked `locks/<key>.lock`, a part file or folder (state.parse_part) of a live
   process), and while one runs, anything from the last hour;
-- anything newer than --older-than.
+- anything newer than --older-than;
+- an image a running gate uses, in any home (its lease names it: tiergate.leases; the CLI holds the leases'
+  gc lock while it plans and removes, so that no gate takes an image up meanwhile).
 Images: only tiergate's artifact images that this home used (a run folder, a decision or a
 registry run names them) are candidates (--all-images: every tiergate artifact image on the
 engine); runtime images only with --runtime-images; base images (tiergate/base:*) never.
@@ -185,18 +187,22 @@ class Plan:
 def plan(home: Path, needs: Needs, inventory: Inventory | None, *, keep_last: int = DEFAULT_KEEP_LAST,
          older_than: timedelta | None = None, runtime_images: bool = False, all_images: bool = False,
          now: datetime | None = None, lock_held: Callable[[Path], bool] | None = None,
-         pid_alive: Callable[[int], bool] | None = None) -> Plan:
-    """What gc would remove and keep, and why (removes nothing)."""
+         pid_alive: Callable[[int], bool] | None = None, leased: dict[str, str] | None = None) -> Plan:
+    """What gc would remove and keep, and why (removes nothing). `leased`: image id or tag -> the running gate's
+    lease naming it (tiergate.leases.leased()): kept, whatever else says."""
     if keep_last < 0:
         raise InputError(f"--keep-last {keep_last}: must be 0 or more")
     return _Planner(home, needs, keep_last, older_than, runtime_images, all_images,
-                    now or datetime.now(timezone.utc), lock_held or flock_held, pid_alive or process_alive).run(inventory)
+                    now or datetime.now(timezone.utc), lock_held or flock_held, pid_alive or process_alive,
+                    leased or {}).run(inventory)
 
 
 class _Planner:
     def __init__(self, home: Path, needs: Needs, keep_last: int, older_than: timedelta | None,
-                 runtime_images: bool, all_images: bool, now: datetime, lock_held, pid_alive):
+                 runtime_images: bool, all_images: bool, now: datetime, lock_held, pid_alive, leased: dict[str, str]):
         self.home, self.needs, self.keep_last = home, needs, keep_last
+        self.leased = {**leased, **{_image_key(ref): why for ref, why in leased.items() if ":" not in ref
+                                    or ref.startswith("sha256:")}}
         self.older_than, self.runtime_images, self.all_images = older_than, runtime_images, all_images
         self.now, self.pid_alive = now, pid_alive
         self.cutoff = now - older_than if older_than else None
@@ -353,7 +359,10 @@ class _Planner:
         item = Item("image", image.id, ", ".join(image.tags) or image.id[:19], image.size, image.created, True, "",
                     refs=image.tags, artifact=sha)
         foreign = [t for t in image.tags if not t.startswith(OWN_PREFIX)]
-        if foreign:
+        lease = self._lease(image)
+        if lease:
+            item.remove, item.reason = False, lease
+        elif foreign:
             item.remove, item.reason = False, f"also tagged {foreign[0]} (not a tiergate tag)"
         elif sha in self.needs.keep:
             item.remove, item.reason = False, f"artifact {_short(sha)}: {self.needs.keep[sha]}"
@@ -372,8 +381,11 @@ class _Planner:
         item = Item("image", image.id, ", ".join(image.tags) or image.id[:19], image.size, image.created, True,
                     "runtime image no remaining artifact image is built on", refs=image.tags)
         foreign = [t for t in image.tags if not t.startswith(OWN_PREFIX)]
+        lease = self._lease(image)
         if not self.runtime_images:
             item.remove, item.reason = False, "runtime image (--runtime-images to include)"
+        elif lease:
+            item.remove, item.reason = False, lease
         elif foreign:
             item.remove, item.reason = False, f"also tagged {foreign[0]} (not a tiergate tag)"
         elif staying & set(image.tags):
@@ -383,6 +395,13 @@ class _Planner:
         elif image.created is not None and image.created > leftover_cutoff:
             item.remove, item.reason = False, f"created less than {_span(self.now - leftover_cutoff)} ago"
         return item
+
+    def _lease(self, image: ImageInfo) -> str:
+        """Why a running gate (in any home) needs the image, or '' (its lease names its id or a tag)."""
+        for ref in (image.id, _image_key(image.id), *image.tags):
+            if ref in self.leased:
+                return f"in use by a running gate (lease {self.leased[ref]})"
+        return ""
 
     def _recent(self) -> str:
         return f" nor among its last {self.keep_last} artifacts" if self.keep_last else " (--keep-last 0)"
@@ -534,7 +553,15 @@ def parse_duration(text: str) -> timedelta:
     match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*", text or "")
     if not match or (not match[2] and float(match[1]) != 0):
         raise InputError(f"--older-than {text!r} is not a duration such as 30d, 12h, 90m, 2w")
-    return timedelta(seconds=float(match[1]) * _UNITS.get(match[2] or "s", 1))
+    try:
+        age = timedelta(seconds=float(match[1]) * _UNITS.get(match[2] or "s", 1))
+        datetime.now(timezone.utc) - age        # an age reaching before year 1 cannot be compared either
+    except (OverflowError, ValueError):
+        raise InputError(f"--older-than {text!r} is too long (at most {_MAX_DAYS} days)") from None
+    return age
+
+
+_MAX_DAYS = (datetime.now(timezone.utc) - datetime.min.replace(tzinfo=timezone.utc)).days - 1
 
 
 def human_size(n: int) -> str:

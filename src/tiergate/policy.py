@@ -8,7 +8,7 @@ Shape of a policy file (see docs/policy.md and data/default-policy.toml):
     max_latency_p99_ms = 40
 
     [metrics.top5_accuracy]   # a task metric (tiergate.metrics.task) and its ratio to FP32
-    min_ratio = 0.99
+    min_ratio = 0.99          # (or max_drop = D: a difference, for a metric that can be zero or negative)
 
 A threshold set to `false` is switched off. Unknown tables or keys are errors
 naming the file and the key.
@@ -35,7 +35,7 @@ AGREEMENT = ("auto", "gate", "evidence")
 _CHOICES = {"on_inconclusive": ON_INCONCLUSIVE, "agreement": AGREEMENT}
 # Early decision (docs/policy.md): not thresholds, so they are kept apart from Thresholds (and the decision's
 # thresholds JSON); [defaults] and [override.NAME] take them like any other key.
-EARLY_KEYS = ("early_stop", "early_looks", "early_spending")
+EARLY_KEYS = ("early_stop", "early_looks", "early_spending", "early_seed")
 MAX_EARLY_LOOKS = 20
 
 
@@ -47,6 +47,7 @@ class EarlyStop:
     enabled: bool = False
     looks: int = 4
     spending: str = "obrien-fleming"
+    seed: int = 0                       # the looks' seeded random partition of the samples (orchestrator/early.py)
 
 
 @dataclass(frozen=True)
@@ -206,8 +207,8 @@ def _parse(name: str, text: str) -> dict:
             "early": early}
 
 
-_METRIC_KEYS = {"min_ratio": float, "max_ratio": float, "threshold": float, "k": int, "positive": int,
-                "output": str}
+_METRIC_KEYS = {"min_ratio": float, "max_ratio": float, "max_drop": float, "threshold": float, "k": int,
+                "positive": int, "output": str}
 
 
 def _metric_table(name: str, metric: str, table) -> dict:
@@ -222,10 +223,10 @@ def _metric_table(name: str, metric: str, table) -> dict:
         if kind is str:
             if not isinstance(value, str):
                 raise InputError(f"{where} {key} must be a string, got {value!r}")
-        elif value is False and key in ("min_ratio", "max_ratio"):
+        elif value is False and key in ("min_ratio", "max_ratio", "max_drop"):
             value = None
-        elif isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 \
-                or (kind is int and not isinstance(value, int)):
+        elif isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+                or value < 0 or (kind is int and not isinstance(value, int)):
             raise InputError(f"{where} {key} must be a non-negative {'whole ' if kind is int else ''}number, "
                              f"got {value!r}")
         out[key] = value if kind is not float or value is None else float(value)
@@ -252,6 +253,10 @@ def _early_value(name: str, where: str, key: str, value):
         if value not in SPENDING:
             raise InputError(f"{bad} must be one of {', '.join(repr(c) for c in SPENDING)}, got {value!r}")
         return "spending", value
+    if key == "early_seed":
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2 ** 63:
+            raise InputError(f"{bad} must be a whole number from 0 to 2**63 - 1, got {value!r}")
+        return "seed", value
     if isinstance(value, bool) or not isinstance(value, int) or not 2 <= value <= MAX_EARLY_LOOKS:
         raise InputError(f"{bad} must be a whole number from 2 to {MAX_EARLY_LOOKS}, got {value!r}")
     return "looks", value

@@ -7,6 +7,8 @@ import hashlib
 from pathlib import Path
 
 import numpy as np
+import onnx
+from onnx import TensorProto, helper
 
 from tiergate.targets import resolve
 
@@ -89,3 +91,25 @@ class Images:
             self.cache[key] = build_image(device_class(dc_name), artifact, artifact_sha256=sha256(artifact),
                                           fingerprint=f"test-{artifact.stem}")
         return self.cache[key]
+
+
+def looping(path: Path) -> Path:
+    """y = x after a Loop of 2**62 trips (an Identity body): never ends on any CPU; the signature stays simple."""
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["cond_in"], ["cond_out"]), helper.make_node("Identity", ["v_in"], ["v_out"])],
+        "body", [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+                 helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+                 helper.make_tensor_value_info("v_in", TensorProto.FLOAT, ["N", N_FEATURES])],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("v_out", TensorProto.FLOAT, ["N", N_FEATURES])])
+    graph = helper.make_graph(
+        [helper.make_node("Loop", ["trips", "go", "x"], ["y"], body=body)], "looping",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", N_FEATURES])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", N_FEATURES])],
+        [helper.make_tensor("trips", TensorProto.INT64, [], [2 ** 62]), helper.make_tensor("go", TensorProto.BOOL, [], [True])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    onnx.save(model, path)
+    return path
+

@@ -236,3 +236,19 @@ def test_an_emulated_class_runs_on_the_cpu_model_it_names(images, models):
 
     assert hwcaps(dc) == "no-sve dotprod"
     assert hwcaps(kit.device_class(dc.name, emulated_cpu=None)) == "sve dotprod"     # QEMU's default "max"
+
+
+def test_a_hung_candidate_times_out_alone_in_its_container(images, models, data, tmp_path):
+    """One container for a tier's artifacts: a looping candidate (run first) is killed at its own timeout by the
+    harness, and the reference after it keeps its result instead of being "timed out" with it."""
+    dc = kit.device_class("x86_64-cpu-onnxruntime", timeout_s=3)
+    loop = kit.looping(tmp_path / "loop.onnx")
+    jobs = [Job(dc, data, tmp_path / "cand", image=images.get(dc.name, loop), artifact_path=loop, role="candidate"),
+            Job(dc, data, tmp_path / "ref", image=images.get(dc.name, models["mlp"]), artifact_path=models["mlp"],
+                role="reference")]
+    cand, ref = DockerBackend().run_many(jobs)
+    assert not cand.ok and cand.reason == "timed out after 3 s"
+    assert ref.ok, f"{ref.reason}\n{ref.log_tail}"
+    assert cand.extra["container"] == ref.extra["container"]              # one start for both
+    np.testing.assert_allclose(results.load_outputs(tmp_path / "ref")["y"], kit.host_onnx(models["mlp"], data)["y"],
+                               rtol=1e-5, atol=1e-5)

@@ -122,3 +122,19 @@ def test_harness_command_pairs_models_and_outputs():
     assert "--samples" in args and args[args.index("--samples") + 1] == "2:9"
     assert args[args.index("--eval-batch") + 1] == "64" and args[args.index("--latency-calls") + 1] == "8"
     assert "--eval-batch" not in harness_command([jobs[1]], ["m2"], "d", ["o"])
+
+
+def test_a_hung_artifact_times_out_alone_in_a_shared_start(models, tmp_path):
+    """Each artifact of one harness start has the class's whole timeout: a looping candidate (first) is killed at
+    its own, and the reference after it still runs and keeps its result (not "timed out" too)."""
+    dc = kit.device_class(ONNX_CLASS, timeout_s=3)
+    data = kit.eval_data(tmp_path / "eval.npz", n=8)
+    jobs = [Job(dc, data, tmp_path / "cand", artifact_path=kit.looping(tmp_path / "loop.onnx"), role="candidate"),
+            Job(dc, data, tmp_path / "ref", artifact_path=models["mlp"], role="reference")]
+    cand, ref = execute_group(jobs, LocalProcessBackend())
+    assert not cand.ok and cand.reason == "timed out after 3 s"
+    assert ref.ok, ref.reason
+    np.testing.assert_allclose(results.load_outputs(tmp_path / "ref")["y"], kit.host_onnx(models["mlp"], data)["y"],
+                               rtol=1e-6)
+    args = harness_command(jobs, ["m1", "m2"], "d", ["o1", "o2"])
+    assert args[args.index("--timeout") + 1] == "3" and "--timeout" not in harness_command(jobs[:1], ["m"], "d", ["o"])

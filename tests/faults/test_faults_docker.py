@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -75,31 +76,78 @@ def test_the_janitor_removes_what_a_killed_gate_left_and_nothing_else():
                 pass
 
 
-def _slow_model(path: Path, size: int = 1024, depth: int = 24) -> Path:
-    """A chain of `depth` MatMuls with one shared (size x size) weight: slow per sample, small on disk."""
+SIZE = 64
+
+
+def _signature_model(path: Path, nodes: list, inits: list, size: int = SIZE) -> Path:
+    """x [N, size] -> nodes -> "h" -> Softmax -> probs [N, size]: every model here has the same signature."""
     rng = np.random.default_rng(0)
-    q, _ = np.linalg.qr(rng.normal(size=(size, size)))
-    nodes, name = [], "x"
-    for i in range(depth):
-        nodes.append(helper.make_node("MatMul", [name, "w"], [f"h{i}"]))
-        name = f"h{i}"
-    nodes.append(helper.make_node("Softmax", [name], ["probs"], axis=1))
-    graph = helper.make_graph(nodes, "slow", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", size])],
+    q, _ = np.linalg.qr(rng.normal(size=(size, size)))              # orthogonal: repeated products stay finite
+    nodes = [*nodes, helper.make_node("Softmax", ["h"], ["probs"], axis=1)]
+    graph = helper.make_graph(nodes, path.stem, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", size])],
                               [helper.make_tensor_value_info("probs", TensorProto.FLOAT, ["N", size])],
-                              [numpy_helper.from_array(q.astype(np.float32), "w")])
+                              [numpy_helper.from_array(q.astype(np.float32), "w"), *inits])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
+    onnx.checker.check_model(model)
     onnx.save(model, path)
     return path
+
+
+def _fast_model(path: Path) -> Path:
+    """One MatMul: done in milliseconds."""
+    return _signature_model(path, [helper.make_node("MatMul", ["x", "w"], ["h"])], [])
+
+
+def _endless_model(path: Path) -> Path:
+    """A Loop of 2**63 - 1 MatMuls over the sample: never finishes, whatever the CPU's speed, so a test can signal
+    while it runs without racing it (the class's timeout is far beyond any test's lifetime)."""
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["cond_in"], ["cond_out"]), helper.make_node("MatMul", ["v_in", "w"], ["v_out"])],
+        "forever",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+         helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("v_in", TensorProto.FLOAT, ["N", SIZE])],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("v_out", TensorProto.FLOAT, ["N", SIZE])])
+    loop = helper.make_node("Loop", ["trips", "go", "x"], ["h"], body=body)
+    return _signature_model(path, [loop], [numpy_helper.from_array(np.array(2 ** 63 - 1, dtype=np.int64), "trips"),
+                                           numpy_helper.from_array(np.array(True), "go")])
+
+
+def test_the_endless_model_runs_on_and_has_the_fast_ones_signature(tmp_path):
+    """The slow side of the signal test is slow by construction: a bounded trip count of the same graph gives
+    the fast model's answer (so it computes what it claims), and the real one is still running when cut off."""
+    import onnxruntime as ort
+
+    from tiergate.artifact import load_artifact
+
+    fast, endless = _fast_model(tmp_path / "fast.onnx"), _endless_model(tmp_path / "endless.onnx")
+    a, b = load_artifact(fast), load_artifact(endless)
+    assert (a.inputs, a.outputs) == (b.inputs, b.outputs)
+    model = onnx.load(endless)
+    model.graph.initializer[1].CopyFrom(numpy_helper.from_array(np.array(1, dtype=np.int64), "trips"))
+    once = tmp_path / "once.onnx"
+    onnx.save(model, once)
+    x = np.random.default_rng(2).normal(size=(3, SIZE)).astype(np.float32)
+    run = {p: ort.InferenceSession(str(p), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+           for p in (fast, once)}
+    np.testing.assert_allclose(run[fast], run[once], rtol=1e-5)
+    options = ort.RunOptions()
+    session = ort.InferenceSession(str(endless), providers=["CPUExecutionProvider"])
+    threading.Timer(1.0, options.__setattr__, ("terminate", True)).start()
+    with pytest.raises(Exception, match="(?i)terminat"):
+        session.run(None, {"x": x}, options)                  # still looping after a second: cut off
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_a_signal_stops_the_gate_removes_its_containers_and_keeps_what_finished(tmp_path, tiergate_home, signum):
-    # the candidate (one MatMul) runs first and finishes; the signal comes while the slow reference runs
-    fast, slow = _slow_model(tmp_path / "fast.onnx", depth=1), _slow_model(tmp_path / "slow.onnx")
+    # the candidate (one MatMul) runs and finishes; the reference never finishes (an endless Loop, whatever the
+    # CPU's speed): the signal comes once the candidate's run is saved and the harness's container runs
+    fast, slow = _fast_model(tmp_path / "fast.onnx"), _endless_model(tmp_path / "slow.onnx")
     data = tmp_path / "eval.npz"
-    np.savez(data, x=np.random.default_rng(1).normal(size=(3000, 1024)).astype(np.float32))
+    np.savez(data, x=np.random.default_rng(1).normal(size=(200, SIZE)).astype(np.float32))
     env = {**os.environ, "PYTHONPATH": SRC, "TIERGATE_HOME": str(tiergate_home)}
     gate = subprocess.Popen([sys.executable, "-m", "tiergate.cli.main", "gate", "-c", str(fast), "-r", str(slow),
                              "-d", str(data), "-t", X86, "--max-parallel", "1"],
@@ -116,9 +164,9 @@ def test_a_signal_stops_the_gate_removes_its_containers_and_keeps_what_finished(
         running = [c for c in _owned_by(client, gate.pid)[0] if c.attrs["Config"]["Cmd"] != ["true"]]
         if running and finished():
             break
-        time.sleep(0.5)
+        time.sleep(0.2)
     assert gate.poll() is None, gate.communicate()
-    time.sleep(2)                                        # the harness is running now
+    assert finished(), "the candidate's run was not saved within 300 s"
     sent = time.monotonic()
     gate.send_signal(signum)
     out, err = gate.communicate(timeout=60)
@@ -132,8 +180,6 @@ def test_a_signal_stops_the_gate_removes_its_containers_and_keeps_what_finished(
     assert containers == [] and volumes == []
     assert not list(runs.glob("*.part-*"))
     (kept,) = finished()                                  # the candidate's finished run is kept, and verifies
-    from tiergate import state
-
     assert state.verified(kept) and "kept 1 finished run" in lines[0]
 
 
@@ -154,8 +200,6 @@ def test_concurrent_gates_sharing_one_home_agree(case):
     started = sum(json.loads(out)["containers_started"] for _, out, _ in done)
     assert 2 <= started <= 8
     assert not list((case["home"] / "runs").glob("*.part-*"))
-    from tiergate import state
-
     for folder in (case["home"] / "runs").iterdir():
         assert state.verified(folder), folder          # every kept run is whole
 

@@ -134,3 +134,17 @@ def test_intervals_and_task_metrics_round_trip_exactly(make_outcome, device_clas
     assert isinstance(back.metrics["x86"].task["top2_accuracy"], TaskMetric)
     assert back.metrics["x86"].task["top2_accuracy"].ratio == decision.metrics["x86"].task["top2_accuracy"].ratio
     assert back.warnings == decision.warnings
+
+
+def test_a_difference_interval_of_identical_values_is_a_point(make_outcome, device_classes, tmp_path):
+    (tmp_path / "m.py").write_text("import numpy as np\ndef lp(outputs, labels):\n"
+                                   "    return float(np.mean(np.log(outputs['out'])))\n")
+    policy_file = tmp_path / "p.toml"
+    policy_file.write_text("[metrics.lp]\nmax_drop = 0.01\n")
+    policy = load_policy(policy_file)
+    out = np.random.default_rng(0).random((100, 1)).astype(np.float32) * 0.5 + 0.1
+    outcome = {"x86": make_outcome("x86", {"out": out})}
+    decision = evaluate(outcome, outcome, {"x86": device_classes["x86"]}, policy, None,
+                        metrics=task.resolve([f"{tmp_path}/m.py:lp"], policy))
+    check = next(c for c in decision.checks if c.name == "lp_difference")
+    assert check.passed and check.value == 0.0 and decision.verdict == "PROMOTE"

@@ -133,8 +133,9 @@ def test_early_stop_per_class_from_the_policy(tmp_path, tiergate_home):
     assert (d.early_stop[ARM].samples_used, d.early_stop[ARM].looks, d.early_stop[ARM].confidence) == (2400, 1, 0.95)
     whole = evaldata.load_eval_data(case[2]).sha256
     assert {j.data_sha256 for j in backend.jobs if j.device_class.name == ARM} == {whole}
-    assert any("cross-tier drift compared on the first 1200 samples" in n for n in d.notes)
-    assert d.drift["candidate"].pairs                   # compared on the common samples
+    assert any("cross-tier drift compared on the 1200 samples every device class used" in n for n in d.notes)
+    pairs = d.drift["candidate"].pairs                  # compared on the common samples, row for row
+    assert pairs and all(drift["probs"].max_abs_error < 1e-6 for drift in pairs.values())
 
 
 def test_the_decision_cache_names_the_early_stop_settings(tmp_path, tiergate_home):
@@ -148,7 +149,76 @@ def test_the_decision_cache_names_the_early_stop_settings(tmp_path, tiergate_hom
     assert saved["inputs"]["early_stop"][X86]["looks"] == 4
 
 
+def _sorted_case(tmp_path, n: int = 2000, order: str = "sorted", candidate: str = "blind"):
+    """The issue's case: ten classes, the file sorted by label (or shuffled); the "blind" candidate never predicts
+    classes 8 and 9 (about a fifth of the samples, all at the end of the sorted file) and is right on every other
+    one; the "near" one is the reference but for noise in the weights."""
+    rng = np.random.default_rng(25)
+    w = rng.normal(size=(8, 10))
+    noise = rng.normal(0, 1e-5, w.shape)
+    x = rng.normal(size=(n, 8)).astype(np.float32)
+    labels = (x @ w).argmax(1).astype(np.int64)
+    rows = np.argsort(labels, kind="stable") if order == "sorted" else rng.permutation(n)
+    data = tmp_path / f"eval-{order}.npz"
+    np.savez(data, x=x[rows], labels=labels[rows])
+    ref = modelkit.write(modelkit.linear(w, softmax=True, output_name="probs"), tmp_path / "ref.onnx")
+    weights, bias = w + noise, np.zeros(10, dtype=np.float32)
+    if candidate == "blind":
+        weights[:, 8:], bias[8:] = 0.0, -1e4            # never class 8 or 9
+    cand = modelkit.write(modelkit.linear(weights, bias, softmax=True, output_name="probs"),
+                          tmp_path / f"{candidate}.onnx")
+    return cand, ref, data
+
+
+def test_early_stop_never_promotes_a_candidate_wrong_on_the_last_classes_of_a_sorted_file(tmp_path, tiergate_home):
+    """Issue 25 (2): looks used to be file-order prefixes, so on a file sorted by label the first half held no 8
+    or 9 and the candidate was promoted at look 2; the full gate rejects it. The looks are a stratified random
+    partition now: every look holds each class in its share."""
+    case = _sorted_case(tmp_path)
+    labels = np.load(case[2])["labels"]
+    wrong = np.isin(labels, (8, 9)).mean()
+    assert 0.15 < wrong < 0.25 and (np.diff(labels) >= 0).all()
+    full, _ = _gate(case, load_policy(None))
+    assert full.decision.verdict == REJECT
+    run, _ = _gate(case, load_policy(None), early_stop=True)
+    d, tier = run.decision, run.decision.early_stop[X86]
+    assert d.verdict == REJECT and tier.verdict == REJECT, d.reasons
+    accuracy = d.metrics[X86].task["top1_accuracy"]     # the candidate's, on the look's samples: the whole set's
+    assert accuracy.n == tier.samples_used and abs(accuracy.candidate - (1 - wrong)) < 0.02
+
+
+def test_the_file_order_of_the_samples_decides_nothing(tmp_path, tiergate_home):
+    """The same samples sorted by label and shuffled: the same looks, the same decision (the chunks are the same
+    samples, so the second file's chunk runs are the first's, from the run cache)."""
+    for candidate, verdict in (("blind", REJECT), ("near", PROMOTE)):
+        runs = {order: _gate(_sorted_case(tmp_path, 1200, order, candidate), load_policy(None), early_stop=True)
+                for order in ("sorted", "shuffled")}
+        (a, _), (b, backend) = runs["sorted"], runs["shuffled"]
+        assert a.decision.verdict == b.decision.verdict == verdict, a.decision.reasons
+        assert a.decision.early_stop == b.decision.early_stop
+        assert [c.to_json() for c in a.decision.checks] == [c.to_json() for c in b.decision.checks]
+        assert not backend.jobs and b.containers_started == 0       # every chunk run reused: the same samples
+
+
+def test_the_seed_is_in_the_decision_and_its_cache_key(tmp_path, tiergate_home, capsys):
+    case = _case(tmp_path, 400, "near")
+    policy = "[defaults]\nmin_accuracy_ratio = 0.999\nearly_looks = 2\n"
+    default, first = _gate(case, _policy(tmp_path, policy), early_stop=True, progress=print)
+    assert default.decision.early_stop[X86].seed == 0
+    assert "seed 0" in capsys.readouterr().out
+    saved = json.loads(state.decision_path(default.decision_key).read_text())
+    assert saved["inputs"]["early_stop"][X86]["seed"] == 0 and saved["decision"]["early_stop"][X86]["seed"] == 0
+    assert any("seed 0" in note for note in default.decision.notes)
+    other, second = _gate(case, _policy(tmp_path, policy + "early_seed = 7\n"), early_stop=True)
+    assert other.decision.early_stop[X86].seed == 7 and other.decision_key != default.decision_key
+    chunks = {j.data_sha256 for j in first.jobs}
+    assert chunks and chunks.isdisjoint(j.data_sha256 for j in second.jobs)     # another partition, other runs
+
+
 @pytest.mark.parametrize("text, problem", [
+    ("early_seed = -1", "from 0 to"),
+    ("early_seed = 1.5", "from 0 to"),
+    ("early_seed = true", "from 0 to"),
     ("early_stop = 1", "must be true or false"),
     ("early_looks = 1", "from 2 to 20"),
     ("early_looks = 2.5", "from 2 to 20"),
@@ -221,3 +291,38 @@ def test_early_stop_on_the_real_engine_x86(tmp_path, tiergate_home):
     assert (tier.look, tier.samples_used, run.containers_started) == (2, 1200, 4)
     again = gatekit.gate(cand, ref, data, classes, load_policy(None), early_stop=True)
     assert again.containers_started == 0 and again.decision_cached and again.decision.dumps() == run.decision.dumps()
+
+
+def test_the_looks_are_a_stratified_seeded_partition_made_from_the_samples(tmp_path, tiergate_home):
+    """Every prefix of the order holds each class within two samples of its share; without labels (or with labels
+    that are no class index) a plain seeded permutation; the same samples in another file order give the same
+    samples in the same order; another seed another order."""
+    from tiergate.orchestrator.spans import partition, sample_order
+
+    rng = np.random.default_rng(3)
+    labels = np.sort(rng.choice(5, size=997, p=[0.5, 0.2, 0.15, 0.1, 0.05]))
+    x = rng.normal(size=(997, 3)).astype(np.float32)
+
+    def order_of(rows, seed=0, with_labels=True):
+        path = tmp_path / f"d-{seed}-{with_labels}-{rows[0]}-{rows[1]}.npz"
+        np.savez(path, x=x[rows], **({"labels": labels[rows]} if with_labels else {}))
+        data = evaldata.load_eval_data(path)
+        return data, sample_order(evaldata.sample_keys(data, seed), data.labels, seed)
+
+    data, order = order_of(np.arange(997))
+    assert sorted(order.tolist()) == list(range(997))
+    shares = np.bincount(labels) / len(labels)
+    for m in range(1, 998):
+        assert np.all(np.abs(np.bincount(labels[order[:m]], minlength=5) - m * shares) < 2), m
+    shuffle = rng.permutation(997)
+    _, reordered = order_of(shuffle)
+    assert np.array_equal(shuffle[reordered], order)            # the same samples, in the same order
+    _, other = order_of(np.arange(997), seed=1)
+    assert not np.array_equal(other, order)
+    _, plain = order_of(np.arange(997), with_labels=False)
+    assert sorted(plain.tolist()) == list(range(997)) and not np.array_equal(plain, np.arange(997))
+    spans, rows = partition(order, 4)
+    assert [len(r) for r in rows] == [b - a for a, b in spans] and np.array_equal(np.concatenate(rows), order)
+    assert np.array_equal(partition(order, 1)[1][0], np.arange(997))   # one look: the file as it is
+    chunk = evaldata.select(data, rows[1])
+    assert np.array_equal(np.load(chunk.path)["x"], x[rows[1]]) and np.array_equal(chunk.labels, labels[rows[1]])

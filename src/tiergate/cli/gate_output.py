@@ -58,7 +58,7 @@ def json_text(run, explained=None) -> str:
 
 
 def print_run(run, explained=None) -> None:
-    """The human-readable answer: checks, device figures, runtime graphs, reasons, warnings, files, runs."""
+    """The human-readable answer: checks, device figures, runtime graphs, reasons, warnings, notes, files, runs."""
     from rich.table import Table
 
     decision = run.decision
@@ -80,6 +80,10 @@ def print_run(run, explained=None) -> None:
         console.print(f"[red]reason:[/] {reason}", highlight=False)
     for warning in decision.warnings:
         console.print(f"[yellow]warning:[/] {warning}", highlight=False)
+    from rich.markup import escape
+
+    for note in decision.notes:
+        console.print(f"[dim]note:[/] {escape(note)}", highlight=False)
     for line in explained.reasons() if explained is not None else []:
         console.print(f"[red]reason:[/] explain: {line}", highlight=False)
     for name, files in run.report_files.items():
@@ -88,7 +92,7 @@ def print_run(run, explained=None) -> None:
         how = (f"settled {t.verdict} at look {t.look} of {t.looks}" if t.stopped_early
                else f"{t.verdict} at its last look ({t.look} of {t.looks})")
         console.print(f"early stop: {name}: {how}, {t.samples_used} of {t.samples_total} samples used "
-                      f"(intervals at {t.confidence:.4%})", highlight=False)
+                      f"(intervals at {t.confidence:.4%}; seed {t.seed})", highlight=False)
     console.print(f"runs: {run.containers_started} started, {run.cache_hits} reused from cache", highlight=False)
     style = "bold green" if decision.passed else ("bold yellow" if decision.verdict == "INCONCLUSIVE" else "bold red")
     console.print(f"[{style}]{decision.verdict}[/]")

@@ -6,6 +6,7 @@ import json
 import os
 import sys
 from collections import Counter
+from contextlib import nullcontext
 from pathlib import Path
 
 import typer
@@ -55,7 +56,7 @@ def gc_command(
     as_json: bool = typer.Option(False, "--json", help="Print the plan (and what was removed) as JSON."),
 ) -> None:
     """Remove images, run folders and cached decisions that no alias, pending gate or recent artifact needs."""
-    from tiergate import gc
+    from tiergate import gc, leases
     from tiergate.paths import home
 
     if keep_last < 0:
@@ -69,19 +70,21 @@ def gc_command(
         if registry is not None:
             registry.close()
     engine, inventory, engine_problem = None, None, None
-    try:
-        engine = gc.DockerEngine()
-        inventory = engine.inventory()
-    except TiergateError as exc:
-        engine_problem = exc.one_line()
-    except Exception as exc:  # noqa: BLE001 - an engine that fails mid-listing is the same problem
-        engine_problem = f"Docker engine: {type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
-    plan = gc.plan(root, needs, inventory, keep_last=keep_last, older_than=age, runtime_images=runtime_images,
-                   all_images=all_images)
-    if engine_problem:
-        plan.skipped.append(f"{engine_problem}: images, containers and volumes were skipped")
-    if not dry_run:
-        gc.apply(plan, root, engine if inventory is not None else None)
+    # no gate takes an image up between reading the leases and removing (a dry run removes nothing)
+    with leases.excluding_gates() if not dry_run else nullcontext():
+        try:
+            engine = gc.DockerEngine()
+            inventory = engine.inventory()
+        except TiergateError as exc:
+            engine_problem = exc.one_line()
+        except Exception as exc:  # noqa: BLE001 - an engine that fails mid-listing is the same problem
+            engine_problem = f"Docker engine: {type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
+        plan = gc.plan(root, needs, inventory, keep_last=keep_last, older_than=age, runtime_images=runtime_images,
+                       all_images=all_images, leased=leases.leased(prune=not dry_run))
+        if engine_problem:
+            plan.skipped.append(f"{engine_problem}: images, containers and volumes were skipped")
+        if not dry_run:
+            gc.apply(plan, root, engine if inventory is not None else None)
     if as_json:
         typer.echo(json.dumps(_json(plan, root, dry_run, registry), indent=1))
     else:

@@ -17,12 +17,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Protocol
 
+from tiergate.errors import EnvironmentProblem, InputError
 from tiergate.hashing import file_sha256
 from tiergate.images import LABEL, BuiltImage
-from tiergate.results import OUTPUTS_FILE, RESULT_FILE, TargetResult, failed
+from tiergate.results import OUTPUTS_FILE, RESULT_FILE, TargetResult, failed, over_output_limit
 from tiergate.targets import DeviceClass
 
 LOG_TAIL_LINES = 40
+
+
+class ImageGone(EnvironmentProblem):
+    """A job's image is not on the engine any more (removed while the gate ran): the environment's fault, exit 2,
+    never a failed run (hence never a verdict). Backends raise it; the orchestrator lets it through."""
+
 DEFAULT_WARMUP = 3
 # fields of TargetResult the harness itself knows (the host adds the rest)
 HARNESS_FIELDS = ("runtime", "versions", "machine", "cpu", "threads", "batch_size", "n_samples",
@@ -74,7 +81,16 @@ def harness_command(jobs: list[Job], models: list[str], data: str, outs: list[st
     if job.eval_batch > dc.batch_size:
         args += ["--eval-batch", str(job.eval_batch), "--latency-calls", str(max(job.latency_calls, 1))]
     args += ["--compare-rounds", str(job.compare_rounds)] if job.compare_rounds else []
+    args += ["--timeout", str(dc.limits.timeout_s)] if len(jobs) > 1 else []    # each artifact its own time
     return args + (["--profile"] if job.profile else [])
+
+
+def start_timeout(jobs: list[Job]) -> int:
+    """The host's limit on one harness start: the class's timeout for a single artifact; for several, each has it
+    in the harness (a child past it is killed alone) and the start as a whole (runtime import, data load) one
+    more, as a backstop."""
+    timeout = jobs[0].device_class.limits.timeout_s
+    return timeout if len(jobs) == 1 else timeout * (len(jobs) + 1)
 
 
 def groupable(jobs: list[Job]) -> bool:
@@ -132,9 +148,15 @@ def read_harness_result(job: Job, host: dict, log_tail: str, *, oom: bool = Fals
         return failed(job.device_class.name, "the harness exited 0 but wrote no result", log_tail=log_tail, **host)
     try:
         data = json.loads(path.read_text())
+        too_large = over_output_limit(job.out_dir)      # the arrays' headers only: nothing loaded
     except json.JSONDecodeError as exc:
         return failed(job.device_class.name, f"the harness wrote an unreadable result: {exc}",
                       log_tail=log_tail, **host)
+    except InputError as exc:
+        return failed(job.device_class.name, f"the harness wrote unreadable outputs: {exc.one_line()}",
+                      log_tail=log_tail, **host)
+    if too_large:
+        return failed(job.device_class.name, too_large, log_tail=log_tail, **host)
     merged = {**host, **{k: data[k] for k in HARNESS_FIELDS if k in data}}
     try:
         result = TargetResult.from_json({"device_class": job.device_class.name, "status": "ok",
@@ -160,8 +182,11 @@ def child_failure(job: Job, host: dict, log_tail: str, *, oom: bool = False) -> 
     try:
         said = json.loads((job.out_dir / FAILED_FILE).read_text())
         code, text = int(said.get("code", 1)), str(said.get("reason", ""))
+        timed_out = said.get("timed_out") is True
     except (OSError, ValueError, TypeError, AttributeError):
-        code, text = 1, "the harness wrote an unreadable failed.json"
+        code, text, timed_out = 1, "the harness wrote an unreadable failed.json", False
+    if timed_out:       # the harness killed this artifact at the class's timeout (each artifact has its own)
+        return failed(dc.name, f"timed out after {dc.limits.timeout_s} s", log_tail=log_tail, **host)
     killed = code == -signal.SIGKILL and oom
     reason = exit_reason(code, oom=killed, memory=dc.limits.memory if code < 0 else "")
     if code > 0:

@@ -16,13 +16,15 @@ outputs.npz back.
 Several artifacts on one class (`run_many`: candidate, reference, incumbent) run in
 ONE container: the first job's image, with the other artifacts' files copied into
 the input volume (/data/m<n>/): one start, one runtime import, one data load. The
-harness forks a child per artifact, so each keeps its own memory figures and its
-own crash; what one child finished is kept when a later one (or the container) fails.
+harness forks a child per artifact, so each keeps its own memory figures, its own
+crash and its own timeout (the class's `timeout_s`, enforced by the harness: a hung
+candidate times out alone); what one child finished is kept when a later one (or the
+container) fails. An image that is gone from the engine (removed under the gate) raises
+`ImageGone` (exit 2): never a failed run.
 """
 
 from __future__ import annotations
 
-import os
 import re
 import signal
 import shutil
@@ -38,12 +40,12 @@ import requests
 
 from tiergate.images import LABEL
 from tiergate.errors import InfrastructureFault, InputError
-from tiergate.execution.base import (FAILED_FILE, LOG_TAIL_LINES, Job, clear_outputs, exit_reason, harness_command,
-                                     harness_spoke, host_fields, last_line, python_entrypoint, read_harness_result,
-                                     tail)
+from tiergate.execution.base import (FAILED_FILE, LOG_TAIL_LINES, ImageGone, Job, clear_outputs, exit_reason,
+                                     harness_command, harness_spoke, host_fields, last_line, python_entrypoint,
+                                     read_harness_result, start_timeout, tail)
 from tiergate.execution import janitor
 from tiergate.execution.engine import DEFAULT_ATTEMPTS, DEFAULT_BACKOFF_S, connect, engine_problem, with_retries
-from tiergate.results import OUTPUTS_FILE, RESULT_FILE, TargetResult, failed
+from tiergate.results import OUTPUT_LIMIT_BYTES, OUTPUTS_FILE, RESULT_FILE, TargetResult, failed  # noqa: F401 - re-exported
 from tiergate.results import save as results_save
 
 USER = "65534:65534"  # nobody:nogroup
@@ -51,9 +53,9 @@ _DONE = re.compile(r"^harness: finished artifact (\d+)$", re.MULTILINE)   # the 
 CONTAINER_ENV = "TIERGATE_IN_CONTAINER"   # tells the harness the cgroup is the run's own (harness_memory.py)
 DATA_NAME = "data.npz"
 TMPFS = "rw,nosuid,nodev,size=64m,mode=1777"
-# The most one output file (outputs.npz, result.json) may hold: enforced in the container
-# (RLIMIT_FSIZE: a larger write kills the harness with SIGXFSZ) and again when copying back.
-OUTPUT_LIMIT_BYTES = int(os.environ.get("TIERGATE_MAX_OUTPUT_BYTES") or 4 * 1024 ** 3)
+# The most one output file (outputs.npz, result.json) may hold (results.OUTPUT_LIMIT_BYTES, one run's outputs):
+# enforced in the container (RLIMIT_FSIZE: a larger write kills the harness with SIGXFSZ), again when copying
+# back, and on the arrays' sizes before the host loads them (base.read_harness_result).
 
 
 class DockerBackend:
@@ -85,6 +87,10 @@ class DockerBackend:
                                 backoff_s=self.backoff_s, what=f"{dc.name} on {self.docker_host}")
         except InfrastructureFault as exc:
             return [failed(dc.name, exc.message, **host) for host in hosts]
+        except docker.errors.ImageNotFound:
+            raise ImageGone(f"{dc.name}: image {jobs[0].image.tag} is no longer on the engine {self.docker_host} "
+                            f"(removed while the gate ran: tiergate gc or docker rmi)",
+                            hint="run the gate again: it builds the image again") from None
 
     def engine_problem(self) -> str | None:
         """Why this backend's engine does not answer, or None when it does (asked after a failed run)."""
@@ -184,10 +190,11 @@ POLL_S = 1.0      # how often a container of several artifacts is asked which it
 
 
 def _run(container, job: Job, runs: int = 1, poll=None) -> tuple[str | None, str, bool]:
-    """Start, wait with the class's timeout (per artifact run in it): (why it failed or None, log tail, killed
-    out of memory). `poll()` is called every POLL_S while it runs (and once at the end)."""
+    """Start, wait with the start's timeout (base.start_timeout: each artifact's own is the harness's): (why it
+    failed or None, log tail, killed out of memory). `poll()` is called every POLL_S while it runs (and once at
+    the end)."""
     dc = job.device_class
-    timeout_s = dc.limits.timeout_s * runs
+    timeout_s = start_timeout([job] * runs)
     container.start()
     timed_out = False
     try:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from tiergate.errors import InputError
 from tiergate.execution.base import (Job, clear_outputs, exit_reason, harness_command, harness_spoke, host_fields,
-                                     last_line, read_harness_result, tail)
+                                     last_line, read_harness_result, start_timeout, tail)
 from tiergate.paths import containers_dir
 from tiergate.results import TargetResult, failed
 
@@ -42,7 +42,7 @@ class LocalProcessBackend:
                *harness_command(jobs, [str(Path(j.artifact_path).resolve()) for j in jobs],
                                 str(Path(first.data_npz).resolve()), [str(Path(j.out_dir).resolve()) for j in jobs])]
         env = {**os.environ, **first.env, "PYTHONUNBUFFERED": "1"}
-        timeout = dc.limits.timeout_s * len(jobs)
+        timeout = start_timeout(jobs)
         with tempfile.TemporaryFile("w+") as log:
             try:
                 proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,

@@ -20,7 +20,6 @@ vectorised (tiergate.stats.metric_ratio).
 from __future__ import annotations
 
 import json
-import math
 import re
 import sys
 import types
@@ -36,7 +35,7 @@ LOWER_IS_BETTER = ("mae", "rmse")
 BINARY = ("precision", "recall", "f1", "roc_auc")
 _FIXED = ("top1_accuracy", "mean_iou", "mae", "rmse") + BINARY
 _TOPK = re.compile(r"^top(\d+)_accuracy$")
-TABLE_KEYS = ("min_ratio", "max_ratio", "output", "k", "threshold", "positive")
+TABLE_KEYS = ("min_ratio", "max_ratio", "max_drop", "output", "k", "threshold", "positive")
 DEFAULT_MAX_ERROR_RATIO = 1.05
 
 
@@ -50,6 +49,7 @@ class MetricSpec:
     positive: int = 1
     min_ratio: float | None = None     # candidate / reference >= this (higher-is-better metrics)
     max_ratio: float | None = None     # candidate / reference <= this (errors)
+    max_drop: float | None = None      # a difference instead of a ratio: candidate >= reference - this
     source: str = ""                   # FILE.py:FUNCTION of a custom metric
     source_sha256: str = ""
     code_sha256: str = ""              # the metric file, the local modules it imports, its folder (metric_code)
@@ -77,10 +77,23 @@ def builtin(name: str, table: dict | None = None) -> MetricSpec:
     else:
         raise InputError(f"metric '{name}' is not built in (built in: {', '.join(_FIXED)}, topK_accuracy); "
                          "a metric of your own is --metric FILE.py:FUNCTION")
-    if kind in LOWER_IS_BETTER and table.get("max_ratio") is None:
+    _one_form(name, table)
+    if kind in ("top1", "topk") and table.get("max_drop") is not None:
+        raise InputError(f"policy: [metrics.{name}] max_drop: accuracy is a proportion (never negative) judged "
+                         "as a ratio to the reference; use min_ratio")
+    if kind in LOWER_IS_BETTER and table.get("max_ratio") is None and table.get("max_drop") is None:
         table["max_ratio"] = DEFAULT_MAX_ERROR_RATIO
     return MetricSpec(name, kind, table.get("output"), int(table.get("k", k)), float(table.get("threshold", 0.5)),
-                      int(table.get("positive", 1)), table.get("min_ratio"), table.get("max_ratio"))
+                      int(table.get("positive", 1)), table.get("min_ratio"), table.get("max_ratio"),
+                      table.get("max_drop"))
+
+
+def _one_form(name: str, table: dict) -> None:
+    """A metric is judged as a ratio (min_ratio / max_ratio) or as a difference (max_drop), not both."""
+    ratios = [key for key in ("min_ratio", "max_ratio") if table.get(key) is not None]
+    if table.get("max_drop") is not None and ratios:
+        raise InputError(f"policy: [metrics.{name}] sets both max_drop and {ratios[0]}: a metric is judged as a "
+                         "difference (max_drop) or as a ratio, not both")
 
 
 def resolve(names: list[str], policy) -> list[MetricSpec]:
@@ -96,9 +109,10 @@ def resolve(names: list[str], policy) -> list[MetricSpec]:
             fn = load_function(name, "metric")
             fname, file = name.rpartition(":")[2], name.rpartition(":")[0]
             table = tables.get(fname, {})
+            _one_form(fname, table)
             code_sha, code_files = metric_code(Path(file), fn, set(sys.modules) - before)
             specs[fname] = MetricSpec(fname, "custom", table.get("output"), min_ratio=table.get("min_ratio"),
-                                      max_ratio=table.get("max_ratio"), source=name,
+                                      max_ratio=table.get("max_ratio"), max_drop=table.get("max_drop"), source=name,
                                       source_sha256=file_sha256(file), code_sha256=code_sha,
                                       code_files=code_files, fn=fn)
         else:
@@ -345,12 +359,20 @@ def pick_output(spec: MetricSpec, outputs: dict[str, np.ndarray], labels: np.nda
 
 
 def custom_value(spec: MetricSpec, outputs: dict[str, np.ndarray], labels) -> float:
-    """A user metric's value; one clear error naming it when it raises or is not a finite number."""
-    try:
-        result = spec.fn(outputs, labels)
-        number = float(result)
-    except Exception as exc:  # noqa: BLE001 - the user's function: any failure is one line
-        raise InputError(f"metric {spec.name} ({spec.source}) raised {type(exc).__name__}: {exc}") from None
-    if not math.isfinite(number):
-        raise InputError(f"metric {spec.name} ({spec.source}) returned {result!r}, not a finite number")
-    return number
+    """A user metric's value: user code run with limits (tiergate.usercode: sys.exit, stdout, a timeout); one
+    clear error naming it when it raises, exits, hangs or returns anything but a finite real number."""
+    from tiergate import usercode
+
+    what = f"metric {spec.name} ({spec.source})"
+    return usercode.real_number(what, usercode.call(what, spec.fn, outputs, labels))
+
+
+def refuse_ratio_of_nonpositive(spec: MetricSpec, values: dict[str, float]) -> None:
+    """A ratio to the reference means nothing when a value is zero or negative (a mean log-probability: a
+    worse candidate gets a ratio above 1): such a metric is judged as a difference, `max_drop`."""
+    for side, number in values.items():
+        if number <= 0:
+            raise InputError(f"metric {spec.name} ({spec.source or 'built in'}): the {side}'s value is {number:.6g}; "
+                             f"a ratio threshold cannot judge a metric that can be zero or negative: set "
+                             f"[metrics.{spec.name}] max_drop = D (the candidate may be at most D below the "
+                             "reference) instead of min_ratio / max_ratio")

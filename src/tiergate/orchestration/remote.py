@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from prefect import task  # noqa: F401 - the worker side runs inside a Prefect flow
 
-from tiergate import results
+from tiergate import leases, results
 from tiergate.errors import InfrastructureFault
 from tiergate.images import BuiltImage
 from tiergate.targets import DeviceClass
@@ -86,6 +86,7 @@ class PoolBackend:
         return result
 
 
+@leases.for_its_life     # the image it builds or finds is leased until its run is stored (docs/gc.md)
 def run_here(artifact: str, device_class: str, role: str, data: str, registry_url: str | None,
              store: str | None) -> dict:
     """The worker's side: the orchestrator's build and run of one artifact on one class; the folder is stored."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from tiergate import leases
 from tiergate.errors import EnvironmentProblem, TiergateError
 from tiergate.images import LABEL
 from tiergate.orchestrator.types import Progress, RunSpec, say
@@ -14,7 +15,9 @@ def build_images(specs: list[RunSpec], builder, *, progress: Progress | None = N
         say(progress, f"image for {spec.role} on {spec.device_class.name}")
         spec.image, spec.build_error = None, None
         try:
-            spec.image = check_lineage(builder.build(spec.device_class, spec.intake), spec)
+            with leases.using_images():    # found or built, and leased, before any gc can remove it
+                spec.image = check_lineage(builder.build(spec.device_class, spec.intake), spec)
+                leases.add(spec.image.tag, spec.image.image_id, spec.image.runtime_tag)
         except EnvironmentProblem:     # no engine, no base image, pip or docker build broken: exit 2, no verdict
             raise
         except TiergateError as exc:  # this artifact cannot be built for this class: that class's run fails

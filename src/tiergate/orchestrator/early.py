@@ -1,27 +1,32 @@
-"""Early decision: sequential looks at growing sample prefixes (off by default; docs/policy.md).
+"""Early decision: sequential looks at growing shares of the samples (off by default; docs/policy.md).
 
-A class with early stop on splits the samples into `looks` chunks; after chunk k its runs of chunks 1..k are
-merged (spans.merge_shards) into prefix folders and judged on the first m_k samples (deciding.decide_saved, at the
-look's confidence, tiergate.stats.look_plan). A class stops at the first look whose verdict is settled
-(tiergate.gate.settled), or at its last; only classes still undecided run the next chunk. A class with early stop
-off runs all samples at once (one look at the policy's confidence). Every chunk is an ordinary run (its own
-content-hashed .npz, cached by the run cache); every look's decision is cached.
+A class with early stop on splits the samples into `looks` chunks, a seeded random partition stratified by label
+(spans.sample_order: made from the seed and the samples' own bytes, so the file's order decides nothing); after
+chunk k its runs of chunks 1..k are merged (spans.merge_shards) into prefix folders and judged on those m_k
+samples (deciding.decide_saved, at the look's confidence, tiergate.stats.look_plan). A class stops at the first
+look whose verdict is settled (tiergate.gate.settled), or at its last; only classes still undecided run the next
+chunk. A class with early stop off runs all samples at once, in file order (one look at the policy's confidence).
+Every chunk is an ordinary run (its own content-hashed .npz, cached by the run cache); every look's decision is
+cached.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from tiergate import results, state
 from tiergate.decision import GateRun
-from tiergate.evaldata import EvalData, subset
+from tiergate.evaldata import EvalData, sample_keys, select
 from tiergate.gate import EARLY_METHOD, RunOutcome, TierLooks, combine_tiers, cross_tier_drift, settled, verdict_of
 from tiergate.orchestrator.deciding import cached_decision, decide_saved, deciding_code_hash, named_runs
 from tiergate.orchestrator.running import Running, load_outcomes, run_checking_labels
-from tiergate.orchestrator.spans import merge_shards, shard_ranges
+from tiergate.orchestrator.spans import merge_shards, partition, sample_order
 from tiergate.orchestrator.types import Basis, RunSpec, say
 from tiergate.policy import EarlyStop, Policy
 from tiergate.stats import CUSTOM_MAX_RESAMPLES, Look, look_plan
@@ -45,7 +50,8 @@ class _Tier:
     specs: list[RunSpec]
     setting: EarlyStop
     confidence: float                   # the policy's, for this class
-    ranges: list[tuple[int, int]]       # its chunks
+    ranges: list[tuple[int, int]]       # its chunks: positions in its order of the samples
+    rows: list[np.ndarray]              # each chunk's samples: their positions in the file
     plan: list[Look]
     chunks: dict[str, list[Path]] = field(default_factory=dict)     # role -> its ok chunk folders, in order
     failed: dict[str, Path] = field(default_factory=dict)           # role -> the chunk run that failed
@@ -55,15 +61,24 @@ class _Tier:
 
 def _tiers(specs: list[RunSpec], basis: Basis, early: dict[str, EarlyStop]) -> dict[str, _Tier]:
     custom = any(getattr(m, "kind", "") == "custom" for m in basis.metrics or ())
+    data, orders = basis.data, {}
     tiers: dict[str, _Tier] = {}
     for dc in basis.device_classes:
         setting, t = early[dc.name], basis.policy.for_target(dc)
-        ranges = shard_ranges(basis.data.n_samples, setting.looks if setting.enabled else 1)
+        count = min(setting.looks if setting.enabled else 1, data.n_samples)
+        if count > 1 and setting.seed not in orders:
+            orders[setting.seed] = sample_order(sample_keys(data, setting.seed), data.labels, setting.seed)
+        ranges, rows = partition(orders.get(setting.seed, np.arange(data.n_samples)), count)
         resamples = min(t.bootstrap_resamples, CUSTOM_MAX_RESAMPLES) if custom else t.bootstrap_resamples
         plan = look_plan([b for _, b in ranges], t.confidence, setting.spending, resamples)
         tiers[dc.name] = _Tier(dc, [s for s in specs if s.device_class.name == dc.name], setting, t.confidence,
-                               ranges, plan)
+                               ranges, rows, plan)
     return tiers
+
+
+def _rows(t: _Tier, look: int) -> np.ndarray:
+    """The samples class t is judged on at a look (1-based), in the order its prefix folders hold them."""
+    return np.concatenate(t.rows[:look])
 
 
 def gate_early(specs: list[RunSpec], basis: Basis, early: dict[str, EarlyStop], how: Running,
@@ -71,7 +86,7 @@ def gate_early(specs: list[RunSpec], basis: Basis, early: dict[str, EarlyStop], 
     """Run and decide in looks (see the module's docstring); one GateRun naming every tier's own decision."""
     data = basis.data
     tiers = _tiers(specs, basis, early)
-    chunk_data: dict[tuple[int, int], EvalData] = {}
+    chunk_data: dict[bytes, EvalData] = {}
     counts = [0, 0]                     # cache hits, runs started
     for k in range(max(len(t.ranges) for t in tiers.values())):
         active = [t for t in tiers.values() if t.decided is None and k < len(t.ranges)]
@@ -79,10 +94,10 @@ def gate_early(specs: list[RunSpec], basis: Basis, early: dict[str, EarlyStop], 
             break
         datas = {}
         for t in active:
-            span = t.ranges[k]
-            if span not in chunk_data:
-                chunk_data[span] = subset(data, *span)
-            datas[t.dc.name] = chunk_data[span]
+            rows = t.rows[k]
+            if rows.tobytes() not in chunk_data:
+                chunk_data[rows.tobytes()] = select(data, rows)
+            datas[t.dc.name] = chunk_data[rows.tobytes()]
         todo = [s for t in active for s in t.specs if s.role not in t.failed]
         todo, done = run_checking_labels(todo, datas, data, labels_known or k > 0, how)
         counts[0] += sum(d.cached for d in done)
@@ -111,7 +126,8 @@ def _look(t: _Tier, k: int, basis: Basis, how: Running) -> None:
         t.decided, t.look = judged, k + 1
         if len(t.ranges) > 1:
             say(how.options.progress, f"{t.dc.name}: {verdict or verdict_of(judged.decision.checks)} at look "
-                                      f"{k + 1} of {len(t.ranges)} ({look.samples} of {basis.data.n_samples} samples)")
+                                      f"{k + 1} of {len(t.ranges)} ({look.samples} of {basis.data.n_samples} samples, "
+                                      f"seed {t.setting.seed})")
 
 
 def _judge_look(t: _Tier, k: int, basis: Basis, root: Path) -> GateRun:
@@ -121,9 +137,9 @@ def _judge_look(t: _Tier, k: int, basis: Basis, root: Path) -> GateRun:
                for s in t.specs}
     confidence = look.confidence if look.taken else t.confidence
     extra = {"early_stop": {"look": k + 1, "looks": len(t.ranges), "spending": t.setting.spending,
-                            "samples": look.samples, "confidence": confidence}}
+                            "samples": look.samples, "confidence": confidence, "seed": t.setting.seed}}
     at_look = dataclasses.replace(basis, device_classes=(t.dc,), policy=_at_confidence(basis.policy, confidence),
-                                  data=_prefix_data(basis.data, look.samples))
+                                  data=_prefix_data(basis.data, _rows(t, k + 1)))
     return decide_saved(folders, at_look, extra_inputs=extra)
 
 
@@ -137,7 +153,7 @@ def _early_decision(tiers: dict[str, _Tier], basis: Basis, counts: list[int]) ->
         look = t.plan[t.look - 1]
         looks[name] = TierLooks(verdict_of(t.decided.decision.checks), t.look, len(t.ranges), look.samples, n,
                                 t.look < len(t.ranges), t.setting.spending,
-                                look.confidence if look.taken else t.confidence, list(t.plan))
+                                look.confidence if look.taken else t.confidence, list(t.plan), t.setting.seed)
     named = dict(folders)       # the chunk runs too: what a re-run reuses (and tiergate gc keeps)
     for t in tiers.values():
         for role, parts in t.chunks.items():
@@ -152,15 +168,15 @@ def _early_decision(tiers: dict[str, _Tier], basis: Basis, counts: list[int]) ->
     decision = cached_decision(key, inputs)
     cached = decision is not None
     if decision is None:
-        common = min(t.samples_used for t in looks.values())
-        drift = {side: cross_tier_drift(_first_samples(outcomes.get(side, {}), common))
+        rows = {name: _rows(t, t.look) for name, t in tiers.items()}
+        common = _common_rows(rows)
+        drift = {side: cross_tier_drift(_on_rows(outcomes.get(side, {}), rows, common))
                  for side in ("candidate", "reference")}
         on_inconclusive = {policy.for_target(t.dc).on_inconclusive for t in tiers.values()}
         decision = combine_tiers({name: t.decided.decision for name, t in tiers.items()}, looks, drift, policy,
-                                 on_inconclusive, EARLY_METHOD)
-        if len(tiers) > 1 and common < max(t.samples_used for t in looks.values()):
-            decision.notes.append(f"cross-tier drift compared on the first {common} samples (those every "
-                                  "device class used)")
+                                 on_inconclusive, EARLY_METHOD + _order_method(tiers))
+        if len(tiers) > 1 and common is not None and len(common) < max(t.samples_used for t in looks.values()):
+            decision.notes.append(f"cross-tier drift compared on the {len(common)} samples every device class used")
         state.save_decision(key, inputs, decision.to_json())
     return GateRun(decision, folders, basis.intakes, outcomes, counts[0], counts[1], decision_cached=cached,
                    decision_key=key)
@@ -174,12 +190,21 @@ def _at_confidence(policy: Policy, confidence: float) -> Policy:
                                overrides=overrides)
 
 
-def _prefix_data(data: EvalData, m: int) -> EvalData:
-    """The first m samples as the decision sees them: their labels, and an identity of their own."""
-    if m == data.n_samples:
+def _order_method(tiers: dict[str, _Tier]) -> str:
+    seeds = sorted({t.setting.seed for t in tiers.values()})
+    return ("; the chunks are a seeded random partition of the samples, stratified by label where labels are class "
+            "indices, made from the seed and each sample's own bytes (never the file's order): seed "
+            + (str(seeds[0]) if len(seeds) == 1 else ", ".join(f"{n} {t.setting.seed}" for n, t in tiers.items())))
+
+
+def _prefix_data(data: EvalData, rows: np.ndarray) -> EvalData:
+    """The samples at file positions `rows` (in that order) as the decision sees them: their labels, and an
+    identity of their own; all of them in file order is the data itself."""
+    if len(rows) == data.n_samples and np.array_equal(rows, np.arange(data.n_samples)):
         return data
-    return dataclasses.replace(data, sha256=hashlib.sha256(f"{data.sha256}[0:{m}]".encode()).hexdigest(),
-                               n_samples=m, labels=None if data.labels is None else data.labels[:m])
+    identity = hashlib.sha256(f"{data.sha256}\0rows\0".encode() + rows.astype("<i8").tobytes()).hexdigest()
+    return dataclasses.replace(data, sha256=identity, n_samples=len(rows),
+                               labels=None if data.labels is None else data.labels[rows])
 
 
 def _prefix_folder(parts: list[Path], spans: list[tuple[int, int]], root: Path) -> Path:
@@ -196,7 +221,25 @@ def _prefix_folder(parts: list[Path], spans: list[tuple[int, int]], root: Path) 
     return folder
 
 
-def _first_samples(outcomes: dict[str, RunOutcome], m: int) -> dict[str, RunOutcome]:
-    """The outcomes cut to their first m samples (outputs have the sample axis first, as merged shards)."""
-    return {name: o if not o.ok else RunOutcome(o.result, {k: v[:m] for k, v in o.outputs.items()})
-            for name, o in outcomes.items()}
+def _common_rows(rows: dict[str, np.ndarray]) -> np.ndarray | None:
+    """The samples every class was judged on (file positions, ascending); None when every class has the same
+    samples in the same order (nothing to align)."""
+    first = next(iter(rows.values()))
+    if all(np.array_equal(r, first) for r in rows.values()):
+        return None
+    return functools.reduce(np.intersect1d, rows.values())
+
+
+def _on_rows(outcomes: dict[str, RunOutcome], rows: dict[str, np.ndarray],
+             common: np.ndarray | None) -> dict[str, RunOutcome]:
+    """The outcomes on the common samples, row for row (outputs have the sample axis first, as merged shards)."""
+    if common is None:
+        return outcomes
+    aligned = {}
+    for name, o in outcomes.items():
+        if o.ok:
+            sorter = np.argsort(rows[name], kind="stable")
+            at = sorter[np.searchsorted(rows[name], common, sorter=sorter)]
+            o = RunOutcome(o.result, {k: v[at] for k, v in o.outputs.items()})
+        aligned[name] = o
+    return aligned

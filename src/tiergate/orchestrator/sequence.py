@@ -7,6 +7,7 @@ steps), `options` (RunOptions) how the work is done. User errors raise before an
 
 from __future__ import annotations
 
+from tiergate import leases
 from tiergate.decision import GateRun
 from tiergate.gate import signature_decision
 from tiergate.orchestrator.building import build_images
@@ -20,6 +21,7 @@ from tiergate.orchestrator.types import Basis, RunSpec, say
 from tiergate.request import GateRequest, RunOptions
 
 
+@leases.for_its_life         # the images it uses are leased: no tiergate gc, in any home, removes them meanwhile
 def gate(request: GateRequest, seams: Seams | None = None, options: RunOptions | None = None) -> GateRun:
     """Intake, signature check, build, run, compare and decide.
 

@@ -11,6 +11,7 @@ keeps what is measured; a finished shard is kept under runs/<key>.shards/ until 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import shutil
 import threading
 import time
@@ -37,6 +38,36 @@ def shard_ranges(n: int, count: int) -> list[Span]:
     count = max(1, min(count, n))
     edges = [round(i * n / count) for i in range(count + 1)]
     return [(a, b) for a, b in zip(edges, edges[1:])]
+
+
+def sample_order(keys: np.ndarray, labels: np.ndarray | None, seed: int) -> np.ndarray:
+    """The file positions of every sample in an early decision's order: a seeded random order (by the samples'
+    keys, evaldata.sample_keys), stratified where the labels are one class index per sample: each class is
+    shuffled by its keys and the classes are interleaved by fractional position ((rank + phase) / class size, the
+    phase seeded per class), so every prefix holds each class in about its share of the whole set. Made from the
+    seed and the samples only: reordering the file reorders nothing here."""
+    n = len(keys)
+    strata = labels is not None and labels.ndim == 1 and len(labels) == n and (
+        np.issubdtype(labels.dtype, np.integer) or labels.dtype == np.bool_)
+    if not strata:
+        return np.lexsort((keys[:, 1], keys[:, 0]))
+    position = np.empty(n, dtype=np.float64)
+    for value in np.unique(labels):
+        members = np.flatnonzero(labels == value)
+        members = members[np.lexsort((keys[members, 1], keys[members, 0]))]
+        phase = int.from_bytes(hashlib.blake2b(f"{int(seed)}\0{int(value)}".encode(), digest_size=8).digest(),
+                               "little") / 2 ** 64
+        position[members] = (np.arange(len(members)) + phase) / len(members)
+    return np.lexsort((keys[:, 1], keys[:, 0], position))
+
+
+def partition(order: np.ndarray, count: int) -> tuple[list[Span], list[np.ndarray]]:
+    """`count` chunks of an order (early decision): their spans of positions in it and their samples' file
+    positions (the whole set in one chunk: in file order, the data itself)."""
+    spans = shard_ranges(len(order), count)
+    if len(spans) == 1:
+        return spans, [np.arange(len(order))]
+    return spans, [order[a:b] for a, b in spans]
 
 
 class PendingRuns:
@@ -228,7 +259,8 @@ def _map_threads(fn, items: list) -> list:
 
 
 class _HostFaults:
-    """A backend wrapper that keeps a full disk (ENOSPC) from becoming a failed run, hence a verdict."""
+    """A backend wrapper that keeps a full disk (ENOSPC), or an environment problem a backend raises (an image gone
+    from the engine), from becoming a failed run, hence a verdict: it is raised once the span ends (exit 2)."""
 
     def __init__(self, backend):
         self.backend, self.fault = backend, None
@@ -245,6 +277,10 @@ class _HostFaults:
         except OSError as exc:
             if is_disk_full(exc):
                 self.fault = disk_full(exc, job.out_dir.parent)
+            raise
+        except EnvironmentProblem as exc:   # e.g. the image was removed under the gate (execution.base.ImageGone)
+            if not isinstance(exc, InfrastructureFault):
+                self.fault = exc
             raise
 
     def raise_fault(self) -> None:
@@ -269,8 +305,12 @@ def merge_shards(parts: list[Path], work: Path, spans: list[Span] | None = None)
                                 tier=first.tier, artifact_sha256=first.artifact_sha256)
         results.save(result, work)
         return result
-    outputs = [results.load_outputs(part) for part in parts]
-    merged = {name: np.concatenate([o[name] for o in outputs]) for name in outputs[0]}
+    too_large = results.over_output_limit(work, sum(results.outputs_nbytes(part) for part in parts))
+    if too_large:
+        result = results.failed(first.device_class, too_large, tier=first.tier,
+                                artifact_sha256=first.artifact_sha256)
+        results.save(result, work)
+        return result
     shards = [{"samples": [int(a), int(b)], "wall_s": r.wall_s, "started_at": r.started_at,
                "latency_calls": len(r.latencies_ns)}
               for r, (a, b) in zip(loaded, spans or (map(int, part.name.split("-")) for part in parts))]
@@ -278,7 +318,7 @@ def merge_shards(parts: list[Path], work: Path, spans: list[Span] | None = None)
         first, n_samples=sum(r.n_samples for r in loaded), latencies_ns=[x for r in loaded for x in r.latencies_ns],
         started_at=min(r.started_at for r in loaded), wall_s=max(r.wall_s for r in loaded),
         extra={**first.extra, "evaluation": _merged_evaluation(loaded), "shards": shards}, outputs_sha256="")
-    results.save(result, work, merged)
+    results.concat_outputs(parts, work)       # streamed: one shard's array in memory at a time
     result.outputs_sha256 = file_sha256(work / state.OUTPUTS_FILE)
     results.save(result, work)
     return result

@@ -24,6 +24,7 @@ def test_the_container_spec_carries_cpu_output_and_owner_limits(tmp_path, engine
     job = Job(dc, tmp_path / "d.npz", tmp_path / "out", image=BuiltImage("t:1", "sha256:x", {"org.tiergate.model.path": "/opt/m.onnx"}, False))
     spec = DockerBackend().spec(job, "vd", "vo", engine_cpus=engine_cpus)
     cpus = dc.threads if engine_cpus is None else min(dc.threads, engine_cpus)
+    assert spec["image"] == "sha256:x"       # the checked image by id: a re-tag after the build cannot swap it
     assert spec["nano_cpus"] == cpus * 1_000_000_000
     fsize = [u for u in spec["ulimits"] if u["Name"] == "fsize"]
     assert fsize and fsize[0]["Soft"] == fsize[0]["Hard"] == OUTPUT_LIMIT_BYTES

@@ -108,7 +108,7 @@ class DockerBackend:
             info = client.info()
             engine_machine = info.get("Architecture", "")
             with _job_volumes(client) as (data_volume, out_volume):
-                models = _upload_job(client, first.image.tag, data_volume, jobs)
+                models = _upload_job(client, _image_ref(first), data_volume, jobs)
                 janitor.check_stop()
                 container = client.containers.create(**self.spec(first, data_volume, out_volume,
                                                                  engine_cpus=info.get("NCPU"), models=models))
@@ -163,7 +163,7 @@ class DockerBackend:
         cpus = min(dc.threads, engine_cpus) if engine_cpus else dc.threads
         models = models or [(job, job.image.model_path)]
         spec = dict(
-            image=job.image.tag,
+            image=_image_ref(job),
             command=harness_command([j for j, _ in models], [m for _, m in models], f"/data/{DATA_NAME}",
                                     [f"/out/{n}" for n in range(len(models))]),
             user=USER, read_only=True, tmpfs={"/tmp": TMPFS}, network_mode="none",
@@ -267,6 +267,12 @@ def _job_volumes(client):
                 volume.remove(force=True)
             except docker.errors.NotFound:
                 pass
+
+
+def _image_ref(job: Job) -> str:
+    """What a container is created from: the image's id (the one whose lineage labels were checked), so a
+    re-tag between the build and the run cannot swap it; the tag when no id is known."""
+    return job.image.image_id or job.image.tag
 
 
 def upload(client, image: str, volume: str, files: list[tuple[Path, str]], mount: str = "/data") -> None:

@@ -118,3 +118,13 @@ def tiergate_home(tmp_path, monkeypatch) -> Path:
     home = tmp_path / "tiergate-home"
     monkeypatch.setenv("TIERGATE_HOME", str(home))
     return home
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The cache-seal key (state.cache_key) of this test session, outside every test's home and not the
+    user's own (~/.config/tiergate/cache.key): a test that wants another key sets TIERGATE_CACHE_KEY itself."""
+    if "TIERGATE_CACHE_KEY" not in os.environ:
+        import tempfile
+
+        folder = tempfile.mkdtemp(prefix="tiergate-test-key-")
+        os.environ["TIERGATE_CACHE_KEY"] = os.path.join(folder, "cache.key")

@@ -59,7 +59,19 @@ def test_an_unreachable_postgresql_registry_masks_its_query_password(model, tier
     assert f"127.0.0.1:{port}" in line and "password=***" in line
 
 
-def test_an_unreachable_s3_store_is_one_line_naming_the_endpoint(model, tiergate_home, capsys, monkeypatch):
+@pytest.fixture
+def fresh_s3fs():
+    """s3fs caches its filesystems by their arguments, not the environment: a test's endpoint must not reuse
+    (nor leave behind) an instance made for another one (the session's moto server)."""
+    import s3fs
+
+    s3fs.S3FileSystem.clear_instance_cache()
+    yield
+    s3fs.S3FileSystem.clear_instance_cache()
+
+
+def test_an_unreachable_s3_store_is_one_line_naming_the_endpoint(model, tiergate_home, capsys, monkeypatch,
+                                                                  fresh_s3fs):
     port = free_port()
     endpoint = f"http://127.0.0.1:{port}"
     monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)

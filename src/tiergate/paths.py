@@ -117,8 +117,8 @@ def _inside(path: Path, folder: Path) -> bool:
 
 def check_outputs(outputs: Iterable[tuple[str, Path]], inputs: Iterable[tuple[str, Path | None]],
                   *, artifacts: Iterable[tuple[str, Path | None]] = (),
-                  parts: Callable[[Path], list[Path]] | None = None, folders: Iterable[tuple[str, Path]] = ()
-                  ) -> None:
+                  parts: Callable[[Path], list[Path]] | None = None, folders: Iterable[tuple[str, Path]] = (),
+                  outside_home: bool = True) -> None:
     """Refuse, before any work starts, an output that would overwrite an input or the home's state.
 
     `outputs`: (option, file) for every file the command will write; `folders`: (option, folder) for the
@@ -129,15 +129,16 @@ def check_outputs(outputs: Iterable[tuple[str, Path]], inputs: Iterable[tuple[st
     when it is an input by path, through a symbolic link or as a hard link (same st_dev and st_ino),
     when it lies inside the home (TIERGATE_HOME), when it is an existing folder, or when two outputs are one
     file. Then each output's folder is made and checked writable. InputError / EnvironmentProblem: exit 2.
+    `outside_home=False` is for tiergate's own work folders under the home (the demo's): inputs still count.
     """
     outputs, folders = [(o, Path(p)) for o, p in outputs], [(o, Path(p)) for o, p in folders]
     known = [(what, Path(p)) for what, p in inputs if p is not None]
     arts = [(what, Path(p)) for what, p in artifacts if p is not None]
-    home_dir = home_path().resolve()
+    home_dir = home_path().resolve() if outside_home else None
     for option, folder in folders:
         if folder.exists() and not folder.is_dir():
             raise InputError(f"{option} {folder}: is a file; give a folder")
-        if _inside(folder.resolve(), home_dir):
+        if home_dir is not None and _inside(folder.resolve(), home_dir):
             raise InputError(f"{option} {folder}: is inside tiergate's home ({home_dir}), whose files tiergate "
                              "owns; write it elsewhere")
     seen: dict[tuple, str] = {}
@@ -145,7 +146,7 @@ def check_outputs(outputs: Iterable[tuple[str, Path]], inputs: Iterable[tuple[st
         resolved, inode = _identity(path)
         if path.is_dir():
             raise InputError(f"{option} {path}: is a folder; give a file name")
-        if _inside(resolved, home_dir):
+        if home_dir is not None and _inside(resolved, home_dir):
             raise InputError(f"{option} {path}: is inside tiergate's home ({home_dir}), whose files tiergate "
                              "owns; write it elsewhere")
         candidates = list(known) + list(arts)

@@ -30,7 +30,7 @@ def docker_runner(settings: BuildSettings | None = None) -> DockerRunner:
 
 
 def check_mixed_precision(candidate: Path, reference: Path, out: Path,
-                          inputs: list[tuple[str, Path | None]] = ()) -> None:
+                          inputs: list[tuple[str, Path | None]] = (), *, outside_home: bool = True) -> None:
     """What --mixed-precision needs, checked before any work starts: ONNX artifacts (the mixed candidate is made by
     onnxruntime's quantizer from the ONNX FP32 reference), and an output path that is no input and not inside the
     home (paths.check_outputs; `inputs`: the other files the command reads)."""
@@ -44,7 +44,8 @@ def check_mixed_precision(candidate: Path, reference: Path, out: Path,
             raise InputError(f"--mixed-precision: the {role} {path} is {fmt}; a mixed-precision candidate is made "
                              "by onnxruntime's quantizer from an ONNX FP32 reference, so it needs ONNX artifacts")
     check_outputs([("--mixed-precision", Path(out))], list(inputs),
-                  artifacts=[("candidate", candidate), ("reference", reference)], parts=artifact_parts)
+                  artifacts=[("candidate", candidate), ("reference", reference)], parts=artifact_parts,
+                  outside_home=outside_home)
 
 
 def artifact_size(path: Path) -> int:
@@ -174,7 +175,7 @@ def mixed_precision_ab(result: core.Explanation, request: GateRequest, calibrati
     candidate, reference = Path(request.candidate), Path(request.reference)
     check_mixed_precision(candidate, reference, Path(out),
                           [("evaluation data", source_file(request.data)), ("calibration data", Path(calibration)),
-                           ("incumbent", request.incumbent)])
+                           ("incumbent", request.incumbent)], outside_home=False)   # the CLI checked the home
     from tiergate.artifact import load_artifact
 
     data = eval_data(request.data, load_artifact(reference).inputs).path

@@ -150,9 +150,10 @@ def check_outputs(outputs: Iterable[tuple[str, Path]], inputs: Iterable[tuple[st
             raise InputError(f"{option} {path}: is inside tiergate's home ({home_dir}), whose files tiergate "
                              "owns; write it elsewhere")
         candidates = list(known) + list(arts)
-        if parts is not None and (inode is not None and os.stat(path).st_nlink > 1
-                                  or any(resolved.parent == Path(p).resolve().parent for _, p in arts)):
-            candidates += [(f"{what}'s file", part) for what, p in arts for part in _parts(parts, p)]
+        if parts is not None and inode is not None:      # a path where nothing is yet overwrites nothing
+            hard = os.stat(path).st_nlink > 1
+            candidates += [(f"{what}'s file", part) for what, p in arts
+                           if hard or _may_name(Path(p), resolved) for part in _parts(parts, p)]
         for what, source in candidates:
             src_resolved, src_inode = _identity(source)
             if resolved == src_resolved or (inode is not None and inode == src_inode):
@@ -167,6 +168,15 @@ def check_outputs(outputs: Iterable[tuple[str, Path]], inputs: Iterable[tuple[st
         writable_folder(folder, option)
     for option, path in outputs:
         writable_folder(path.parent, option)
+
+
+def _may_name(artifact: Path, output: Path) -> bool:
+    """Whether `output` may be one of the artifact's own files: beside it, and its name in the artifact's bytes
+    (an ONNX model names its external data files; a cheap look before the model is parsed)."""
+    try:
+        return output.parent == artifact.resolve().parent and output.name.encode() in artifact.read_bytes()
+    except OSError:
+        return False
 
 
 def _parts(parts: Callable[[Path], list[Path]], path: Path) -> list[Path]:

@@ -85,9 +85,12 @@ def test_an_onnx_external_data_file_is_an_input(tmp_path, tiergate_home, capsys,
     model = modelkit.write(modelkit.linear(np.ones((8, 4))), tmp_path / "ext" / "big.onnx", external="big.bin")
     weights = model.parent / "big.bin"
     before = weights.read_bytes()
-    code = main(["gate", "-c", str(model), "-r", str(case["ref"]), "-d", str(case["data"]), "-t", X86,
-                 "--junit", str(weights)])
-    _one_line_error(capsys, code, "candidate's file")
+    (tmp_path / "elsewhere").mkdir()
+    os.link(weights, tmp_path / "elsewhere" / "junit.xml")          # a hard link of it, in another folder
+    for target in (weights, tmp_path / "elsewhere" / "junit.xml"):
+        code = main(["gate", "-c", str(model), "-r", str(case["ref"]), "-d", str(case["data"]), "-t", X86,
+                     "--junit", str(target)])
+        _one_line_error(capsys, code, "candidate's file")
     assert weights.read_bytes() == before
 
 

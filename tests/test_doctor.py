@@ -76,3 +76,14 @@ def test_doctor_table_on_a_set_up_machine(capsys):
     for name in ("docker engine", "arm64 emulation", "arm64 container", "free disk"):
         line = next(ln for ln in out.splitlines() if name in ln)
         assert "ok" in line and "fail" not in line
+
+
+def test_an_unusable_home_is_the_disk_checks_failure(monkeypatch, tmp_path):
+    """A TIERGATE_HOME under /proc (or a file) is reported as a failed check, not a crash of the doctor."""
+    from tiergate.doctor import check_disk
+
+    (tmp_path / "a-file").write_text("")
+    for bad in ("/proc/tiergate-home", str(tmp_path / "a-file")):
+        monkeypatch.setenv("TIERGATE_HOME", bad)
+        check = check_disk()
+        assert check.status == "fail" and bad in check.detail and "TIERGATE_HOME" in check.fix

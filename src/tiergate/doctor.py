@@ -106,7 +106,13 @@ def check_gpu() -> Check:
 
 
 def check_disk(path: Path | None = None) -> Check:
-    path = path or home()
+    if path is None:
+        from tiergate.errors import EnvironmentProblem
+
+        try:
+            path = home()
+        except EnvironmentProblem as exc:         # an unusable home is this check's failure, not the doctor's
+            return Check("free disk", "fail", exc.message, exc.hint)
     probe = path if path.exists() else Path.cwd()
     free_gb = shutil.disk_usage(probe).free / 1e9
     if free_gb < MIN_FREE_GB:

@@ -90,6 +90,13 @@ def is_loader(spec) -> bool:
     return bool(sep) and file.endswith(".py") and function.isidentifier()
 
 
+def source_file(spec) -> Path | None:
+    """The file a --data or --metric value reads: a loader's (or metric's) Python file, else the path itself."""
+    if spec is None:
+        return None
+    return Path(str(spec).rpartition(":")[0]) if is_loader(spec) else Path(spec)
+
+
 def option(param: str) -> Option:
     """The option of a parameter (other commands share some: `tiergate demo --max-parallel`)."""
     return next(o for o in GATE_OPTIONS if o.param == param)

@@ -45,3 +45,13 @@ def onnx_external_files(path: Path) -> list[Path]:
             raise InputError(f"{path}: external data {name!r} must be a file next to the model")
         files.append(target)
     return files
+
+
+def artifact_parts(path: Path) -> list[Path]:
+    """The files besides `path` that an artifact is made of (an ONNX model's external data; none for TFLite),
+    for checks on what a command may write (paths.check_outputs). Unreadable: InputError."""
+    from tiergate.artifact.detect import detect_format, read_model_file
+
+    if detect_format(path, read_model_file(path)) != "onnx":
+        return []
+    return onnx_external_files(path)

@@ -16,7 +16,8 @@ from rich.table import Table
 def explain(
     candidate: Path = typer.Option(..., "--candidate", "-c", help="The quantized artifact (ONNX or TFLite)."),
     reference: Path = typer.Option(..., "--reference", "-r", help="Its FP32 reference, same format."),
-    data: Path = typer.Option(..., "--data", "-d", help=".npz: one array per model input (the evaluation data)."),
+    data: str = typer.Option(..., "--data", "-d", help="The evaluation data, as the gate takes it: an .npz (one "
+                             "array per model input) or a loader FILE.py:FUNCTION."),
     targets: str = typer.Option(..., "--targets", "-t", help="Device classes, comma-separated."),
     policy: Path | None = typer.Option(None, "--policy", help="Policy TOML: min_sqnr_db is the divergence threshold."),
     samples: int = typer.Option(32, "--samples", min=1, help="Samples to dump tensors for (the first N)."),
@@ -45,6 +46,7 @@ def explain(
     device_classes = resolve(targets)
     loaded_policy = load_policy(policy)
     loaded_policy.check_override_names(list(catalogue().values()))
+    _check_outputs(candidate, reference, data, policy, calibration_data, ca_bundle, out, mixed_precision)
     build = BuildSettings(base_image, ca_bundle)
     err = Console(stderr=True)
     progress = None if as_json else (lambda text: err.print(f"[dim]… {text}[/]", highlight=False))
@@ -56,7 +58,7 @@ def explain(
         from tiergate.orchestrator.explain_ab import mixed_precision_ab
         from tiergate.request import GateRequest
 
-        request = GateRequest(candidate, reference, str(data), tuple(device_classes), loaded_policy)
+        request = GateRequest(candidate, reference, data, tuple(device_classes), loaded_policy)
         result.mixed_precision = mixed_precision_ab(result, request, calibration_data, mixed_precision,
                                                     Seams(builder=DockerBuilder(build)), RunOptions(progress=progress))
         code = 0 if result.mixed_precision["mixed"]["verdict"] == "PROMOTE" else 1
@@ -74,6 +76,26 @@ def explain(
         if out is not None:
             Console().print(f"report: {out / 'explain.html'}", highlight=False)
     raise typer.Exit(code)
+
+
+def _check_outputs(candidate, reference, data, policy, calibration_data, ca_bundle, out, mixed_precision) -> None:
+    """Before any work: --out's files and the --mixed-precision model are no input and not in the home
+    (paths.check_outputs); --mixed-precision needs ONNX artifacts."""
+    from tiergate.cli.gate_output import artifact_parts, input_files
+    from tiergate.paths import check_outputs
+
+    values = {"candidate": candidate, "reference": reference, "data": data, "policy": policy,
+              "calibration_data": calibration_data, "ca_bundle": ca_bundle}
+    inputs = input_files(values)
+    outputs = [("--out", Path(out) / name) for name in ("explain.json", "explain.md", "explain.html")] if out else []
+    if mixed_precision is not None:
+        from tiergate.orchestrator.explain_ab import check_mixed_precision
+
+        check_mixed_precision(candidate, reference, mixed_precision, inputs)
+        outputs.append(("--mixed-precision", Path(mixed_precision)))
+    if outputs:
+        check_outputs(outputs, inputs, artifacts=[("candidate", candidate), ("reference", reference)],
+                      parts=artifact_parts, folders=[("--out", Path(out))] if out else [])
 
 
 def print_explanation(console: Console, result, n: int = 5) -> None:

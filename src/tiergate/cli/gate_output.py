@@ -4,18 +4,18 @@ typer command (cli/gate.py) and the fast path of an unchanged re-run (cli/fastga
 from __future__ import annotations
 
 import json
-import tempfile
 from pathlib import Path
 
 from tiergate.decision import cpu_text
-from tiergate.errors import EnvironmentProblem, InputError
+from tiergate.paths import check_outputs
 
 _OK = {True: "[green]pass[/]", False: "[bold red]FAIL[/]"}
 
 
 def prepare(values: dict):
     """The gate's request (tiergate.request.GateRequest) from parsed option values: device classes and policy
-    loaded, report places checked writable; unusable input raises before anything runs."""
+    loaded, report places checked writable and never an input (paths.check_outputs); unusable input raises
+    before anything runs."""
     from tiergate.policy import load_policy
     from tiergate.request import request_fields
     from tiergate.targets import catalogue, resolve
@@ -24,23 +24,41 @@ def prepare(values: dict):
     loaded_policy = load_policy(values["policy"])
     loaded_policy.check_override_names(list(catalogue().values()))
     report_dir, junit = values["report_dir"], values["junit"]
+    outputs, folders = [], []
     if report_dir is not None:
-        writable_folder(report_dir, "--report-dir")
+        from tiergate.reports.markdown import DECISION_FILE, SUMMARY_FILE
+
+        folders.append(("--report-dir", Path(report_dir)))
+        outputs += [("--report-dir", Path(report_dir) / name) for name in (SUMMARY_FILE, DECISION_FILE)]
     if junit is not None:
-        if junit.is_dir():
-            raise InputError(f"--junit {junit}: is a folder; give a file name")
-        writable_folder(junit.parent, "--junit")
+        outputs.append(("--junit", Path(junit)))
+    if outputs:
+        check_outputs(outputs, input_files(values), artifacts=artifact_inputs(values), parts=artifact_parts,
+                      folders=folders)
     return request_fields(values, device_classes, loaded_policy)
 
 
-def writable_folder(folder: Path, option: str) -> None:
-    """Make sure a report can be written there before anything runs (else the verdict would be lost)."""
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=folder, prefix=".tiergate-probe-"):
-            pass
-    except OSError as exc:
-        raise EnvironmentProblem(f"{option} {folder}: cannot write there ({exc.strerror or exc})") from None
+def artifact_inputs(values: dict) -> list[tuple[str, Path | None]]:
+    """(role, path) of the artifacts a command reads (--candidate, --reference, --incumbent)."""
+    return [(role, values.get(role)) for role in ("candidate", "reference", "incumbent")]
+
+
+def input_files(values: dict) -> list[tuple[str, Path | None]]:
+    """(what, path) of every other file a command reads: the data (an .npz or a loader's file), the calibration
+    data, the policy, metric files, the CA bundle."""
+    from tiergate.request import is_loader, source_file as source
+
+    found = [("evaluation data", source(values.get("data"))),
+             ("calibration data", source(values.get("calibration_data"))),
+             ("policy", values.get("policy")), ("CA bundle", values.get("ca_bundle"))]
+    found += [(f"metric {spec}", source(spec)) for spec in values.get("metric") or () if is_loader(spec)]
+    return found
+
+
+def artifact_parts(path: Path) -> list[Path]:
+    from tiergate.artifact.files import artifact_parts as parts
+
+    return parts(path)
 
 
 def json_text(run, explained=None) -> str:

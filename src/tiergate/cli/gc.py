@@ -27,17 +27,18 @@ def open_registry(url: str | None):
     from sqlalchemy.exc import ArgumentError
 
     from tiergate.registry import URL_ENV, Registry, default_url
+    from tiergate.registry.masking import masked
 
     explicit = url or os.environ.get(URL_ENV)
     url = explicit or default_url()
     try:
         parsed = make_url(url)
     except ArgumentError:
-        raise InputError(f"registry URL {url!r} is not a SQLAlchemy URL (e.g. sqlite:///path/registry.db)") from None
+        raise InputError(f"registry URL {masked(url)!r} is not a SQLAlchemy URL (e.g. sqlite:///path/registry.db)") from None
     if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:") \
             and not Path(parsed.database).is_file():
         if explicit:
-            raise InputError(f"registry {url}: no such database file; gc needs the registry that holds your aliases")
+            raise InputError(f"registry {masked(url)}: no such database file; gc needs the registry that holds your aliases")
         return None
     return Registry(url)
 

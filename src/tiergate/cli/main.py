@@ -79,10 +79,12 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(interrupted_line(exc), exc.exit_code)
     except KeyboardInterrupt:
         return _fail("interrupted", 130)
-    except OSError as exc:
-        if not is_disk_full(exc):
+    except OSError as exc:                     # the machine, not the model: never exit 1 (REJECT's code)
+        if os.environ.get("TIERGATE_DEBUG"):
             raise
-        return _fail(disk_full(exc).one_line(), EXIT_UNUSABLE)
+        if is_disk_full(exc):
+            return _fail(disk_full(exc).one_line(), EXIT_UNUSABLE)
+        return _fail(os_error_line(exc), EXIT_UNUSABLE)
     except _ClickError as exc:                 # click's exceptions (typer is imported by then)
         return _click_exit(exc.error)
     except Exception as exc:  # an internal bug: still one line unless debugging
@@ -99,7 +101,23 @@ class _ClickError(Exception):
         self.error = error
 
 
+def os_error_line(exc: OSError) -> str:
+    """An operating-system error as one line: what failed, on which file."""
+    where = f"{exc.filename}: " if exc.filename else ""
+    if getattr(exc, "filename2", None):
+        where = f"{exc.filename} -> {exc.filename2}: "
+    return f"{where}{exc.strerror or type(exc).__name__ + ': ' + str(exc)}"
+
+
+# the commands that keep state in the home: it is checked before they start (paths.check_home)
+_HOME_COMMANDS = ("gate", "explain", "gc", "demo", "register", "report", "serve")
+
+
 def _run(args: list[str]) -> int:
+    if args[:1] and args[0] in _HOME_COMMANDS and not {"--help", "-h"} & set(args):
+        from tiergate.paths import home
+
+        home()
     if args[:1] == ["gate"]:     # an unchanged re-run: answered before typer is imported (cli/fastgate.py)
         from tiergate.cli.fastgate import answer
 
@@ -134,11 +152,11 @@ def _click_exit(exc: BaseException) -> int:
 
 def interrupted_line(exc: Interrupted) -> str:
     from tiergate.execution import janitor
-    from tiergate.paths import home
+    from tiergate.paths import home_path
 
     removed = exc.removed or "nothing was running"
     return (f"interrupted by {exc.signame}: stopped; {removed}; kept {janitor.finished()} finished run(s) "
-            f"under {home() / 'runs'}")
+            f"under {home_path() / 'runs'}")
 
 
 def run() -> None:

@@ -30,6 +30,7 @@ def register_command(
 ) -> None:
     """Store an artifact content-addressed, record it with its FP32 reference, emit a Prefect event."""
     from tiergate.registry import register_artifact
+    from tiergate.registry.masking import masked
     from tiergate.registry.names import model_name, tags as parse_tags
 
     model_name(model)
@@ -37,7 +38,7 @@ def register_command(
     with _open(registry_url, store) as registry:
         done = register_artifact(registry, artifact, model=model, reference=reference, parent=parent,
                                  tags=tags, config=config)
-        where = registry.store.url(done.artifact.store_key)
+        where = masked(registry.store.url(done.artifact.store_key))
     from tiergate.orchestration.events import EVENT, emit_registered
 
     event = emit_registered(done.artifact, done.reference)
@@ -62,12 +63,14 @@ def report_command(
     store: str | None = typer.Option(None, "--store", help=_STORE_HELP),
 ) -> None:
     """Drift, accuracy, latency and cost per tier over time, and the cross-tier drift matrix (HTML + JSON)."""
+    from tiergate.paths import check_outputs
     from tiergate.registry.names import model_name, since as parse_since
     from tiergate.registry.report_data import build_drift_report
-    from tiergate.reports.html import write_report
+    from tiergate.reports.html import HTML_FILE, JSON_FILE, write_report
 
     model_name(model)
     when = parse_since(since) if since else None
+    check_outputs([("--out", out / HTML_FILE), ("--out", out / JSON_FILE)], [], folders=[("--out", out)])
     with _open(registry_url, store) as registry:
         report = build_drift_report(registry, model, since=when)
     html_path, json_path = write_report(report, out)

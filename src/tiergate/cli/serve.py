@@ -65,6 +65,11 @@ def _settings(data, targets, policy, registry_url, store, report_dir, remote, dr
         if known is not None and name not in known:
             raise InputError(f"--remote {name}: not among --targets ({', '.join(sorted(known))})")
     load_policy(policy)
+    folders = [(option, path) for option, path in (("--report-dir", report_dir), ("--drift-out", drift_out)) if path]
+    if folders:
+        from tiergate.paths import check_outputs
+
+        check_outputs([], [], folders=folders)
     return ServeSettings(data=str(data.resolve()), registry_url=registry_url or default_url(),
                          store=store or str(Path(default_location()).resolve()), targets=targets,
                          policy=str(policy.resolve()) if policy else None,

@@ -154,12 +154,12 @@ def _last(text: str) -> str:
 # --- the whole explain ------------------------------------------------------------------
 
 
-def explain(candidate: Path, reference: Path, data_path: Path, device_classes: list[DeviceClass], policy=None,
+def explain(candidate: Path, reference: Path, data_path: Path | str, device_classes: list[DeviceClass], policy=None,
             *, runner: Runner, samples: int = DEFAULT_SAMPLES, threshold_db: float | None = None,
             progress: Progress | None = None) -> core.Explanation:
     """Every device class's explanation of the candidate against its FP32 reference."""
     from tiergate.artifact import load_artifact
-    from tiergate.evaldata import load_eval_data, validate_against
+    from tiergate.evaldata import validate_against
 
     if samples < 1:
         raise InputError("--samples must be at least 1")
@@ -168,8 +168,7 @@ def explain(candidate: Path, reference: Path, data_path: Path, device_classes: l
         for art in (cand_art, ref_art):
             if art.format != dc.artifact_format:
                 raise InputError(f"{art.path}: is {art.format}, but device class {dc.name} runs {dc.runtime}")
-    data = load_eval_data(data_path)
-    validate_against(data, ref_art.inputs)
+    data = eval_data(data_path, ref_art.inputs)
     validate_against(data, _float_fed(cand_art, ref_art))
     n = min(samples, data.n_samples)
     inputs = {name: np.asarray(data.arrays[name][:n])[:, None] for name in data.info}
@@ -177,12 +176,16 @@ def explain(candidate: Path, reference: Path, data_path: Path, device_classes: l
     with tempfile.TemporaryDirectory(prefix="tiergate-explain-") as tmp:
         plan = core.plan(Path(candidate), Path(reference), Path(tmp))
         models = {"candidate": plan.candidate, "reference": plan.reference}
+        # the dump script reads one array per input: the first n samples, without an archive's own members
+        # (a loader's materialised archive carries its sample axes)
+        feed = Path(tmp) / "data.npz"
+        np.savez(feed, **{name: np.asarray(data.arrays[name][:n]) for name in data.info})
         for dc in device_classes:
             limit = threshold_db if threshold_db is not None else _threshold(policy, dc)
             _say(progress, f"dumping tensors on {dc.name}")
             t0 = time.monotonic()
             try:
-                folder = _dump(runner, dc, models, cand_art.sha256, ref_art.sha256, data.sha256, data.path, n)
+                folder = _dump(runner, dc, models, cand_art.sha256, ref_art.sha256, data.sha256, feed, n)
             except InputError:
                 raise
             except TiergateError as exc:
@@ -198,6 +201,14 @@ def explain(candidate: Path, reference: Path, data_path: Path, device_classes: l
             out.targets[dc.name] = core.analyse(plan, dc.name, dumps, threshold_db=limit, meta=meta)
             out.targets[dc.name].seconds = time.monotonic() - t0
     return out
+
+
+def eval_data(source: Path | str, inputs: list):
+    """The evaluation data in any form the gate takes: an .npz, or a loader FILE.py:FUNCTION run once and
+    materialised into a content-hashed archive (tiergate.evaldata.run_loader, as the gate does)."""
+    from tiergate.evaldata import is_loader, load_eval_data, run_loader
+
+    return run_loader(str(source), inputs) if is_loader(source) else load_eval_data(source)
 
 
 def _float_fed(cand_art, ref_art) -> list:

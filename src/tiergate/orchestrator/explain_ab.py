@@ -16,17 +16,43 @@ import numpy as np
 
 from tiergate import explain as core
 from tiergate.errors import InputError
-from tiergate.execution.explain import DEFAULT_SAMPLES, DockerRunner
+from tiergate.execution.explain import DEFAULT_SAMPLES, DockerRunner, eval_data
 from tiergate.orchestrator.seams import DockerBuilder, Seams
 from tiergate.orchestrator.sequence import gate
 from tiergate.orchestrator.types import say
-from tiergate.request import BuildSettings, GateRequest, RunOptions
+from tiergate.request import BuildSettings, GateRequest, RunOptions, source_file
 from tiergate.targets import DeviceClass
 
 
 def docker_runner(settings: BuildSettings | None = None) -> DockerRunner:
     """The real tensor-dump runner: each class's runtime image, built by the builder seam with `settings`."""
     return DockerRunner(DockerBuilder(settings or BuildSettings()).runtime_image)
+
+
+def check_mixed_precision(candidate: Path, reference: Path, out: Path,
+                          inputs: list[tuple[str, Path | None]] = (), *, outside_home: bool = True) -> None:
+    """What --mixed-precision needs, checked before any work starts: ONNX artifacts (the mixed candidate is made by
+    onnxruntime's quantizer from the ONNX FP32 reference), and an output path that is no input and not inside the
+    home (paths.check_outputs; `inputs`: the other files the command reads)."""
+    from tiergate.artifact.detect import detect_format, read_model_file
+    from tiergate.artifact.files import artifact_parts
+    from tiergate.paths import check_outputs
+
+    for role, path in (("candidate", candidate), ("reference", reference)):
+        fmt = detect_format(Path(path), read_model_file(Path(path)))
+        if fmt != "onnx":
+            raise InputError(f"--mixed-precision: the {role} {path} is {fmt}; a mixed-precision candidate is made "
+                             "by onnxruntime's quantizer from an ONNX FP32 reference, so it needs ONNX artifacts")
+    check_outputs([("--mixed-precision", Path(out))], list(inputs),
+                  artifacts=[("candidate", candidate), ("reference", reference)], parts=artifact_parts,
+                  outside_home=outside_home)
+
+
+def artifact_size(path: Path) -> int:
+    """The bytes an artifact is made of: the model file and its ONNX external data files."""
+    from tiergate.artifact.files import artifact_parts
+
+    return Path(path).stat().st_size + sum(part.stat().st_size for part in artifact_parts(Path(path)))
 
 
 def quant_settings(path: Path) -> dict:
@@ -146,7 +172,13 @@ def mixed_precision_ab(result: core.Explanation, request: GateRequest, calibrati
     same tiers (the mixed one with the INT8 candidate as its incumbent: the A/B): verdicts, whether each passes
     against the FP32 reference alone, the A/B checks, sizes, latency on real tiers."""
     options = options or RunOptions()
-    candidate, reference, data = Path(request.candidate), Path(request.reference), Path(request.data)
+    candidate, reference = Path(request.candidate), Path(request.reference)
+    check_mixed_precision(candidate, reference, Path(out),
+                          [("evaluation data", source_file(request.data)), ("calibration data", Path(calibration)),
+                           ("incumbent", request.incumbent)], outside_home=False)   # the CLI checked the home
+    from tiergate.artifact import load_artifact
+
+    data = eval_data(request.data, load_artifact(reference).inputs).path
     if Path(calibration).resolve() == data.resolve():
         say(options.progress, "calibrating on the evaluation data, as asked (its accuracy figures are then "
                               "optimistic)")
@@ -179,4 +211,4 @@ def _side(run, path: Path, role: str, device_classes: list[DeviceClass], exclude
             "passes_against_reference": bool(own) and all(c.passed for c in own),
             "ab": {f"{c.device_class}/{c.name}": {"value": c.value, "threshold": c.threshold, "passed": c.passed}
                    for c in ab},
-            "size_bytes": path.stat().st_size, "latency_ms": latency, "excluded": excluded}
+            "size_bytes": artifact_size(path), "latency_ms": latency, "excluded": excluded}

@@ -63,11 +63,18 @@ def gate(request: GateRequest, seams: Seams | None = None, options: RunOptions |
 
 def _basis(request: GateRequest, intakes: dict) -> Basis:
     """What the decision is made from: user errors in the data, the sample axes or the metrics raise here."""
+    from tiergate.errors import InputError
     from tiergate.evaldata import parse_sample_axes
 
     device_classes = list(request.device_classes)
     check_formats(intakes, device_classes)
     axes = parse_sample_axes(list(request.sample_axes))
+    known = list(dict.fromkeys(t.name for item in intakes.values()
+                               for t in (*item.artifact.inputs, *item.artifact.outputs)))
+    for name in axes:
+        if name not in known:
+            raise InputError(f"--sample-axis {name}={axes[name]}: '{name}' is not an input or output of the models "
+                             f"(known: {', '.join(known)})")
     data = load_data(request.data, intakes, axes, request.policy, device_classes)
     metrics = resolve_metrics(list(request.metrics), request.policy)
     return Basis(intakes, tuple(device_classes), request.policy, data, tuple(metrics))

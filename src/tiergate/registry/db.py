@@ -25,6 +25,7 @@ from sqlalchemy.exc import ArgumentError, DatabaseError, IntegrityError, Interfa
 from tiergate.errors import EnvironmentProblem, InputError
 from tiergate.paths import home
 from tiergate.registry import schema as s
+from tiergate.registry.masking import masked, masked_text
 from tiergate.registry.names import model_name, sha_prefix
 from tiergate.registry.records import (
     VERDICTS,
@@ -52,13 +53,14 @@ def _engine(url: str) -> Engine:
     try:
         parsed = make_url(url)
     except ArgumentError:
-        raise InputError(f"registry URL {url!r} is not a SQLAlchemy URL (e.g. sqlite:///path/registry.db)") from None
-    where = parsed.render_as_string(hide_password=True)
+        raise InputError(f"registry URL {masked(url)!r} is not a SQLAlchemy URL (e.g. sqlite:///path/registry.db)"
+                         ) from None
+    where = masked(parsed.render_as_string(hide_password=False))
     if parsed.get_backend_name() != "sqlite":
         try:
             engine = create_engine(parsed, pool_pre_ping=True)
         except (NoSuchModuleError, ImportError) as exc:
-            raise EnvironmentProblem(f"registry URL {where}: no driver for it ({exc})") from None
+            raise EnvironmentProblem(f"registry URL {where}: no driver for it ({masked_text(exc)})") from None
         event.listen(engine, "handle_error", _error_handler(f"registry {where}"))
         return engine
     if parsed.database and parsed.database != ":memory:":
@@ -83,7 +85,7 @@ def _error_handler(where: str):
         if isinstance(exc, IntegrityError) or not isinstance(exc, (DatabaseError, InterfaceError)):
             return
         orig = context.original_exception
-        text = " ".join(str(orig).split("\n")[0].split()) or type(orig).__name__
+        text = masked_text(" ".join(str(orig).split("\n")[0].split())) or type(orig).__name__
         raise EnvironmentProblem(f"{where}: {text}",
                                  hint="check that it is a tiergate registry, readable and writable, and reachable")
     return handle
@@ -155,7 +157,7 @@ class Registry:
         self._create()
 
     def __repr__(self) -> str:
-        return f"Registry({make_url(self.url).render_as_string(hide_password=True)!r}, {self.store!r})"
+        return f"Registry({masked(self.url)!r}, {self.store!r})"
 
     def close(self) -> None:
         self.engine.dispose()
@@ -178,7 +180,7 @@ class Registry:
                     conn.execute(insert(s.meta).values(key="schema", value=str(s.SCHEMA_VERSION)))
                     found = s.SCHEMA_VERSION
         if found is not None and int(found) != s.SCHEMA_VERSION:
-            raise EnvironmentProblem(f"registry {self.url} has schema {found}; this tiergate reads {s.SCHEMA_VERSION}")
+            raise EnvironmentProblem(f"registry {masked(self.url)} has schema {found}; this tiergate reads {s.SCHEMA_VERSION}")
 
     @contextmanager
     def _write(self) -> Iterator[Connection]:

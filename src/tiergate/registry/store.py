@@ -16,14 +16,20 @@ from __future__ import annotations
 import hashlib
 import os
 import uuid
+from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 
 from tiergate.hashing import file_sha256
 from tiergate.state import is_part, temp_name
-from tiergate.errors import EnvironmentProblem, InputError
+from tiergate.errors import EnvironmentProblem, InputError, TiergateError
 from tiergate.paths import home
+from tiergate.registry.masking import masked, masked_text
 
 STORE_ENV = "TIERGATE_STORE"
+# where the exceptions of a store's filesystem come from (S3's and other object stores' clients, their HTTP): a
+# fault of one of these is the machine's or the network's (exit 2), never a verdict nor an internal error
+_FS_FAMILIES = frozenset({"fsspec", "s3fs", "botocore", "aiobotocore", "boto3", "gcsfs", "adlfs", "azure",
+                          "aiohttp", "requests", "urllib3"})
 RESULT_FILES = ("outputs.npz", "result.json")  # result.json last: it marks the entry complete
 
 
@@ -38,7 +44,8 @@ class Store:
         import fsspec
 
         self.location = str(location or default_location())
-        self.fs, root = fsspec.core.url_to_fs(self.location)
+        with self._faults("cannot open it"):
+            self.fs, root = fsspec.core.url_to_fs(self.location)
         self.root = root.rstrip("/")
         self._local = "file" in _protocols(self.fs)
         if self._local:
@@ -53,11 +60,27 @@ class Store:
             probe.write_bytes(b"")
             probe.unlink()
         except OSError as exc:
-            raise EnvironmentProblem(f"store {self.location}: cannot write there ({exc.strerror or exc})",
+            raise EnvironmentProblem(f"store {masked(self.location)}: cannot write there ({exc.strerror or exc})",
                                      hint="give --store a writable folder or an fsspec URL") from None
 
     def __repr__(self) -> str:
-        return f"Store({self.location!r})"
+        return f"Store({masked(self.location)!r})"
+
+    @contextmanager
+    def _faults(self, what: str):
+        """A fault of the store's filesystem (unreachable endpoint, no credentials, refused) as one line naming
+        the store, secrets masked (registry.masking); anything else (a bug) stays as it is."""
+        try:
+            yield
+        except TiergateError:
+            raise
+        except Exception as exc:
+            if not is_store_fault(exc):
+                raise
+            text = masked_text(" ".join(str(exc).split()))[:400]
+            raise EnvironmentProblem(f"store {masked(self.location)}: {what}: {type(exc).__name__}"
+                                     + (f": {text}" if text else ""),
+                                     hint="check that the store is reachable and its credentials") from None
 
     # -- paths ---------------------------------------------------------------
     def _path(self, key: str) -> str:
@@ -68,7 +91,8 @@ class Store:
         return self._path(key) if self._local else self.fs.unstrip_protocol(self._path(key))
 
     def exists(self, key: str) -> bool:
-        return self.fs.exists(self._path(key))
+        with self._faults(f"cannot read {key}"):
+            return self.fs.exists(self._path(key))
 
     # -- writing -------------------------------------------------------------
     def _put(self, local: Path, key: str) -> None:
@@ -86,15 +110,16 @@ class Store:
             except OSError:
                 pass
             what = "disk full" if getattr(exc, "errno", None) in (28, 122) else "cannot write"
-            raise EnvironmentProblem(f"store {self.location}: {what} ({key}: {getattr(exc, 'strerror', None) or exc})"
-                                     ) from None
+            text = masked_text(getattr(exc, "strerror", None) or exc)
+            raise EnvironmentProblem(f"store {masked(self.location)}: {what} ({key}: {text})") from None
 
     def _put_entry(self, files: list[tuple[Path, str]]) -> None:
         """Files of one entry, the last one marking it complete; skipped when already whole."""
         if self.exists(files[-1][1]):
             return
         for local, key in files:
-            self._put(local, key)
+            with self._faults(f"cannot write {key}"):
+                self._put(local, key)
 
     def put_artifact(self, path: Path, sha256: str, fmt: str, external_data: tuple[str, ...] = ()) -> str:
         """Store a model file under its content hash; returns its key.
@@ -124,23 +149,32 @@ class Store:
     def remove(self, key: str) -> None:
         """Delete a stored entry (the folder of an artifact key, or a result key)."""
         folder = key if key.startswith("results/") else key.rsplit("/", 1)[0]
-        if self.fs.exists(self._path(folder)):
-            self.fs.rm(self._path(folder), recursive=True)
+        with self._faults(f"cannot remove {key}"):
+            if self.fs.exists(self._path(folder)):
+                self.fs.rm(self._path(folder), recursive=True)
 
     # -- reading -------------------------------------------------------------
     def fetch(self, key: str, dest: Path) -> Path:
         """Copy an artifact (its whole folder) or a result folder to dest; returns the model file or dest."""
         folder = key if key.startswith("results/") else key.rsplit("/", 1)[0]
         if not self.exists(key if key.startswith("results/") else key):
-            raise InputError(f"store {self.location}: {key} is missing")
+            raise InputError(f"store {masked(self.location)}: {key} is missing")
         dest.mkdir(parents=True, exist_ok=True)
-        for remote in self.fs.find(self._path(folder)):
-            rel = remote[len(self._path(folder)) + 1:]
-            if is_part(rel.split("/")[-1]):
-                continue
-            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-            self.fs.get_file(remote, str(dest / rel))
+        with self._faults(f"cannot read {key}"):
+            for remote in self.fs.find(self._path(folder)):
+                rel = remote[len(self._path(folder)) + 1:]
+                if is_part(rel.split("/")[-1]):
+                    continue
+                (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+                self.fs.get_file(remote, str(dest / rel))
         return dest if key.startswith("results/") else dest / key.rsplit("/", 1)[1]
+
+
+def is_store_fault(exc: BaseException) -> bool:
+    """Whether an exception is the store's filesystem failing (an OSError, or raised by an object store's client)."""
+    if isinstance(exc, (OSError, ImportError)):
+        return True
+    return any(cls.__module__.split(".")[0] in _FS_FAMILIES for cls in type(exc).__mro__)
 
 
 def artifact_key(sha256: str, fmt: str) -> str:

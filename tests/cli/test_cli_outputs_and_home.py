@@ -187,3 +187,15 @@ def test_a_sample_axis_of_no_input_or_output_is_refused(case, tiergate_home, mon
     code = main(_gate(case, "--sample-axis", "bogus=1"))
     _one_line_error(capsys, code, "--sample-axis bogus=1", "known: x")
     assert backend.runs == []
+
+
+def test_serve_takes_its_own_default_drift_folder_named_but_no_other_place_in_the_home(case, tiergate_home):
+    """`serve --drift-out $TIERGATE_HOME/drift` names serve's own default: allowed; any other folder inside the
+    home is tiergate's state and is refused before the server starts."""
+    from tiergate.cli.serve import _settings
+    from tiergate.errors import InputError
+
+    settings = _settings(case["data"], None, None, None, None, None, [], tiergate_home / "drift", None, None)
+    assert Path(settings.drift_out) == (tiergate_home / "drift").resolve()
+    with pytest.raises(InputError, match="inside tiergate's home"):
+        _settings(case["data"], None, None, None, None, None, [], tiergate_home / "runs", None, None)

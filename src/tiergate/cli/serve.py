@@ -65,6 +65,8 @@ def _settings(data, targets, policy, registry_url, store, report_dir, remote, dr
         if known is not None and name not in known:
             raise InputError(f"--remote {name}: not among --targets ({', '.join(sorted(known))})")
     load_policy(policy)
+    if drift_out is not None and drift_out.resolve() == (home() / "drift").resolve():
+        drift_out = None            # the default itself, named: tiergate's own folder in the home, not a user's
     folders = [(option, path) for option, path in (("--report-dir", report_dir), ("--drift-out", drift_out)) if path]
     if folders:
         from tiergate.paths import check_outputs

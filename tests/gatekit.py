@@ -33,3 +33,18 @@ def fake_cli_seams(monkeypatch, builder, backend) -> None:
         return real_gate(request, orchestrator.Seams(builder=builder, backend_for=backend), options)
 
     monkeypatch.setattr(orchestrator, "gate", gate)
+
+
+def tiny_pair(folder: Path) -> tuple[Path, Path, Path]:
+    """(candidate, reference, data): a 4-in 3-out softmax classifier, a twin that differs by 1e-5, 32 samples."""
+    import numpy as np
+
+    import modelkit
+
+    rng = np.random.default_rng(0)
+    w = rng.normal(size=(4, 3))
+    ref = modelkit.write(modelkit.linear(w, softmax=True), folder / "ref.onnx")
+    cand = modelkit.write(modelkit.linear(w + 1e-5, softmax=True), folder / "cand.onnx")
+    data = folder / "eval.npz"
+    np.savez(data, x=rng.normal(size=(32, 4)).astype(np.float32))
+    return cand, ref, data

@@ -38,10 +38,10 @@ from tiergate import state
 from tiergate.request import is_loader  # noqa: F401 - re-exported
 from tiergate.errors import InputError
 from tiergate.hashing import file_sha256
+from tiergate.results import read_npy_header
 
 LABELS = "labels"
 AXES_MEMBER = "__tiergate_axes__"
-_HEADER_READERS = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
 _ZIP_TIME = (1980, 1, 1, 0, 0, 0)
 
 
@@ -323,11 +323,7 @@ def _member_info(path: Path, archive: zipfile.ZipFile, member: str) -> tuple[str
     name = member[:-4] if member.endswith(".npy") else member
     try:
         with archive.open(member) as stream:
-            version = np.lib.format.read_magic(stream)
-            read_header = _HEADER_READERS.get(version)
-            if read_header is None:
-                raise ValueError(f"unsupported .npy format version {version}")
-            shape, _, dtype = read_header(stream)
+            shape, dtype = read_npy_header(stream)
     except ValueError as exc:
         raise InputError(f"evaluation data {path}: '{name}' is not a numpy array ({exc})") from None
     if dtype.hasobject:

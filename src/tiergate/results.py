@@ -111,9 +111,22 @@ def load_outputs(folder: Path) -> dict[str, np.ndarray]:
         return {name: npz[name] for name in npz.files}
 
 
+_NPY_HEADERS = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+
+
+def read_npy_header(stream) -> tuple[tuple[int, ...], np.dtype]:
+    """(shape, dtype) of the .npy array at the start of `stream`, nothing loaded; ValueError when it is not a
+    .npy of format 1.0 or 2.0 (the one reader of .npy headers: evaluation data and saved outputs)."""
+    version = np.lib.format.read_magic(stream)
+    reader = _NPY_HEADERS.get(version)
+    if reader is None:
+        raise ValueError(f"unsupported .npy format version {version}")
+    shape, _, dtype = reader(stream)
+    return tuple(shape), dtype
+
+
 def output_headers(path: Path) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
     """Each array of an .npz: (shape, dtype) from its .npy header, nothing loaded."""
-    readers = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
     found = {}
     try:
         with zipfile.ZipFile(path) as archive:
@@ -121,12 +134,7 @@ def output_headers(path: Path) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
                 if not info.filename.endswith(".npy"):
                     continue
                 with archive.open(info) as fh:
-                    version = np.lib.format.read_magic(fh)
-                    reader = readers.get(version)
-                    if reader is None:
-                        raise InputError(f"{path}: {info.filename} has .npy format {version}, not 1.0 or 2.0")
-                    shape, _, dtype = reader(fh)
-                found[info.filename[:-len(".npy")]] = (tuple(shape), dtype)
+                    found[info.filename[:-len(".npy")]] = read_npy_header(fh)
     except (OSError, ValueError, zipfile.BadZipFile) as exc:
         raise InputError(f"{path}: not a readable .npz ({exc})") from None
     return found

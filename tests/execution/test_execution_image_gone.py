@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 import gatekit
-import modelkit
 from fakes import FakeBackend, FakeBuilder
 from tiergate import orchestrator
 from tiergate.errors import EnvironmentProblem
@@ -64,12 +63,7 @@ def test_an_image_removed_under_the_gate_raises_at_the_backend(tmp_path, monkeyp
 
 
 def test_an_image_gone_during_the_runs_is_exit_2_not_a_verdict(tmp_path, tiergate_home):
-    rng = np.random.default_rng(0)
-    w = rng.normal(size=(4, 3))
-    ref = modelkit.write(modelkit.linear(w, softmax=True), tmp_path / "ref.onnx")
-    cand = modelkit.write(modelkit.linear(w + 1e-5, softmax=True), tmp_path / "cand.onnx")
-    data = tmp_path / "eval.npz"
-    np.savez(data, x=rng.normal(size=(32, 4)).astype(np.float32))
+    cand, ref, data = gatekit.tiny_pair(tmp_path)
 
     class ImageRemoved(FakeBackend):
         def run(self, job):

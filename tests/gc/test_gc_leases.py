@@ -7,7 +7,6 @@ import subprocess
 import sys
 from datetime import timedelta
 
-import numpy as np
 import pytest
 
 from tiergate import gc, leases
@@ -70,18 +69,12 @@ def test_a_killed_gates_lease_is_stale_and_removed(lease_dir):
 def test_the_gate_leases_its_images_for_its_life(tmp_path, tiergate_home, lease_dir):
     """Through the orchestrator: while the runs go on, the lease names every image the gate built (or found)."""
     import gatekit
-    import modelkit
     from fakes import FakeBackend, FakeBuilder
     from tiergate import orchestrator
     from tiergate.policy import load_policy
     from tiergate.targets import resolve
 
-    rng = np.random.default_rng(0)
-    w = rng.normal(size=(4, 3))
-    ref = modelkit.write(modelkit.linear(w, softmax=True), tmp_path / "ref.onnx")
-    cand = modelkit.write(modelkit.linear(w + 1e-5, softmax=True), tmp_path / "cand.onnx")
-    data = tmp_path / "eval.npz"
-    np.savez(data, x=rng.normal(size=(32, 4)).astype(np.float32))
+    cand, ref, data = gatekit.tiny_pair(tmp_path)
     seen: list[dict] = []
 
     class Watching(FakeBackend):

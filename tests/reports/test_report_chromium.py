@@ -9,9 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from report_kit import populate
 
-from tiergate.registry import Registry
 from tiergate.registry.report_data import build_drift_report
 from tiergate.reports.html import write_report
 
@@ -28,11 +26,9 @@ def _chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def page(tmp_path_factory) -> Path:
-    tmp_path = tmp_path_factory.mktemp("report")
-    with Registry(f"sqlite:///{tmp_path / 'registry.db'}", tmp_path / "store") as registry:
-        populate(registry, tmp_path)
-        html_path, _ = write_report(build_drift_report(registry, "digits"), tmp_path / "report")
+def page(filled, tmp_path_factory) -> Path:
+    registry, _ = filled
+    html_path, _ = write_report(build_drift_report(registry, "digits"), tmp_path_factory.mktemp("report") / "report")
     return html_path
 
 

@@ -7,7 +7,7 @@ import re
 
 import numpy as np
 import pytest
-from report_kit import T0, populate
+from report_kit import T0
 
 from tiergate.cli.main import main
 from tiergate.registry import METRIC_KEYS, Registry, flat_metrics
@@ -15,14 +15,6 @@ from tiergate.registry.report_data import build_drift_report, report_metrics
 from tiergate.reports.drift import cross_tier_matrix
 from tiergate.reports.html import render_html, write_report
 from tiergate.targets import resolve
-
-
-@pytest.fixture(scope="module")
-def filled(tmp_path_factory):
-    """One registry for the module, filled by real gates on x86_64 and emulated arm64 (a minute or so)."""
-    tmp_path = tmp_path_factory.mktemp("filled")
-    with Registry(f"sqlite:///{tmp_path / 'registry.db'}", tmp_path / "store") as registry:
-        yield registry, populate(registry, tmp_path)
 
 
 def _stored(folder):

@@ -79,12 +79,9 @@ def build_image(device_class: DeviceClass | str, artifact_path: Path | str, *, a
     labels = image_labels(dc, runtime, files[0].name, artifact_sha256, fingerprint)
     tag = artifact_image_tag(dc, runtime, labels, files)
     found = _local_image(client, tag)
-    if found is not None and not lineage_problems(found.labels, labels):
+    if _reusable(found, tag, labels):
         return BuiltImage(tag, found.id, dict(found.labels), True, runtime.tag, runtime.reused,
                           time.monotonic() - t0)
-    if found is not None:       # another image re-tagged under this tag: built again (the tag moves to it)
-        print(f"tiergate: warning: the image {tag} is not what its tag names "
-              f"({'; '.join(lineage_problems(found.labels, labels))}); building it again", file=sys.stderr)
     with tempfile.TemporaryDirectory(prefix="tiergate-artifact-") as tmp:
         ctx = Path(tmp)
         artifact_context(files, ctx)
@@ -99,8 +96,6 @@ def build_image(device_class: DeviceClass | str, artifact_path: Path | str, *, a
 # What decides the artifact image's content beyond its inputs' bytes: bump when the recipe or the context's
 # making changes (2: files enter the image with fixed modes, 0644 in 0755 folders, whatever the host's umask).
 ARTIFACT_RECIPE = "2"
-LINEAGE = ("artifact.sha256", "runtime_image", "runtime", "runtime.version", "versions", "model.path",
-           "device_class", "base_image")
 
 
 def artifact_image_tag(dc: DeviceClass, runtime: RuntimeImage, labels: dict[str, str], files: list[Path]) -> str:
@@ -136,15 +131,24 @@ def normalise_modes(root: Path) -> None:
 
 
 def lineage_problems(found: dict[str, str] | None, wanted: dict[str, str]) -> list[str]:
-    """How an image's labels differ from the lineage its tag names (the artifact's sha256, the runtime image
-    and its identity): [] when they match."""
+    """How an image's labels differ from the ones its tag was made from (an artifact image's: the artifact's
+    sha256, the runtime image, the class; a runtime image's: runtime, arch, base, versions, harness, lock, env;
+    every one is in the tag's digest): [] when they match."""
     found = found or {}
-    problems = []
-    for name in LINEAGE:
-        key = f"{LABEL}.{name}"
-        if key in wanted and found.get(key) != wanted[key]:
-            problems.append(f"{name} is {found.get(key)!r}, not {wanted[key]!r}")
-    return problems
+    return [f"{key[len(LABEL) + 1:]} is {found.get(key)!r}, not {value!r}"
+            for key, value in sorted(wanted.items()) if found.get(key) != value]
+
+
+def _reusable(found, tag: str, wanted: dict[str, str]) -> bool:
+    """An image found under its content-hash tag is used when its labels are the ones the tag was made from;
+    another image re-tagged there is built again (the tag then moves to the new one), with a warning."""
+    if found is None:
+        return False
+    problems = lineage_problems(found.labels, wanted)
+    if problems:
+        print(f"tiergate: warning: the image {tag} is not what its tag names ({'; '.join(problems)}); "
+              "building it again", file=sys.stderr)
+    return not problems
 
 
 # --- the runtime image -----------------------------------------------------------------
@@ -246,25 +250,14 @@ def ensure_runtime_image(dc: DeviceClass, *, client, base_image: str | None = No
     """The runtime image for the device class's runtime and arch, built once."""
     plan = plan_runtime_image(dc, client=client, base_image=base_image, ca_bundle=ca_bundle, pip_mode=pip_mode)
     found = _local_image(client, plan.tag)
-    if found is not None and not runtime_lineage_problems(found.labels, plan.labels):
+    if _reusable(found, plan.tag, plan.labels):
         return RuntimeImage(plan.tag, found.id, plan.versions, plan.base, True, dict(found.labels))
-    if found is not None:
-        print(f"tiergate: warning: the image {plan.tag} is not what its tag names "
-              f"({'; '.join(runtime_lineage_problems(found.labels, plan.labels))}); building it again",
-              file=sys.stderr)
     with tempfile.TemporaryDirectory(prefix="tiergate-runtime-") as tmp:
         ctx = Path(tmp)
         _runtime_context(plan, client, ctx)
         network = "host" if plan.pip_mode == "image" else "none"  # host: needs no docker0 bridge
         image = _docker_build(client, ctx, plan.tag, plan.buildargs, plan.labels, network)
     return RuntimeImage(plan.tag, image.id, plan.versions, plan.base, False, dict(image.labels))
-
-
-def runtime_lineage_problems(found: dict[str, str] | None, wanted: dict[str, str]) -> list[str]:
-    """How a runtime image's labels differ from its plan's (runtime, arch, base, versions, harness, lock, env)."""
-    found = found or {}
-    return [f"{key[len(LABEL) + 1:]} is {found.get(key)!r}, not {value!r}"
-            for key, value in sorted(wanted.items()) if found.get(key) != value]
 
 
 def _runtime_context(plan: RuntimePlan, client, ctx: Path) -> None:

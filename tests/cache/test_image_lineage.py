@@ -109,10 +109,10 @@ def test_an_image_retagged_under_the_candidates_tag_is_built_again(private_model
 
 def test_a_runtime_image_whose_labels_differ_from_its_plan_is_not_reused():
     wanted = {f"{LABEL}.runtime": "onnxruntime", f"{LABEL}.harness.sha256": "h1"}
-    assert build.runtime_lineage_problems(dict(wanted), wanted) == []
-    assert build.runtime_lineage_problems({**wanted, f"{LABEL}.harness.sha256": "h0"}, wanted) == \
+    assert build.lineage_problems(dict(wanted), wanted) == []
+    assert build.lineage_problems({**wanted, f"{LABEL}.harness.sha256": "h0"}, wanted) == \
         ["harness.sha256 is 'h0', not 'h1'"]
-    assert build.runtime_lineage_problems({}, wanted)
+    assert build.lineage_problems({}, wanted)
 
 
 class _WrongBuilder(FakeBuilder):

@@ -25,7 +25,6 @@ than a unix socket). Options that do not change a decision (--max-parallel) are 
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import http.client
 import json
@@ -114,10 +113,9 @@ def identity(request: GateRequest, build: BuildSettings) -> tuple[dict, dict[str
         "schema": SCHEMA,
         "artifacts": {role: h.hexdigest() for role, h in hashers.items()},
         "data": _file_sha(Path(request.data), required=True),
-        "device_classes": [json.dumps(dataclasses.asdict(dc), sort_keys=True, default=str)
-                           for dc in request.device_classes],
-        "policy": json.dumps([dataclasses.asdict(policy.defaults), policy.overrides, policy.metrics, policy.early,
-                              list(policy.sources)], sort_keys=True, default=str),
+        "device_classes": state.classes_identity(request.device_classes),
+        "policy": state.policy_identity(policy),          # the decision's own identities (state), and early stop's
+        "policy_early": json.dumps(policy.early, sort_keys=True, default=str),
         "early_stop": request.early_stop,
         "metrics": metrics,
         "sample_axes": list(request.sample_axes),

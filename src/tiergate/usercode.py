@@ -21,6 +21,7 @@ inside user code still ends the process (by its own exit status, never a printed
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 import os
@@ -179,11 +180,16 @@ def real_number(what: str, value) -> float:
 # --- stdout onto stderr while user code runs ----------------------------------------------------------------
 
 
+@functools.cache
+def _libc():
+    import ctypes
+
+    return ctypes.CDLL(None)
+
+
 def _flush_c_stdio() -> None:
     try:
-        import ctypes
-
-        ctypes.CDLL(None).fflush(None)
+        _libc().fflush(None)       # loaded once: a metric is called up to 999 times a check
     except Exception:  # noqa: BLE001 - no libc to flush (not POSIX): Python's own buffers are flushed
         pass
 

@@ -9,11 +9,9 @@ import dataclasses
 import json
 import threading
 
-import numpy as np
 import pytest
 
 import gatekit
-import modelkit
 from fakes import FakeBackend, FakeBuilder
 from tiergate import orchestrator, quickgate, state
 from tiergate.images import LABEL
@@ -34,14 +32,9 @@ class Builder(FakeBuilder):
 
 
 @pytest.fixture
-def case(tmp_path, tiergate_home, monkeypatch):
+def case(tmp_path, linear_set, tiergate_home, monkeypatch):
     monkeypatch.setenv("TIERGATE_CACHE_KEY", str(tmp_path / "keys" / "a.key"))
-    rng = np.random.default_rng(7)
-    w = rng.normal(size=(8, 4))
-    x = rng.normal(size=(400, 8)).astype(np.float32)
-    np.savez(tmp_path / "eval.npz", x=x, labels=(x @ w).argmax(1).astype(np.int64))
-    write = lambda name, weights: modelkit.write(modelkit.linear(weights, softmax=True, output_name="probs"),  # noqa: E731
-                                                 tmp_path / name)
+    rng, w, write = linear_set(7)
     lenient = tmp_path / "lenient.toml"
     lenient.write_text("[defaults]\nmin_accuracy_ratio = false\n")
     # the engine's image ids, as the fast path asks them (over its socket in real life)

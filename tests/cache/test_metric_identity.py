@@ -6,11 +6,9 @@ from __future__ import annotations
 import sys
 import textwrap
 
-import numpy as np
 import pytest
 
 import gatekit
-import modelkit
 from fakes import FakeBackend, FakeBuilder
 from tiergate import orchestrator, quickgate
 from tiergate.policy import load_policy
@@ -20,14 +18,9 @@ X86 = "x86_64-cpu-onnxruntime"
 
 
 @pytest.fixture
-def case(tmp_path, tiergate_home, monkeypatch):
+def case(tmp_path, linear_set, tiergate_home, monkeypatch):
     monkeypatch.setenv("TIERGATE_CACHE_KEY", str(tmp_path / "cache.key"))
-    rng = np.random.default_rng(11)
-    w = rng.normal(size=(8, 4))
-    x = rng.normal(size=(400, 8)).astype(np.float32)
-    np.savez(tmp_path / "eval.npz", x=x, labels=(x @ w).argmax(1).astype(np.int64))
-    write = lambda name, weights: modelkit.write(modelkit.linear(weights, softmax=True, output_name="probs"),  # noqa: E731
-                                                 tmp_path / name)
+    _, w, write = linear_set(11)
     shared, mine = tmp_path / "shared", tmp_path / "metric"
     shared.mkdir(), mine.mkdir()
     (shared / "tg_helper_mod.py").write_text("SCALE = 1.0\n")

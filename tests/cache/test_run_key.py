@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 
-import numpy as np
 import pytest
 
 import gatekit
-import modelkit
 from fakes import FakeBackend, FakeBuilder
 from tiergate import orchestrator
 from tiergate.policy import load_policy
@@ -19,13 +17,8 @@ X86 = "x86_64-cpu-onnxruntime"
 
 
 @pytest.fixture
-def case(tmp_path, tiergate_home):
-    rng = np.random.default_rng(3)
-    w = rng.normal(size=(8, 4))
-    x = rng.normal(size=(400, 8)).astype(np.float32)
-    np.savez(tmp_path / "eval.npz", x=x, labels=(x @ w).argmax(1).astype(np.int64))
-    write = lambda name, weights: modelkit.write(modelkit.linear(weights, softmax=True, output_name="probs"),  # noqa: E731
-                                                 tmp_path / name)
+def case(tmp_path, linear_set, tiergate_home):
+    _, w, write = linear_set(3)
     return {"reference": write("ref.onnx", w), "candidate": write("cand.onnx", w + 1e-4), "data": tmp_path / "eval.npz"}
 
 

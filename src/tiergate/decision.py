@@ -268,7 +268,8 @@ class Decision:
 class GateRun:
     """What one gate produced: the decision and where its evidence lies. The normal path fills every field;
     the decision cache's fast answer (tiergate.quickgate) fills the decision, the run folders and the runtime
-    graphs as they were saved (its `intakes` and `outcomes` stay empty: nothing was loaded)."""
+    graphs as they were saved, and the artifacts' content hashes it verified (its `intakes` and `outcomes` stay
+    empty: nothing was loaded)."""
 
     decision: Decision
     run_dirs: dict = field(default_factory=dict)                  # (role, device class) -> run folder
@@ -281,6 +282,12 @@ class GateRun:
     runtime: dict[str, dict] = field(default_factory=dict)       # device class -> candidate's runtime graph
     runtime_findings: dict[str, list] = field(default_factory=dict)   # device class -> lint on it
     report_files: dict = field(default_factory=dict)
+    hashes: dict[str, str] = field(default_factory=dict)         # role -> content hash (the fast path's answer)
+
+    def artifact_hashes(self) -> dict[str, str]:
+        """role -> the artifact's content hash as intake computes it (ONNX external data included): the intakes'
+        on the normal path, what the fast path verified on an unchanged re-run."""
+        return {role: item.sha256 for role, item in self.intakes.items()} or dict(self.hashes)
 
     def runtime_summary(self) -> dict[str, dict]:
         """Per device class, what its runtime executes of the candidate: ops at the tier's own level."""

@@ -268,8 +268,9 @@ def _lookup(request: GateRequest, build: BuildSettings) -> GateRun | None:
     if not all(state.folder_verifies(Path(folder)) for folder in entry["runtime_graph_folders"]):
         return None          # the normal path would describe again: its runtime section would differ
     findings = {dc: [StoredFinding(f) for f in found] for dc, found in entry["findings"].items()}
+    hashes = {role: entry["artifacts"][role]["sha256"] for role in request.artifacts}
     return GateRun(decision, runs, cache_hits=len(runs), decision_cached=True, decision_key=entry["decision_key"],
-                   runtime=entry["runtime"], runtime_findings=findings)
+                   runtime=entry["runtime"], runtime_findings=findings, hashes=hashes)
 
 
 def _inputs_match_request(inputs: dict, request: GateRequest) -> bool:

@@ -8,7 +8,8 @@ one edit here (and its use). Each option belongs to one group:
 - "request": what the decision depends on: `GateRequest` (artifacts, data, classes, policy, ...);
 - "build": how images are built: `BuildSettings`, held by the builder seam (orchestrator.DockerBuilder);
 - "run": how the work is done, never what it decides: `RunOptions` (registry, parallelism, shards);
-- "output": what the CLI prints and writes (--json, --junit, --report-dir, --explain).
+- "output": what the CLI prints and writes (--json, --junit, --report-dir, --explain, --attest and its
+  --signing-key).
 """
 
 from __future__ import annotations
@@ -81,6 +82,11 @@ GATE_OPTIONS: tuple[Option, ...] = (
     Option("explain", ("--explain",), "flag", "output",
            "On REJECT, name the first divergent layer per tier (tiergate explain; the cached decision is "
            "unchanged).", default=False),
+    Option("attest", ("--attest",), "path", "output",
+           "Write a signed attestation of the decision here: an in-toto Statement v1 about the candidate in a DSSE "
+           "envelope (tiergate verify checks it); needs --signing-key."),
+    Option("signing_key", ("--signing-key",), "path", "output",
+           "The Ed25519 private key (PEM, tiergate keygen PATH) that signs --attest."),
 )
 
 

@@ -126,7 +126,7 @@ def test_every_option_is_defined_once_and_grouped_by_what_it_changes():
     assert {in_request_as[p] for p in groups["request"]} == {f.name for f in dataclasses.fields(GateRequest)}
     assert groups["build"] == {f.name for f in dataclasses.fields(BuildSettings)}
     assert groups["run"] == {"registry_url", "max_parallel", "shards"}
-    assert groups["output"] == {"as_json", "junit", "report_dir", "explain"}
+    assert groups["output"] == {"as_json", "junit", "report_dir", "explain", "attest", "signing_key"}
     spelled = [p for p in Path(SRC, "tiergate").rglob("*.py") if '"--max-parallel"' in p.read_text()]
     assert [p.name for p in spelled] == ["request.py"]
 

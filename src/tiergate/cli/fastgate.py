@@ -22,17 +22,19 @@ def answer(args: list[str]) -> int | None:
         return None
     try:
         from tiergate import quickgate
-        from tiergate.cli.gate_output import json_text, prepare, print_run
+        from tiergate.cli.gate_output import attestation, json_text, prepare, print_run
         from tiergate.reports.gate_files import write_reports
 
-        run = quickgate.lookup(prepare(values), build_settings(values))
+        request = prepare(values)
+        attest = attestation(values, request)
+        run = quickgate.lookup(request, build_settings(values))
     except Exception:  # noqa: BLE001 - the typer command reports every error itself
         if os.environ.get("TIERGATE_DEBUG"):
             raise
         return None
     if run is None:
         return None
-    write_reports(run, values["report_dir"], values["junit"])
+    write_reports(run, values["report_dir"], values["junit"], attest)
     if values["as_json"]:
         sys.stdout.write(json_text(run) + "\n")
     else:

@@ -21,11 +21,12 @@ def run_gate(values: dict) -> None:
     from rich.console import Console
 
     from tiergate import quickgate
-    from tiergate.cli.gate_output import json_text, prepare, print_run
+    from tiergate.cli.gate_output import attestation, json_text, prepare, print_run
     from tiergate.reports.gate_files import write_reports
     from tiergate.request import build_settings
 
     request, build = prepare(values), build_settings(values)
+    attest = attestation(values, request)          # the signing key checked before anything runs
     err = Console(stderr=True)
     progress = None if values["as_json"] else (lambda text: err.print(f"[dim]… {text}[/]", highlight=False))
     # an unchanged request is answered from the decision cache before anything heavy is imported (no fast
@@ -36,7 +37,7 @@ def run_gate(values: dict) -> None:
             progress("unchanged: the decision from the cache (nothing loaded, built or run)")
     else:
         run = _gate(request, build, values, progress)
-    write_reports(run, values["report_dir"], values["junit"])
+    write_reports(run, values["report_dir"], values["junit"], attest)
     explained = _explain(run, request, build, progress) if values["explain"] else None
     if values["as_json"]:
         typer.echo(json_text(run, explained))

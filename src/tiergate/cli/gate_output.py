@@ -32,10 +32,22 @@ def prepare(values: dict):
         outputs += [("--report-dir", Path(report_dir) / name) for name in (SUMMARY_FILE, DECISION_FILE)]
     if junit is not None:
         outputs.append(("--junit", Path(junit)))
+    if values.get("attest") is not None:
+        outputs.append(("--attest", Path(values["attest"])))
     if outputs:
         check_outputs(outputs, input_files(values), artifacts=artifact_inputs(values), parts=artifact_parts,
                       folders=folders)
     return request_fields(values, device_classes, loaded_policy)
+
+
+def attestation(values: dict, request):
+    """--attest and --signing-key as a tiergate.attest.Attestation (the key loaded and checked before anything
+    runs), or None when neither is given: both paths write it through reports.gate_files.write_reports."""
+    if values.get("attest") is None and values.get("signing_key") is None:
+        return None
+    from tiergate.attest import attestation as make
+
+    return make(values.get("attest"), values.get("signing_key"), request)
 
 
 def artifact_inputs(values: dict) -> list[tuple[str, Path | None]]:
@@ -45,12 +57,13 @@ def artifact_inputs(values: dict) -> list[tuple[str, Path | None]]:
 
 def input_files(values: dict) -> list[tuple[str, Path | None]]:
     """(what, path) of every other file a command reads: the data (an .npz or a loader's file), the calibration
-    data, the policy, metric files, the CA bundle."""
+    data, the policy, metric files, the CA bundle, the signing key."""
     from tiergate.request import is_loader, source_file as source
 
     found = [("evaluation data", source(values.get("data"))),
              ("calibration data", source(values.get("calibration_data"))),
-             ("policy", values.get("policy")), ("CA bundle", values.get("ca_bundle"))]
+             ("policy", values.get("policy")), ("CA bundle", values.get("ca_bundle")),
+             ("signing key", values.get("signing_key"))]
     found += [(f"metric {spec}", source(spec)) for spec in values.get("metric") or () if is_loader(spec)]
     return found
 

@@ -2,7 +2,8 @@
 
 On the gate's result (`decision.GateRun`, from the orchestrator or the decision cache's fast answer in
 tiergate.quickgate): `.decision`, `.runtime` (device class -> the candidate's runtime graph JSON)
-and `.report_files`. Stdlib only, like the decision types it renders.
+and `.report_files`. Stdlib only, like the decision types it renders (the attestation's signing is given:
+tiergate.attest).
 """
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ from pathlib import Path
 from tiergate.decision import cpu_text, runtime_summary
 
 
-def write_reports(gate_run, report_dir: Path | None, junit: Path | None) -> dict[str, Path]:
-    """decision.json, summary.md (and JUnit XML) for CD; returns what was written."""
+def write_reports(gate_run, report_dir: Path | None, junit: Path | None, attest=None) -> dict[str, Path]:
+    """decision.json, summary.md (and JUnit XML) for CD, and the signed attestation (`attest`: a
+    tiergate.attest.Attestation, or None); returns what was written."""
     from tiergate.reports.junit import write_junit
     from tiergate.reports.markdown import write_summary
 
@@ -25,6 +27,8 @@ def write_reports(gate_run, report_dir: Path | None, junit: Path | None) -> dict
                 md.write(runtime_markdown(runtime_summary(gate_run.runtime)))
     if junit is not None:
         written["junit"] = write_junit(gate_run.decision, junit)
+    if attest is not None:
+        written["attestation"] = attest.write(gate_run)
     gate_run.report_files = written
     return written
 

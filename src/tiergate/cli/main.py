@@ -42,12 +42,21 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+_REGISTERED = False
+
+
 def _register_all() -> None:
+    """Every command module's commands on the app, once per process (main() called again in one process, as the
+    tests do, would otherwise add them again each time and typer would build every duplicate)."""
+    global _REGISTERED
+    if _REGISTERED:
+        return
     import importlib
 
     app = _make_app()
     for name in _COMMAND_MODULES:
         importlib.import_module(f"tiergate.cli.{name}").register(app)
+    _REGISTERED = True
 
 
 def _click_errors():

@@ -113,7 +113,7 @@ def load_private_key(path: Path):
     except Exception as exc:  # noqa: BLE001 - cryptography's unsupported-algorithm errors
         raise InputError(f"--signing-key {path}: not a usable private key ({type(exc).__name__})") from None
     if not isinstance(key, Ed25519PrivateKey):
-        raise InputError(f"--signing-key {path}: a {type(key).__name__.lstrip('_')}, not an Ed25519 private key "
+        raise InputError(f"--signing-key {path}: is {type(key).__name__.lstrip('_')}, not an Ed25519 private key "
                          "(tiergate keygen makes one)")
     return key
 
@@ -133,7 +133,7 @@ def load_public_key(path: Path):
     except Exception as exc:  # noqa: BLE001 - cryptography's unsupported-algorithm errors
         raise InputError(f"--key {path}: not a usable public key ({type(exc).__name__})") from None
     if not isinstance(key, Ed25519PublicKey):
-        raise InputError(f"--key {path}: a {type(key).__name__.lstrip('_')}, not an Ed25519 public key")
+        raise InputError(f"--key {path}: is {type(key).__name__.lstrip('_')}, not an Ed25519 public key")
     return key
 
 

@@ -26,7 +26,8 @@ def _make_app():
         _APP = typer.Typer(
             name="tiergate",
             help="Edge deployment revalidation: fingerprint, lint, run on every device tier, compare, gate.\n\n"
-            "Exit codes: 0 pass, 1 gate rejected or lint errors, 2 unusable input or environment, "
+            "Exit codes: 0 pass, 1 gate rejected, lint errors or an attestation refused (verify), 2 unusable input or "
+            "environment, "
             "3 gate inconclusive (collect more samples, or set on_inconclusive in the policy).",
             no_args_is_help=True,
             add_completion=False,

@@ -7,12 +7,22 @@ and `.report_files`. Stdlib only, like the decision types it renders.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from tiergate.decision import cpu_text, runtime_summary
 
 
-def write_reports(gate_run, report_dir: Path | None, junit: Path | None) -> dict[str, Path]:
+def decision_text(decision, lineage: dict | None = None) -> str:
+    """gate-decision.json's text: the decision's canonical JSON, with the artifacts' `lineage` (where they came
+    from: MLflow's identity, docs/json-shapes.md) when there is one. Its sha256 is the decision's in MLflow."""
+    if not lineage:
+        return decision.dumps() + "\n"
+    return json.dumps(decision.to_json() | {"lineage": lineage}, indent=1, sort_keys=True, allow_nan=False) + "\n"
+
+
+def write_reports(gate_run, report_dir: Path | None, junit: Path | None,
+                  lineage: dict | None = None) -> dict[str, Path]:
     """decision.json, summary.md (and JUnit XML) for CD; returns what was written."""
     from tiergate.reports.junit import write_junit
     from tiergate.reports.markdown import write_summary
@@ -20,6 +30,8 @@ def write_reports(gate_run, report_dir: Path | None, junit: Path | None) -> dict
     written: dict[str, Path] = {}
     if report_dir is not None:
         written.update(write_summary(gate_run.decision, report_dir))
+        if lineage:
+            written["json"].write_text(decision_text(gate_run.decision, lineage), encoding="utf-8")
         if gate_run.runtime:
             with written["markdown"].open("a", encoding="utf-8") as md:
                 md.write(runtime_markdown(runtime_summary(gate_run.runtime)))

@@ -16,19 +16,19 @@ X86 = "x86_64-cpu-onnxruntime"
 
 
 @pytest.fixture(scope="module")
-def mlstore(tmp_path_factory):
-    """One store for the module: digits v1 (FP32, alias champion), v2 (alias challenger)."""
+def mlstore(tmp_path_factory, mlflow_store):
+    """The store's model `digits` for this module: v1 (FP32, alias champion), v2 (alias challenger)."""
     folder = tmp_path_factory.mktemp("mlflow-unit")
     rng = np.random.default_rng(2929)
     w = rng.normal(size=(4, 3))
     ref = modelkit.write(modelkit.linear(w, softmax=True), folder / "files" / "ref.onnx")
     cand = modelkit.write(modelkit.linear(w + 1e-4, softmax=True), folder / "files2" / "cand.onnx")
     np.savez(folder / "eval.npz", x=rng.normal(size=(16, 4)).astype(np.float32))
-    with mlflowkit.store(folder / "store") as (client, experiment):
-        mlflowkit.log_version(client, experiment, "digits", ref, alias="champion")
-        mlflowkit.log_version(client, experiment, "digits", cand, alias="challenger")
-        yield {"client": client, "experiment": experiment, "ref": ref, "cand": cand, "folder": folder,
-               "data": folder / "eval.npz"}
+    client, experiment, _ = mlflow_store
+    mlflowkit.log_version(client, experiment, "digits", ref, alias="champion")
+    mlflowkit.log_version(client, experiment, "digits", cand, alias="challenger")
+    return {"client": client, "experiment": experiment, "ref": ref, "cand": cand, "folder": folder,
+            "data": folder / "eval.npz"}
 
 
 def test_uris_parse_or_say_what_they_should_be():

@@ -4,7 +4,8 @@ intake (fingerprint, diff against the model's previous artifact, lint) → build
 per device class → run targets in parallel (retries for infrastructure faults only;
 classes mapped to a work pool run on a worker there) → compare → gate → record → report;
 on REJECT, `tiergate explain`'s table is attached as a Markdown artifact.
-An unchanged input reuses recorded results. Deployed by `tiergate serve` and prefect.yaml.
+An unchanged input reuses recorded results. An artifact registered from MLflow (flows/mlflow_watch.py) gets
+its version tagged with the verdict. Deployed by `tiergate serve` and prefect.yaml.
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ from prefect import flow, get_run_logger
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from tiergate.orchestration.explain import attach_explain
+from tiergate.errors import TiergateError
 from tiergate.orchestration.gating import Remote, conclude, flow_request, gate_in_flow
+from tiergate.orchestration.mlflow_watch import tag_revalidated
 from tiergate.orchestration.revalidation import prepare
 from tiergate.orchestration.tasks import diff_task
 from tiergate.paths import home
@@ -47,7 +50,14 @@ def revalidate(artifact: str, data: str, targets: str | None = None, policy: str
                         label=f"{job.record.model}-{short}", cost_tags={"flow": "revalidate"})
         if done.verdict == "REJECT":     # which layer lost it, per tier: a Markdown artifact on the run
             attach_explain(request, label=f"{job.record.model}-{short}", build=BuildSettings(base_image))
+    try:                                 # an artifact from MLflow (flows/mlflow_watch.py): its version tagged
+        mlflow = tag_revalidated(job.record, gate_run, done.reports)
+    except TiergateError as exc:         # the decision is recorded; only the tags are missing
+        mlflow = [f"not updated: {exc.one_line()}"]
+        log.warning("%s: MLflow %s", short, mlflow[0])
     summary = done.to_json() | {"artifact": job.record.sha256, "model": job.record.model}
+    if mlflow:
+        summary["mlflow"] = mlflow
     if diff is not None:
         changes = diff.result()
         summary["diff"] = {"previous": job.previous[1], "identical": changes["identical"], "same": changes["same"]}

@@ -27,6 +27,7 @@ from typing import Any
 from tiergate import state
 from tiergate.decision import GateRun
 from tiergate.errors import EXIT_FAIL, InputError, TiergateError
+from tiergate.reports.gate_files import decision_sha256
 from tiergate.request import GateRequest
 
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
@@ -148,7 +149,7 @@ def keyid(public_key) -> str:
 # --- the statement and its envelope -------------------------------------------------------------------------
 
 
-def statement(gate_run: GateRun, request: GateRequest) -> dict:
+def statement(gate_run: GateRun, request: GateRequest, lineage: dict | None = None) -> dict:
     """The in-toto Statement v1 of a gate's decision: subject the candidate (file name, content hash as intake
     computes it), predicate the verdict, every check, the tiers, the reference's and the policy's hashes, the
     decision's hash and key, tiergate's version. Made from what both paths hold (GateRun, the request)."""
@@ -165,10 +166,9 @@ def statement(gate_run: GateRun, request: GateRequest) -> dict:
         "reference": _named(request.reference, hashes.get("reference")),
         "incumbent": _named(request.incumbent, hashes.get("incumbent")) if request.incumbent else None,
         "policy": {"sha256": state.policy_identity(request.policy), "sources": list(decision.policy_sources)},
-        "decision": {"sha256": hashlib.sha256(decision.dumps().encode()).hexdigest(),
-                     "key": gate_run.decision_key or None},
+        "decision": {"sha256": decision_sha256(decision, lineage), "key": gate_run.decision_key or None},
         "tiergate": {"version": __version__},
-    }
+    } | ({"lineage": lineage} if lineage else {})
     return {"_type": STATEMENT_TYPE, "subject": [_named(request.candidate, hashes.get("candidate"))],
             "predicateType": PREDICATE_TYPE, "predicate": predicate}
 
@@ -214,8 +214,8 @@ class Attestation:
     key: Any                    # an Ed25519PrivateKey
     request: GateRequest
 
-    def write(self, gate_run: GateRun) -> Path:
-        doc = envelope(statement(gate_run, self.request), self.key)
+    def write(self, gate_run: GateRun, lineage: dict | None = None) -> Path:
+        doc = envelope(statement(gate_run, self.request, lineage), self.key)
         text = json.dumps(doc, indent=1) + "\n"
         path = Path(self.path)
         work = path.with_name(f".{path.name}.part-{os.getpid()}")

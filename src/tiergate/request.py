@@ -46,9 +46,11 @@ class Option:
 
 
 GATE_OPTIONS: tuple[Option, ...] = (
-    Option("candidate", ("--candidate", "-c"), "path", "request", "The artifact to gate (ONNX or TFLite).",
-           required=True),
-    Option("reference", ("--reference", "-r"), "path", "request", "Its FP32 reference, same format.", required=True),
+    Option("candidate", ("--candidate", "-c"), "path", "request",
+           "The artifact to gate (ONNX or TFLite): a file, or models:/NAME/VERSION or models:/NAME@ALIAS in MLflow's "
+           "model registry (docs/mlflow.md).", required=True),
+    Option("reference", ("--reference", "-r"), "path", "request",
+           "Its FP32 reference, same format (a file or a models:/ URI).", required=True),
     Option("data", ("--data", "-d"), "text", "request",
            ".npz: one array per model input, optional 'labels'; or a loader FILE.py:FUNCTION "
            "yielding {input: array} or ({input: array}, label) per sample.", required=True),
@@ -60,7 +62,8 @@ GATE_OPTIONS: tuple[Option, ...] = (
            "FILE.py:FUNCTION(outputs, labels) -> float, higher is better, gated by [metrics.NAME] min_ratio "
            "(repeatable).", default=()),
     Option("targets", ("--targets", "-t"), "text", "request", "Device classes, comma-separated.", required=True),
-    Option("incumbent", ("--incumbent",), "path", "request", "The currently promoted artifact (A/B)."),
+    Option("incumbent", ("--incumbent",), "path", "request",
+           "The currently promoted artifact (A/B): a file or a models:/ URI."),
     Option("policy", ("--policy",), "path", "request", "Policy TOML (defaults: docs/policy.md)."),
     Option("junit", ("--junit",), "path", "output", "Write JUnit XML here (one case per check)."),
     Option("report_dir", ("--report-dir",), "path", "output", "Write gate-summary.md and gate-decision.json here."),
@@ -87,7 +90,15 @@ GATE_OPTIONS: tuple[Option, ...] = (
            "envelope (tiergate verify checks it); needs --signing-key."),
     Option("signing_key", ("--signing-key",), "path", "output",
            "The Ed25519 private key (PEM, tiergate keygen PATH) that signs --attest."),
+    Option("mlflow_promote", ("--mlflow-promote",), "text", "output",
+           "ALIAS: with an MLflow candidate, move this MLflow alias to the candidate's version on PROMOTE only "
+           "(the version is tagged with the verdict in any case; docs/mlflow.md)."),
 )
+
+
+def is_mlflow_uri(value) -> bool:
+    """Whether an artifact option names a model in MLflow's registry (models:/...) rather than a file."""
+    return value is not None and str(value).startswith("models:")
 
 
 def is_loader(spec) -> bool:

@@ -8,6 +8,8 @@ Layout under `home()`:
   runtime-graphs/<key>/           the describe cache (a tier's runtime graph of an artifact)
   explain/<key>/                  explain's tensor dumps
   data/<sha>.npz                  content-hashed archives (loader data, early-decision chunks)
+  mlflow/<key>/                   a model version's files fetched from MLflow (tiergate.mlflow_bridge), sealed;
+  mlflow/watch-<key>.json         the MLflow watcher's last version seen of a registered model
   locks/<key>.lock                one fcntl lock per key: one run (or decision) of a key at a time
 
 Everything written here is written whole or not at all: to `NAME.part-PID-TID` beside its final
@@ -43,8 +45,8 @@ from tiergate.hashing import file_sha256
 from tiergate.images import graph_cache_key
 from tiergate.paths import home
 
-RUNS, DECISIONS, LOCKS, QUICK, GRAPHS, EXPLAIN, DATA = (
-    "runs", "decisions", "locks", "quick", "runtime-graphs", "explain", "data")
+RUNS, DECISIONS, LOCKS, QUICK, GRAPHS, EXPLAIN, DATA, MLFLOW = (
+    "runs", "decisions", "locks", "quick", "runtime-graphs", "explain", "data", "mlflow")
 RESULT_FILE = "result.json"
 OUTPUTS_FILE = "outputs.npz"
 SHARDS_SUFFIX = ".shards"          # runs/<key>.shards/<start>-<stop>/
@@ -92,6 +94,16 @@ def explain_folder(key: str) -> Path:
 
 def data_root() -> Path:
     return home() / DATA
+
+
+def mlflow_folder(key: str) -> Path:
+    """Where a model version fetched from MLflow is cached (key: tracking/registry URI, name, version)."""
+    return home() / MLFLOW / key
+
+
+def mlflow_watch_path(key: str) -> Path:
+    """The MLflow watcher's state of one registered model (the last version seen)."""
+    return home() / MLFLOW / f"watch-{key}.json"
 
 
 def part_tag() -> str:

@@ -51,7 +51,8 @@ def gated(tmp_path_factory):
     assert keygen.returncode == 0, keygen.stderr
     gate = ["gate", "--candidate", str(good), "--reference", str(ref), "--data", str(folder / "eval.npz"),
             "--targets", X86, "--signing-key", str(folder / "signing")]
-    first = _tiergate(home, *gate, "--attest", str(folder / "first.intoto.json"), "--json")
+    first = _tiergate(home, *gate, "--attest", str(folder / "first.intoto.json"), "--json",
+                      "--report-dir", str(folder / "report"))
     assert first.returncode == 0, first.stderr[-3000:]
     again = _tiergate(home, *gate, "--attest", str(folder / "again.intoto.json"))
     assert again.returncode == 0, again.stderr[-3000:]
@@ -80,8 +81,10 @@ def test_a_real_gates_attestation_holds_for_an_independent_verifier(gated):
     assert (tier["cpu"]["model"], tier["cpu"]["features"]) == (described["model"], described["features"])
     assert predicate["reference"]["digest"]["sha256"] == hashlib.sha256(gated["ref"].read_bytes()).hexdigest()
     assert predicate["policy"]["sha256"] == state.policy_identity(load_policy(None))
-    assert predicate["decision"]["sha256"] == \
-        hashlib.sha256(Decision.from_json(decision).dumps().encode()).hexdigest()
+    # the decision's hash is gate-decision.json's, the file CD keeps (and MLflow's tiergate.decision_sha256)
+    written = (gated["folder"] / "report" / "gate-decision.json").read_bytes()
+    assert predicate["decision"]["sha256"] == hashlib.sha256(written).hexdigest()
+    assert Decision.from_json(json.loads(written)).dumps() == Decision.from_json(decision).dumps()
     saved = json.loads((gated["folder"] / "home" / "decisions" / f"{predicate['decision']['key']}.json").read_text())
     assert saved["inputs"]["candidate"] == statement["subject"][0]["digest"]["sha256"]
     assert predicate["tiergate"]["version"] == tiergate.__version__

@@ -103,7 +103,7 @@ def test_the_envelope_holds_for_an_independent_verifier(keys, tmp_path, capsys):
     assert [(c["name"], c["passed"], c["value"], c["threshold"]) for c in predicate["checks"]] == \
         [("accuracy_ratio", False, 0.9, 0.99), ("sqnr_db", True, "inf", 20.0)]
     assert predicate["reference"]["digest"]["sha256"] == hashlib.sha256(ref.read_bytes()).hexdigest()
-    assert predicate["decision"]["sha256"] == hashlib.sha256(decision.dumps().encode()).hexdigest()
+    assert predicate["decision"]["sha256"] == hashlib.sha256((decision.dumps() + "\n").encode()).hexdigest()
     assert [t["device_class"] for t in predicate["tiers"]] == [X86]
     # nothing time-dependent: the same decision attests to the same bytes (Ed25519 signatures are deterministic)
     first = path.read_bytes()

@@ -332,7 +332,8 @@ def test_prefect_yaml_deploys_with_prefects_own_cli(served, demo, tmp_path):
     """
     env = {**served.env, "TIERGATE_ROOT": str(kit.REPO), "TIERGATE_EVAL_DATA": str(demo.eval_data),
            "TIERGATE_REGISTRY_URL": served.registry_url, "TIERGATE_STORE": str(served.home / "store"),
-           "TIERGATE_DRIFT_OUT": str(tmp_path / "drift")}
+           "TIERGATE_DRIFT_OUT": str(tmp_path / "drift"), "TIERGATE_MLFLOW_MODEL": "digits",
+           "TIERGATE_MLFLOW_REFERENCE": "models:/digits@fp32"}
     for pool in ("tiergate", "arm64-farm"):
         subprocess.run([kit.PREFECT, "work-pool", "create", pool, "--type", "process"], env=env, cwd=kit.REPO,
                        capture_output=True, text=True, timeout=120, check=True)
@@ -340,4 +341,4 @@ def test_prefect_yaml_deploys_with_prefects_own_cli(served, demo, tmp_path):
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     names = {d["name"] for d in kit.api_filter(served.api_url, "deployments")}
-    assert {"on-register", "release-gate", "scheduled", "arm64-farm"} <= names
+    assert {"on-register", "release-gate", "scheduled", "arm64-farm", "poll"} <= names

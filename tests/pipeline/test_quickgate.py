@@ -126,7 +126,8 @@ def test_every_option_is_defined_once_and_grouped_by_what_it_changes():
     assert {in_request_as[p] for p in groups["request"]} == {f.name for f in dataclasses.fields(GateRequest)}
     assert groups["build"] == {f.name for f in dataclasses.fields(BuildSettings)}
     assert groups["run"] == {"registry_url", "max_parallel", "shards"}
-    assert groups["output"] == {"as_json", "junit", "report_dir", "explain", "attest", "signing_key"}
+    assert groups["output"] == {"as_json", "junit", "report_dir", "explain", "attest", "signing_key",
+                                "mlflow_promote"}
     spelled = [p for p in Path(SRC, "tiergate").rglob("*.py") if '"--max-parallel"' in p.read_text()]
     assert [p.name for p in spelled] == ["request.py"]
 
@@ -158,7 +159,8 @@ def test_the_fast_parser_and_the_typer_command_read_every_option_alike():
     cases = [[], ["--metric", "f1", "--metric", "mae", "--json", "--max-parallel", "3"], ["--no-early-stop"],
              ["--early-stop", "--shards", "3"], ["--sample-axis", "x=1", "--policy", "p.toml", "--incumbent", "i.onnx",
                                                  "--junit", "j.xml", "--report-dir", "r", "--profile", "--explain"],
-             ["--base-image", "img:1", "--ca-bundle", "ca.pem", "--registry", "sqlite:///r.db"]]
+             ["--base-image", "img:1", "--ca-bundle", "ca.pem", "--registry", "sqlite:///r.db"],
+             ["--mlflow-promote", "champion"]]
     for extra in cases:
         assert parse(base + extra) == _typer_values(base + extra), extra
     parsed = parse(base + cases[1])
@@ -171,6 +173,9 @@ def test_the_fast_parser_and_the_typer_command_read_every_option_alike():
         assert _typer_values(base + refused) is None, refused
     assert parse(base[2:]) is None and _typer_values(base[2:]) is None          # a required option missing
     assert fastgate.answer(base + ["--explain"]) is None and fastgate.answer(base + ["--registry", "x"]) is None
+    # MLflow: an alias is resolved every time and the version is tagged: the typer command's path
+    assert fastgate.answer(base + ["--mlflow-promote", "champion"]) is None
+    assert fastgate.answer(["-c", "models:/digits@challenger", *base[2:]]) is None
 
 
 def test_no_fast_path_for_a_loader_or_another_engine(files, monkeypatch):

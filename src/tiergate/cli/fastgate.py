@@ -2,7 +2,8 @@
 
 `answer(args)` parses the gate's options with tiergate.request.parse (made from the same option table as
 the typer command) and asks tiergate.quickgate. It returns the exit code when the fast path answered, and
-None for anything else (an option it is not sure of, --help, --registry, --explain, unusable input, a request
+None for anything else (an option it is not sure of, --help, --registry, --explain, an MLflow models:/ artifact
+or --mlflow-promote, unusable input, a request
 that is not unchanged): then the typer command runs as always, and it reports every error itself. Saving the
 typer start (about 0.1-0.2 s here) is what brings an unchanged re-run to a few percent of a warm one.
 """
@@ -12,7 +13,7 @@ from __future__ import annotations
 import os
 import sys
 
-from tiergate.request import REGISTRY_ENV, build_settings, parse
+from tiergate.request import REGISTRY_ENV, build_settings, is_mlflow_uri, parse
 
 
 def answer(args: list[str]) -> int | None:
@@ -20,6 +21,8 @@ def answer(args: list[str]) -> int | None:
     values = parse(args)
     if values is None or values["explain"] or values["registry_url"] or os.environ.get(REGISTRY_ENV):
         return None
+    if values["mlflow_promote"] or any(is_mlflow_uri(values[role]) for role in ("candidate", "reference", "incumbent")):
+        return None      # MLflow: an alias is resolved every time and the version is tagged (cli/gate.py)
     try:
         from tiergate import quickgate
         from tiergate.cli.gate_output import attestation, json_text, prepare, print_run
@@ -34,7 +37,7 @@ def answer(args: list[str]) -> int | None:
         return None
     if run is None:
         return None
-    write_reports(run, values["report_dir"], values["junit"], attest)
+    write_reports(run, values["report_dir"], values["junit"], attest=attest)
     if values["as_json"]:
         sys.stdout.write(json_text(run) + "\n")
     else:

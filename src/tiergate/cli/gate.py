@@ -2,11 +2,15 @@
 
 Exit 0 PROMOTE, 1 REJECT, 2 unusable input or environment, 3 INCONCLUSIVE. The options are
 tiergate.request.GATE_OPTIONS (the one definition the fast path of an unchanged re-run parses too).
+Artifacts may be MLflow models:/ URIs (tiergate.mlflow_bridge, docs/mlflow.md): fetched first, then gated as
+files; the candidate's version is tagged after the decision is written (a failure there: exit 2, the decision
+files and output are kept).
 """
 
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
 import typer
 
@@ -25,6 +29,7 @@ def run_gate(values: dict) -> None:
     from tiergate.reports.gate_files import write_reports
     from tiergate.request import build_settings
 
+    values, sources = _from_mlflow(values)
     request, build = prepare(values), build_settings(values)
     attest = attestation(values, request)          # the signing key checked before anything runs
     err = Console(stderr=True)
@@ -36,17 +41,59 @@ def run_gate(values: dict) -> None:
         if progress is not None:
             progress("unchanged: the decision from the cache (nothing loaded, built or run)")
     else:
-        run = _gate(request, build, values, progress)
-    write_reports(run, values["report_dir"], values["junit"], attest)
+        run = _gate(request, build, values, progress, sources)
+    lineage = _lineage(sources)
+    write_reports(run, values["report_dir"], values["junit"], lineage, attest)
     explained = _explain(run, request, build, progress) if values["explain"] else None
     if values["as_json"]:
-        typer.echo(json_text(run, explained))
+        typer.echo(json_text(run, explained, lineage))
     else:
         print_run(run, explained)
+    if "candidate" in sources:
+        _to_mlflow(run, sources["candidate"], values, lineage, err)
     raise typer.Exit(run.decision.exit_code)
 
 
-def _gate(request, build, values: dict, progress):
+def _from_mlflow(values: dict) -> tuple[dict, dict]:
+    """The values with models:/ artifacts fetched from MLflow (their files), and those sources by role."""
+    from tiergate.request import is_mlflow_uri
+
+    if not values.get("mlflow_promote") and not any(is_mlflow_uri(values.get(r))
+                                                     for r in ("candidate", "reference", "incumbent")):
+        return values, {}
+    from tiergate.mlflow_bridge import fetch_values
+
+    return fetch_values(values)
+
+
+def _lineage(sources: dict) -> dict | None:
+    if not sources:
+        return None
+    from tiergate.mlflow_bridge import lineage
+
+    return lineage(sources)
+
+
+def _to_mlflow(run, source, values: dict, lineage, err) -> None:
+    """Tag the candidate's MLflow version with the decision (and move --mlflow-promote's alias on PROMOTE).
+    The decision is already written and printed: a failure here says so, and exits 2 (not the verdict's code)."""
+    from tiergate.errors import EnvironmentProblem, TiergateError
+    from tiergate.mlflow_bridge import write_back
+    from tiergate.reports.gate_files import decision_sha256
+
+    decision = run.decision
+    sha = decision_sha256(decision, lineage)
+    summary = run.report_files.get("markdown")
+    report = str(Path(summary).resolve()) if summary else None
+    try:
+        for line in write_back(source, decision, sha, report=report, promote=values.get("mlflow_promote")):
+            err.print(f"mlflow: {line}", highlight=False, markup=False)
+    except TiergateError as exc:
+        raise EnvironmentProblem(f"the decision is {decision.verdict} (exit {decision.exit_code}; its files and "
+                                 f"output are written) but MLflow was not updated: {exc.one_line()}") from None
+
+
+def _gate(request, build, values: dict, progress, sources: dict | None = None):
     """The normal path: intake, build, run (or reuse), decide; then remember it for the fast path."""
     from tiergate import orchestrator, quickgate
 
@@ -60,10 +107,22 @@ def _gate(request, build, values: dict, progress):
                                       shards=values["shards"], progress=progress)
     run = orchestrator.gate(request, orchestrator.Seams(builder=recorder), options)
     if registry is not None:
+        if sources and "candidate" in sources:     # the candidate registered with its MLflow identity as tags
+            _register_mlflow(registry, request, sources["candidate"])
         orchestrator.record_or_reuse(registry, run)
     else:
         quickgate.remember(request, build, run, recorder)
     return run
+
+
+def _register_mlflow(registry, request, source) -> None:
+    from tiergate.mlflow_bridge import registry_tags
+    from tiergate.registry import register_artifact
+    from tiergate.registry.names import model_name
+
+    model_name(source.name)
+    register_artifact(registry, request.candidate, model=source.name, reference=request.reference,
+                      tags=registry_tags(source))
 
 
 def _registry(url: str | None):

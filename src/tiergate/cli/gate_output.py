@@ -74,9 +74,12 @@ def artifact_parts(path: Path) -> list[Path]:
     return parts(path)
 
 
-def json_text(run, explained=None) -> str:
-    """The --json document: the decision, its runs and where it came from, the candidate's runtime graphs."""
+def json_text(run, explained=None, lineage: dict | None = None) -> str:
+    """The --json document: the decision, its runs and where it came from, the candidate's runtime graphs (and
+    the artifacts' `lineage` when some came from MLflow)."""
     doc = run.decision.to_json()
+    if lineage:
+        doc["lineage"] = lineage
     doc["runs"] = {f"{role}/{dc}": str(path) for (role, dc), path in run.run_dirs.items()}
     doc["cache_hits"], doc["containers_started"] = run.cache_hits, run.containers_started
     doc["decision_cached"] = run.decision_cached

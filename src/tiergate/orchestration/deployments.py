@@ -18,7 +18,8 @@ from tiergate.paths import project_root
 from tiergate.orchestration.events import EVENT  # noqa: F401 - the trigger expects it
 RESOURCE_MATCH = "tiergate.artifact.*"
 FLOW_FILES = {"revalidate": "revalidate.py:revalidate", "gate": "gate.py:gate",
-              "drift_report": "drift_report.py:drift_report", "run_target": "run_target.py:run_target"}
+              "drift_report": "drift_report.py:drift_report", "run_target": "run_target.py:run_target",
+              "mlflow_watch": "mlflow_watch.py:mlflow_watch"}
 
 
 @dataclass

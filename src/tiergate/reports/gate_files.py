@@ -8,12 +8,29 @@ tiergate.attest).
 
 from __future__ import annotations
 
+import hashlib
+import json
 from pathlib import Path
 
 from tiergate.decision import cpu_text, runtime_summary
 
 
-def write_reports(gate_run, report_dir: Path | None, junit: Path | None, attest=None) -> dict[str, Path]:
+def decision_text(decision, lineage: dict | None = None) -> str:
+    """gate-decision.json's text: the decision's canonical JSON, with the artifacts' `lineage` (where they came
+    from: MLflow's identity, docs/json-shapes.md) when there is one. Its sha256 is the decision's sha256 everywhere
+    it is named: MLflow's `tiergate.decision_sha256` tag and the signed attestation's predicate."""
+    if not lineage:
+        return decision.dumps() + "\n"
+    return json.dumps(decision.to_json() | {"lineage": lineage}, indent=1, sort_keys=True, allow_nan=False) + "\n"
+
+
+def decision_sha256(decision, lineage: dict | None = None) -> str:
+    """The sha256 of gate-decision.json's text (`decision_text`), whether or not the file is written."""
+    return hashlib.sha256(decision_text(decision, lineage).encode()).hexdigest()
+
+
+def write_reports(gate_run, report_dir: Path | None, junit: Path | None, lineage: dict | None = None,
+                  attest=None) -> dict[str, Path]:
     """decision.json, summary.md (and JUnit XML) for CD, and the signed attestation (`attest`: a
     tiergate.attest.Attestation, or None); returns what was written."""
     from tiergate.reports.junit import write_junit
@@ -22,13 +39,15 @@ def write_reports(gate_run, report_dir: Path | None, junit: Path | None, attest=
     written: dict[str, Path] = {}
     if report_dir is not None:
         written.update(write_summary(gate_run.decision, report_dir))
+        if lineage:
+            written["json"].write_text(decision_text(gate_run.decision, lineage), encoding="utf-8")
         if gate_run.runtime:
             with written["markdown"].open("a", encoding="utf-8") as md:
                 md.write(runtime_markdown(runtime_summary(gate_run.runtime)))
     if junit is not None:
         written["junit"] = write_junit(gate_run.decision, junit)
     if attest is not None:
-        written["attestation"] = attest.write(gate_run)
+        written["attestation"] = attest.write(gate_run, lineage)
     gate_run.report_files = written
     return written
 

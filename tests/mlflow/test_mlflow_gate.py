@@ -5,6 +5,7 @@ failing checks as tags (and, with --registry, the MLflow identity in the tiergat
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
@@ -56,9 +57,13 @@ def _gate(setup, *args):
 @pytest.mark.slow
 def test_promote_moves_the_alias_and_reject_leaves_it_with_the_failing_checks_as_tags(setup):
     client, versions = setup["client"], setup["versions"]
-    report = setup["folder"] / "report"
+    report, key = setup["folder"] / "report", setup["folder"] / "signing"
+    from tiergate.attest import generate
+
+    generate(key)
     code, out, err = _gate(setup, "-c", f"models:/{NAME}@challenger", "-r", f"models:/{NAME}@champion",
-                           "--mlflow-promote", "champion", "--report-dir", str(report))
+                           "--mlflow-promote", "champion", "--report-dir", str(report),
+                           "--attest", str(setup["folder"] / "attest.json"), "--signing-key", str(key))
     assert code == 0, err[-3000:]
     doc = json.loads(out)
     assert doc["verdict"] == "PROMOTE"
@@ -72,6 +77,11 @@ def test_promote_moves_the_alias_and_reject_leaves_it_with_the_failing_checks_as
     tags = client.get_model_version(NAME, versions["good"]).tags
     assert tags["tiergate.verdict"] == "PROMOTE"
     assert tags["tiergate.decision_sha256"] == hashlib.sha256(written).hexdigest()
+    # the signed attestation names the same decision (gate-decision.json's hash) and carries the lineage
+    predicate = json.loads(base64.b64decode(json.loads((setup["folder"] / "attest.json").read_text())["payload"]))[
+        "predicate"]
+    assert predicate["decision"]["sha256"] == tags["tiergate.decision_sha256"]
+    assert predicate["lineage"] == doc["lineage"]
     assert tags["tiergate.report"] == str((report / "gate-summary.md").resolve())
     assert not [k for k in tags if k.startswith(f"tiergate.{X86}.")]
     assert f"moved alias champion to {NAME}/{versions['good']}" in err

@@ -31,13 +31,20 @@ def run_gate(values: dict) -> None:
     # an unchanged request is answered from the decision cache before anything heavy is imported (no fast
     # path with a registry: recording needs the normal path's runs)
     run = quickgate.lookup(request, build) if not values["registry_url"] else None
+    recorded = None
     if run is not None:
         if progress is not None:
             progress("unchanged: the decision from the cache (nothing loaded, built or run)")
     else:
-        run = _gate(request, build, values, progress)
+        run, recorded = _gate(request, build, values, progress)
     write_reports(run, values["report_dir"], values["junit"])
     explained = _explain(run, request, build, progress) if values["explain"] else None
+    if explained is not None and recorded is not None:       # the drift report links it to the decision
+        registry = _registry(values["registry_url"])
+        try:
+            registry.record_explanation(recorded.id, explained.to_json())
+        finally:
+            registry.close()
     if values["as_json"]:
         typer.echo(json_text(run, explained))
     else:
@@ -46,7 +53,8 @@ def run_gate(values: dict) -> None:
 
 
 def _gate(request, build, values: dict, progress):
-    """The normal path: intake, build, run (or reuse), decide; then remember it for the fast path."""
+    """The normal path: intake, build, run (or reuse), decide; then record it in the registry (the decision
+    record comes back with the run) or remember it for the fast path (None)."""
     from tiergate import orchestrator, quickgate
 
     if threading.current_thread() is threading.main_thread():
@@ -59,10 +67,10 @@ def _gate(request, build, values: dict, progress):
                                       shards=values["shards"], progress=progress)
     run = orchestrator.gate(request, orchestrator.Seams(builder=recorder), options)
     if registry is not None:
-        orchestrator.record_or_reuse(registry, run)
-    else:
-        quickgate.remember(request, build, run, recorder)
-    return run
+        recorded, _ = orchestrator.record_or_reuse(registry, run)
+        return run, recorded
+    quickgate.remember(request, build, run, recorder)
+    return run, None
 
 
 def _registry(url: str | None):

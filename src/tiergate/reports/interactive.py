@@ -2,7 +2,7 @@
 
 The page loads plotly.js once from `PLOTLY_JS`, a file written beside report.html (`write_plotly_js`), by a
 relative path, so report.html works from file:// offline. Each plot is a `<div id="plot-tier-<tier>">`
-(one panel per metric, one line per artifact family and device class over the registered versions; a
+(one panel per metric, one line per artifact family (precision/format) and device class over the registered versions; a
 button switches the x axis to the registration date) or `<div id="plot-cross-tier">` (the heatmap).
 Hovering a point shows the version, the hash, the registration date and the value.
 """
@@ -31,9 +31,9 @@ def _html(figure, div_id: str) -> str:
     return figure.to_html(full_html=False, include_plotlyjs=False, div_id=div_id, config=_CONFIG)
 
 
-def _line_name(row: dict, several_classes: bool) -> str:
-    name = row.get("family") or f"{row['precision']}/{row.get('format', '')}"
-    return f"{name} · {row['device_class']}" if several_classes else name
+def _line_name(row: dict) -> str:
+    """A line: the artifact family (precision/format unless tagged) on one device class."""
+    return f"{row.get('family') or row['precision'] + '/' + row.get('format', '')} · {row['device_class']}"
 
 
 def tier_plot(report: dict, tier: str, panels, emulation_bound, div_id: str) -> str:
@@ -42,14 +42,13 @@ def tier_plot(report: dict, tier: str, panels, emulation_bound, div_id: str) -> 
     from plotly.subplots import make_subplots
 
     entry = report["tiers"][tier]
-    several = len(entry["device_classes"]) > 1
     order = [a["label"] for a in report["artifacts"]]
     rows = -(-len(panels) // _COLS)
     figure = make_subplots(rows=rows, cols=_COLS, subplot_titles=[title for _, title in panels],
                            horizontal_spacing=0.06, vertical_spacing=0.16)
     lines: dict[str, list[dict]] = {}
     for row in entry["rows"]:
-        lines.setdefault(_line_name(row, several), []).append(row)
+        lines.setdefault(_line_name(row), []).append(row)
     colours = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"]
     by_date, by_version = [], []
     for k, (key, title) in enumerate(panels):

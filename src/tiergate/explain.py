@@ -462,6 +462,29 @@ class Explanation:
     def dumps(self) -> str:
         return json.dumps(self.to_json(), indent=1, allow_nan=False)
 
+    @classmethod
+    def from_json(cls, doc: dict) -> "Explanation":
+        """Back from to_json() (a recorded explanation: the drift report renders it); a number recorded
+        as null (not finite) comes back as NaN."""
+        def number(value) -> float:
+            return float("nan") if value is None else float(value)
+
+        targets = {}
+        for name, item in (doc.get("targets") or {}).items():
+            suggestions = item.get("suggestions") or {}
+            layers = [Layer(tensor=x["tensor"], op=x.get("op", ""), sqnr_db=number(x.get("sqnr_db")),
+                            cosine=number(x.get("cosine")), max_abs_error=number(x.get("max_abs_error")),
+                            saturation=x.get("saturation"), range=x.get("range"), observed=list(x.get("observed") or []),
+                            candidate_tensor=x.get("candidate_tensor", ""), nodes=list(x.get("nodes") or []))
+                      for x in item.get("layers") or []]
+            e2e = item.get("end_to_end_sqnr_db")
+            targets[name] = TierExplain(name, number(item.get("threshold_db")), layers, item.get("first_divergent"),
+                                        None if e2e is None else float(e2e), list(item.get("unpaired") or []),
+                                        list(item.get("skipped") or []), list(suggestions.get("keep_float") or []),
+                                        list(suggestions.get("calibration") or []), float(item.get("seconds") or 0.0),
+                                        item.get("machine", ""), item.get("error", ""))
+        return cls(doc.get("candidate", ""), doc.get("reference", ""), targets, doc.get("mixed_precision"))
+
     def keep_float(self) -> list[str]:
         nodes: list[str] = []
         for item in self.targets.values():

@@ -35,7 +35,7 @@ def test_demo_promotes_the_good_candidates_and_rejects_the_broken_one(tmp_path, 
     assert needed <= 2000
     report = json.loads((tmp_path / "home" / "demo" / "report" / "report.json").read_text())
     html = (tmp_path / "home" / "demo" / "report" / "report.html").read_text()
-    assert "<svg" in html
+    assert 'id="plot-tier-x86-server"' in html and (tmp_path / "home" / "demo" / "report" / "plotly.min.js").is_file()
     tiers = set(report["tiers"])
     assert {"x86-server", "cortex-a"} <= tiers
 
@@ -56,6 +56,12 @@ def test_demo_promotes_the_good_candidates_and_rejects_the_broken_one(tmp_path, 
     for name, item in explained["targets"].items():
         assert item["error"] == "" and item["layers"], name
         assert item["first_divergent"] in {layer["tensor"] for layer in item["layers"]}, name
+    # ... recorded with its decision: the report's REJECT cells link to its explain page
+    (badcal,) = [d for d in report["decisions"] if names.get(d["artifact_sha"]) == "onnx-int8-badcal"]
+    assert badcal["verdict"] == "reject" and badcal["explained"]
+    assert report["explanations"][str(badcal["id"])]["targets"].keys() == explained["targets"].keys()
+    assert f'href="decisions/explain-{badcal["id"]}.html"' in html
+    assert (tmp_path / "home" / "demo" / "report" / "decisions" / f"explain-{badcal['id']}.html").is_file()
     mixed = explained["mixed_precision"]
     assert mixed["int8"]["verdict"] == "REJECT" and mixed["mixed"]["excluded"]
     assert mixed["mixed"]["passes_against_reference"], mixed["mixed"]["reasons"]

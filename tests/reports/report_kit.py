@@ -14,6 +14,7 @@ import numpy as np
 import modelkit as mk
 import gatekit
 from tiergate import orchestrator
+from tiergate.execution.explain import HostRunner, explain
 from tiergate.policy import load_policy
 from tiergate.registry import Registry
 from tiergate.registry.store import file_sha256
@@ -28,7 +29,9 @@ def tiny_model(path: Path, weights: np.ndarray, bias: np.ndarray) -> Path:
 
 
 def populate(registry: Registry, tmp_path: Path) -> dict:
-    """FP32 reference, a rejected candidate and a promoted candidate, each gated on both device classes."""
+    """FP32 reference, a rejected candidate and a promoted candidate, each gated on both device classes; the
+    rejected candidate's decision carries a recorded explanation (tiergate explain with the host runner on
+    the x86 class: under a second)."""
     rng = np.random.default_rng(7)
     x = rng.normal(size=(400, 4)).astype(np.float32)
     w, b = rng.normal(size=(4, 3)), rng.normal(size=3)
@@ -51,12 +54,16 @@ def populate(registry: Registry, tmp_path: Path) -> dict:
         for name in variants:
             gate_run = gatekit.gate(paths[name], paths["fp32"], data, resolve(list(CLASSES)), load_policy(None),
                                      profile=True)   # real op profiles: the report's top ops per tier
-            orchestrator.record(registry, gate_run, cost_tags={"billing": "edge-fleet"})
+            recorded = orchestrator.record(registry, gate_run, cost_tags={"billing": "edge-fleet"})
             runs[name] = {dc: folder for (role, dc), folder in gate_run.run_dirs.items() if role == "candidate"}
             runs[name]["verdict"] = gate_run.decision.verdict
+            runs[name]["decision_id"] = recorded.id
+        explained = explain(paths["v1"], paths["fp32"], data, resolve(["x86_64-cpu-onnxruntime"]), load_policy(None),
+                            runner=HostRunner(), samples=16)
+        registry.record_explanation(runs["v1"]["decision_id"], explained.to_json())
     finally:
         if previous is None:
             os.environ.pop("TIERGATE_HOME", None)
         else:
             os.environ["TIERGATE_HOME"] = previous
-    return {"shas": shas, "labels": labels, "runs": runs, "paths": paths}
+    return {"shas": shas, "labels": labels, "runs": runs, "paths": paths, "explained": explained}

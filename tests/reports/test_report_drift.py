@@ -85,18 +85,82 @@ def test_since_keeps_later_artifacts_only(filled):
 @pytest.mark.docker
 @pytest.mark.emulated
 @pytest.mark.slow
-def test_html_is_self_contained_with_one_plot_per_tier(filled, tmp_path):
-    registry, _ = filled
+def test_html_works_offline_with_one_plot_per_tier_and_a_page_per_decision(filled, tmp_path):
+    registry, made = filled
     report = build_drift_report(registry, "digits")
     html_path, json_path = write_report(report, tmp_path / "out")
     page = html_path.read_text()
-    for svg_id in ("plot-tier-cortex-a", "plot-tier-x86-server", "plot-cross-tier"):
-        assert len(re.findall(f'<svg[^>]* id="{svg_id}"', page)) == 1
+    for plot_id in ("plot-tier-cortex-a", "plot-tier-x86-server", "plot-cross-tier"):
+        assert len(re.findall(f'<div id="{plot_id}"', page)) == 1
     assert "arm64-cpu-onnxruntime (emulated)" in page
-    assert page.count('id="table-tier-') == 2 and 'id="table-cross-tier"' in page
-    assert not re.search(r"<script|<link|(src|href)=\"https?:", page)
+    assert page.count('id="table-tier-') == 2 and 'id="table-cross-tier"' in page and 'id="table-verdicts"' in page
+    # plotly.js is loaded once, from the file beside the page; nothing is fetched from anywhere else
+    assert re.findall(r"<script src=\"([^\"]+)\"", page) == ["plotly.min.js"]
+    assert (tmp_path / "out" / "plotly.min.js").stat().st_size > 1_000_000
+    assert not re.search(r"(src|href)=\"(https?:|//)", page)
     assert json.loads(json_path.read_text())["promoted"] == report["promoted"]
     assert report["generated_at"] in page
+    ids = sorted(d["id"] for d in report["decisions"])
+    pages = sorted(p.name for p in (tmp_path / "out" / "decisions").iterdir())
+    assert pages == sorted([f"decision-{i}.html" for i in ids] + [f"explain-{made['runs']['v1']['decision_id']}.html"])
+    for i in ids:
+        assert f'href="decisions/decision-{i}.html"' in page
+
+
+@pytest.mark.docker
+@pytest.mark.emulated
+@pytest.mark.slow
+def test_versions_families_decisions_and_the_verdict_matrix(filled):
+    registry, made = filled
+    report = build_drift_report(registry, "digits")
+    shas, runs = made["shas"], made["runs"]
+    assert [(a["label"], a["version_source"], a["family"]) for a in report["artifacts"]] == [
+        ("v1", "ordinal", "fp32/onnx"), ("v2", "ordinal", "int8/onnx"), ("v3", "ordinal", "int8/onnx")]
+    assert [r["label"] for r in report["tiers"]["x86-server"]["rows"]] == ["v1", "v2", "v3"]
+    recorded = {d.id: d for sha in shas.values() for d in registry.decisions(artifact_sha=sha)}
+    assert sorted(d["id"] for d in report["decisions"]) == sorted(recorded)
+    rejected = next(d for d in report["decisions"] if d["id"] == runs["v1"]["decision_id"])
+    assert rejected["verdict"] == "reject" and rejected["explained"] and rejected["artifact_sha"] == shas["v1"]
+    failed = {c.label for c in recorded[rejected["id"]].checks if not c.passed}
+    assert failed and {c["label"] for c in rejected["checks"] if c["outcome"] == "fail"} == failed
+    assert [a["sha256"] for a in rejected["lineage"]] == [shas["v1"], shas["fp32"]]
+    assert rejected["reference"]["sha256"] == shas["fp32"]
+    matrix = report["verdicts"]
+    assert matrix["tiers"] == ["cortex-a", "x86-server"]
+    assert [[row["cells"][t]["verdict"] for t in matrix["tiers"]] for row in matrix["rows"]] == [
+        ["promote"] * 2, ["reject"] * 2, ["promote"] * 2]
+    cell = matrix["rows"][1]["cells"]["x86-server"]
+    assert cell["decision_id"] == rejected["id"] and cell["explained"]
+    assert set(cell["failed"]) == {c.label for c in recorded[rejected["id"]].checks
+                                   if not c.passed and c.tier == "x86-server" and not c.inconclusive}
+    assert report["explanations"] == {str(rejected["id"]): made["explained"].to_json()}
+    assert set(report["explanations"]) == {str(d["id"]) for d in report["decisions"] if d["explained"]}
+
+
+def test_version_is_the_tag_then_the_mlflow_version_then_the_ordinal():
+    from datetime import datetime, timezone
+
+    from tiergate.registry.records import ArtifactRecord
+    from tiergate.registry.report_data import artifact_entries, family_of, version_of
+
+    def artifact(n: int, tags: dict, precision="int8") -> ArtifactRecord:
+        return ArtifactRecord(sha256=f"{n:x}" * 64, model="m", format="onnx", precision=precision, fingerprint={},
+                              parent_sha=None, reference_sha=None, config_sha=None, tags=tags, filename="m.onnx",
+                              size_bytes=1, store_key="k", registered_at=datetime(2026, 1, n, tzinfo=timezone.utc))
+
+    tagged = artifact(1, {"version": "1.4", "mlflow.version": "7"})
+    mlflow = artifact(2, {"mlflow.version": "7", "mlflow.name": "digits"})
+    plain, again = artifact(3, {}), artifact(4, {"version": "1.4"})
+    fp32 = artifact(5, {"version": "1.4", "family": "baseline"}, precision="fp32")
+    assert version_of(tagged, 1) == ("1.4", "tag") and version_of(mlflow, 2) == ("mlflow v7", "mlflow")
+    assert version_of(plain, 3) == ("v3", "ordinal") and version_of(artifact(6, {"version": " "}), 6)[0] == "v6"
+    assert family_of(plain) == "int8/onnx" and family_of(fp32) == "baseline"
+    entries = artifact_entries([tagged, mlflow, plain, again, fp32], [mlflow, plain, again, fp32])
+    assert [e["ordinal"] for e in entries] == [2, 3, 4, 5]            # ordinals over the model, not the shown part
+    # a version repeated within one family is told apart by its hash; another family may share it
+    assert [e["label"] for e in entries] == ["mlflow v7", "v3", "1.4", "1.4"]
+    entries = artifact_entries([tagged, again], [tagged, again])
+    assert [e["label"] for e in entries] == ["1.4", f"1.4 ({again.short[:6]})"]
 
 
 @pytest.mark.docker

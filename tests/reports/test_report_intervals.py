@@ -79,7 +79,7 @@ def gated(tmp_path_factory):
 def _row_cells(page: str, tier: str, short: str) -> str:
     table = page[page.index(f'id="table-tier-{tier}"'):]
     table = table[:table.index("</table>")]
-    return next(r for r in table.split("<tr") if f"<code>{short}</code>" in r)
+    return next(r for r in table.split("<tr") if f">{short}</code>" in r)
 
 
 def test_rows_and_page_carry_the_recorded_intervals(gated):
@@ -114,7 +114,9 @@ def test_rows_and_page_carry_the_recorded_intervals(gated):
             lo, hi = re.search(r"accuracy_ratio\[y\] [\d.]+ \[([\d.]+), ([\d.]+)\]", cells).groups()
             assert (float(lo), float(hi)) == pytest.approx((check["interval"]["low"], check["interval"]["high"]),
                                                           abs=5e-4)
-            assert f'<span class="verdict">{verdicts[name]}</span>' in cells
+            decision_id = registry.decisions(artifact_sha=sha)[-1].id     # the verdict links to its page
+            assert (f'<span class="verdict"><a href="decisions/decision-{decision_id}.html">{verdicts[name]}</a>'
+                    "</span>") in cells
             if shown["outcome"] == "inconclusive":
                 assert f"needs ~{check['samples_needed']} samples" in cells
                 assert check["samples_needed"] > N

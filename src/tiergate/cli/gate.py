@@ -37,14 +37,21 @@ def run_gate(values: dict) -> None:
     # an unchanged request is answered from the decision cache before anything heavy is imported (no fast
     # path with a registry: recording needs the normal path's runs)
     run = quickgate.lookup(request, build) if not values["registry_url"] else None
+    recorded = None
     if run is not None:
         if progress is not None:
             progress("unchanged: the decision from the cache (nothing loaded, built or run)")
     else:
-        run = _gate(request, build, values, progress, sources)
+        run, recorded = _gate(request, build, values, progress, sources)
     lineage = _lineage(sources)
     write_reports(run, values["report_dir"], values["junit"], lineage, attest)
     explained = _explain(run, request, build, progress) if values["explain"] else None
+    if explained is not None and recorded is not None:       # the drift report links it to the decision
+        registry = _registry(values["registry_url"])
+        try:
+            registry.record_explanation(recorded.id, explained.to_json())
+        finally:
+            registry.close()
     if values["as_json"]:
         typer.echo(json_text(run, explained, lineage))
     else:
@@ -54,6 +61,7 @@ def run_gate(values: dict) -> None:
     raise typer.Exit(run.decision.exit_code)
 
 
+<<<<<<< HEAD
 def _from_mlflow(values: dict) -> tuple[dict, dict]:
     """The values with models:/ artifacts fetched from MLflow (their files), and those sources by role."""
     from tiergate.request import is_mlflow_uri
@@ -95,6 +103,11 @@ def _to_mlflow(run, source, values: dict, lineage, err) -> None:
 
 def _gate(request, build, values: dict, progress, sources: dict | None = None):
     """The normal path: intake, build, run (or reuse), decide; then remember it for the fast path."""
+=======
+def _gate(request, build, values: dict, progress):
+    """The normal path: intake, build, run (or reuse), decide; then record it in the registry (the decision
+    record comes back with the run) or remember it for the fast path (None)."""
+>>>>>>> i29-report
     from tiergate import orchestrator, quickgate
 
     if threading.current_thread() is threading.main_thread():
@@ -109,10 +122,10 @@ def _gate(request, build, values: dict, progress, sources: dict | None = None):
     if registry is not None:
         if sources and "candidate" in sources:     # the candidate registered with its MLflow identity as tags
             _register_mlflow(registry, request, sources["candidate"])
-        orchestrator.record_or_reuse(registry, run)
-    else:
-        quickgate.remember(request, build, run, recorder)
-    return run
+        recorded, _ = orchestrator.record_or_reuse(registry, run)
+        return run, recorded
+    quickgate.remember(request, build, run, recorder)
+    return run, None
 
 
 def _register_mlflow(registry, request, source) -> None:

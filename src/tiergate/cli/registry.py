@@ -57,7 +57,8 @@ def register_command(
 
 def report_command(
     model: str = typer.Option(..., "--model", help="Model name to report on."),
-    out: Path = typer.Option(..., "--out", help="Folder to write report.html and report.json into."),
+    out: Path = typer.Option(..., "--out", help="Folder to write report.html, report.json, plotly.min.js and "
+                                            "decisions/ (a page per decision) into."),
     since: str | None = typer.Option(None, "--since", help="Only artifacts registered on or after this ISO date."),
     registry_url: str | None = typer.Option(None, "--registry", help=_REGISTRY_HELP),
     store: str | None = typer.Option(None, "--store", help=_STORE_HELP),
@@ -66,11 +67,14 @@ def report_command(
     from tiergate.paths import check_outputs
     from tiergate.registry.names import model_name, since as parse_since
     from tiergate.registry.report_data import build_drift_report
+    from tiergate.reports.decision_pages import FOLDER
     from tiergate.reports.html import HTML_FILE, JSON_FILE, write_report
+    from tiergate.reports.interactive import PLOTLY_JS
 
     model_name(model)
     when = parse_since(since) if since else None
-    check_outputs([("--out", out / HTML_FILE), ("--out", out / JSON_FILE)], [], folders=[("--out", out)])
+    check_outputs([("--out", out / HTML_FILE), ("--out", out / JSON_FILE), ("--out", out / PLOTLY_JS)], [],
+                  folders=[("--out", out), ("--out", out / FOLDER)])
     with _open(registry_url, store) as registry:
         report = build_drift_report(registry, model, since=when)
     html_path, json_path = write_report(report, out)

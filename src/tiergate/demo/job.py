@@ -55,6 +55,7 @@ class CandidateOutcome:
     containers_started: int
     expected: str = ""          # "promote", "reject" or "inconclusive" (default: the candidate's)
     data_note: str = ""         # set when gated on other data than the full evaluation set
+    decision_id: int | None = None   # its decision in the registry (None: not recorded)
 
     @property
     def got_expected(self) -> bool:
@@ -93,9 +94,9 @@ def run_demo(work_dir: Path | None = None, *, targets: dict[str, list[str]] | No
             on_candidate(candidate)
         outcome.outcomes.append(_gate_one(registry, demo, candidate, targets or TARGETS, policy, say, max_parallel))
     outcome.outcomes.append(_confirm(demo, work_dir, policy, say, max_parallel, on_candidate))
+    _explain_badcal(outcome, demo, targets or TARGETS, policy, work_dir, say, registry)
     say("writing the drift report")
     outcome.report_html, outcome.report_json = _report(registry, work_dir / "report")
-    _explain_badcal(outcome, demo, targets or TARGETS, policy, work_dir, say)
     return outcome
 
 
@@ -103,9 +104,12 @@ BADCAL = "onnx-int8-badcal"
 EXPLAIN_SAMPLES = 16       # tensors dumped per tier: enough to locate the layer, cheap under emulation
 
 
-def _explain_badcal(outcome: DemoOutcome, demo: DemoSet, targets, policy, work_dir: Path, say) -> None:
+def _explain_badcal(outcome: DemoOutcome, demo: DemoSet, targets, policy, work_dir: Path, say,
+                    registry=None) -> None:
     """The seed's fix, in one step: which layer lost it on each tier, and the INT8 vs mixed-precision A/B
-    (the reference re-quantized on the training-split calibration images, the worst layers in float)."""
+    (the reference re-quantized on the training-split calibration images, the worst layers in float).
+    The explanation is recorded in the registry with the candidate's decision: the drift report links
+    its verdict cell to it."""
     import numpy as np
 
     from tiergate.demo import data
@@ -140,6 +144,9 @@ def _explain_badcal(outcome: DemoOutcome, demo: DemoSet, targets, policy, work_d
     outcome.explain_html = write_html(result, folder / "explain.html")
     outcome.explained = result
     outcome.explain_seconds = time.monotonic() - t0
+    gated = next((o for o in outcome.outcomes if o.candidate.name == BADCAL and o.decision_id is not None), None)
+    if registry is not None and gated is not None:
+        registry.record_explanation(gated.decision_id, result.to_json())
 
 
 def _gate_one(registry, demo: DemoSet, candidate: Candidate, targets, policy, say, max_parallel) -> CandidateOutcome:
@@ -156,9 +163,9 @@ def _gate_one(registry, demo: DemoSet, candidate: Candidate, targets, policy, sa
     options = RunOptions(registry=registry, max_parallel=max_parallel,
                          progress=lambda text: say(f"{candidate.name}: {text}"))
     run = orchestrator.gate(request, orchestrator.Seams(), options)
-    orchestrator.record_or_reuse(registry, run, cost_tags={"demo": candidate.name})
+    recorded, _ = orchestrator.record_or_reuse(registry, run, cost_tags={"demo": candidate.name})
     return CandidateOutcome(candidate, run.decision, incumbent_name,
-                            run.cache_hits, run.containers_started)
+                            run.cache_hits, run.containers_started, decision_id=recorded.id)
 
 
 def _confirm(demo: DemoSet, work_dir: Path, policy, say, max_parallel, on_candidate) -> CandidateOutcome:

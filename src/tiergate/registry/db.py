@@ -423,6 +423,37 @@ class Registry:
             rows = conn.execute(query.order_by(s.alias_history.c.id)).mappings().all()
         return [AliasMove(**{k: v for k, v in r.items() if k != "id"}) for r in rows]
 
+    # -- explanations (a table added after schema 1: created on first write, read as empty where absent) --
+    def record_explanation(self, decision_id: int, explanation: dict[str, Any],
+                           at: datetime | None = None) -> int:
+        """Record `tiergate explain`'s answer (Explanation.to_json()) for a recorded decision; returns its id.
+
+        The same explanation as the decision's latest one is not recorded again (its id comes back).
+        Non-finite numbers become null (the JSON column holds plain JSON on SQLite and PostgreSQL).
+        """
+        doc = _plain_json(dict(explanation))
+        with self._write() as conn:
+            if conn.execute(select(s.decisions.c.id).where(s.decisions.c.id == int(decision_id))).first() is None:
+                raise InputError(f"no decision {decision_id} in the registry to attach an explanation to")
+            s.explanations.create(conn, checkfirst=True)
+            latest = conn.execute(select(s.explanations.c.id, s.explanations.c.explanation)
+                                  .where(s.explanations.c.decision_id == int(decision_id))
+                                  .order_by(s.explanations.c.id.desc()).limit(1)).first()
+            if latest is not None and latest[1] == doc:
+                return int(latest[0])
+            return int(conn.execute(insert(s.explanations).values(
+                decision_id=int(decision_id), explanation=doc, recorded_at=at or now())).inserted_primary_key[0])
+
+    def explanations(self, decision_ids: Iterable[int] | None = None) -> dict[int, dict[str, Any]]:
+        """decision id -> its latest recorded explanation ({} in a registry that never recorded one)."""
+        query = select(s.explanations.c.decision_id, s.explanations.c.explanation).order_by(s.explanations.c.id)
+        if decision_ids is not None:
+            query = query.where(s.explanations.c.decision_id.in_([int(i) for i in decision_ids]))
+        with self._read() as conn:
+            if not self.engine.dialect.has_table(conn, s.explanations.name):
+                return {}
+            return {int(d): e for d, e in conn.execute(query).all()}
+
 
 def _check_runs(runs: list) -> None:
     for run in runs:
@@ -491,3 +522,14 @@ def count_rows(registry: Registry) -> dict[str, int]:
     tables = (s.artifacts, s.runs, s.decisions, s.checks, s.decision_runs, s.aliases, s.alias_history)
     with registry._read() as conn:
         return {t.name: conn.execute(select(func.count()).select_from(t)).scalar_one() for t in tables}
+
+
+def _plain_json(value):
+    """value with every non-finite float as None (plain JSON for SQLite's and PostgreSQL's JSON columns)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {str(k): _plain_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain_json(v) for v in value]
+    return value

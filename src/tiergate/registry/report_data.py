@@ -3,7 +3,10 @@ device class over time, and the cross-tier drift matrix of the currently promote
 
 Run metrics use the flat shape documented in docs/registry.md (`METRIC_KEYS`, plus "emulated";
 tiergate.registry.gate_link). The cross-tier matrix is computed (tiergate.reports.drift) from the
-stored result folders (outputs.npz) of the promoted artifacts' runs. The result is a JSON-able dict
+stored result folders (outputs.npz) of the promoted artifacts' runs. Each artifact is named by its
+registered version (`version_of`) and its family (`family_of`); every recorded decision of the
+artifacts is in it (checks, reasons, lineage) with the explanation recorded for it, if any
+(`Registry.explanations`: gate --explain --registry, the demo). The result is a JSON-able dict
 (see `build_drift_report`); tiergate.reports.html renders it.
 """
 
@@ -84,6 +87,97 @@ def recorded_intervals(detail: dict[str, Any], device_class: str) -> dict:
     return {"accuracy": accuracy, "checks": checks}
 
 
+VERSION_TAG = "version"                 # an artifact's own version, as registered (`register --tag version=1.4`)
+MLFLOW_VERSION_TAG = "mlflow.version"   # the MLflow model version it came from (MLflow lineage tags)
+FAMILY_TAG = "family"                   # overrides the family (default "<precision>/<format>")
+
+
+def version_of(artifact: ArtifactRecord, ordinal: int) -> tuple[str, str]:
+    """(version label, where it came from): the artifact's `version` tag ("tag"), else its MLflow model
+    version ("mlflow": "mlflow v3"), else its registration ordinal within the model ("ordinal": "v3")."""
+    tags = artifact.tags or {}
+    if str(tags.get(VERSION_TAG) or "").strip():
+        return str(tags[VERSION_TAG]).strip(), "tag"
+    if str(tags.get(MLFLOW_VERSION_TAG) or "").strip():
+        return f"mlflow v{str(tags[MLFLOW_VERSION_TAG]).strip()}", "mlflow"
+    return f"v{ordinal}", "ordinal"
+
+
+def family_of(artifact: ArtifactRecord) -> str:
+    """The line an artifact belongs to in the plots: its `family` tag, else "<precision>/<format>"."""
+    return str((artifact.tags or {}).get(FAMILY_TAG) or f"{artifact.precision}/{artifact.format}")
+
+
+def artifact_entries(all_artifacts: list[ArtifactRecord], shown: list[ArtifactRecord]) -> list[dict]:
+    """The shown artifacts (oldest first) with their version, family and `label`: the version, made unique
+    within a family by the hash prefix (two artifacts of one family tagged the same version)."""
+    ordinal = {a.sha256: i for i, a in enumerate(all_artifacts, start=1)}   # over the model, not `since`
+    out, seen = [], set()
+    for a in shown:
+        version, source = version_of(a, ordinal.get(a.sha256, 0))
+        family = family_of(a)
+        label = version if (family, version) not in seen else f"{version} ({a.short[:6]})"
+        seen.add((family, version))
+        out.append({"sha256": a.sha256, "short": a.short, "registered_at": _iso(a.registered_at),
+                    "format": a.format, "precision": a.precision, "parent_sha": a.parent_sha,
+                    "reference_sha": a.reference_sha, "tags": a.tags, "version": version,
+                    "version_source": source, "ordinal": ordinal.get(a.sha256), "family": family, "label": label})
+    return out
+
+
+def _check(check) -> dict:
+    return {"device_class": check.device_class, "tier": check.tier, "name": check.name, "label": check.label,
+            "output": check.output, "value": _json_value(check.value), "op": check.op,
+            "threshold": _json_value(check.threshold), "outcome": check.outcome, "detail": check.detail or ""}
+
+
+def _json_value(value):
+    return value if not isinstance(value, float) or finite(value) is not None else str(value)
+
+
+def decision_entries(registry: Registry, artifacts: list[dict], explained: set[int]) -> list[dict]:
+    """Every recorded decision of the given artifacts (report["artifacts"] entries), oldest first:
+    verdict, tiers, reasons, checks, the runs it used, the artifact's lineage and reference."""
+    by_sha = {a["sha256"]: a for a in artifacts}
+    out = []
+    for entry in artifacts:
+        lineage = [{"sha256": a.sha256, "short": a.short, "model": a.model, "format": a.format,
+                    "precision": a.precision, "registered_at": _iso(a.registered_at), "tags": a.tags,
+                    "version": by_sha[a.sha256]["label"] if a.sha256 in by_sha else None}
+                   for a in registry.lineage(entry["sha256"])]
+        reference = registry.find_artifact(entry["reference_sha"]) if entry["reference_sha"] else None
+        for d in registry.decisions(artifact_sha=entry["sha256"]):
+            out.append({
+                "id": d.id, "artifact_sha": d.artifact_sha, "short": entry["short"], "label": entry["label"],
+                "family": entry["family"], "verdict": d.verdict, "tiers": list(d.tiers), "reasons": list(d.reasons),
+                "decided_at": _iso(d.decided_at), "cost_tags": d.cost_tags, "run_ids": list(d.run_ids),
+                "checks": [_check(c) for c in d.checks], "lineage": lineage,
+                "reference": None if reference is None else {
+                    "sha256": reference.sha256, "short": reference.short, "precision": reference.precision,
+                    "format": reference.format,
+                    "version": by_sha[reference.sha256]["label"] if reference.sha256 in by_sha else None},
+                "explained": d.id in explained,
+            })
+    return out
+
+
+def verdict_matrix(artifacts: list[dict], decisions: list[dict], tiers: list[str]) -> dict:
+    """Versions x tiers: per artifact and tier, the latest decision covering the tier (None: not gated)
+    with the labels of its failing checks on that tier."""
+    names = sorted(set(tiers) | {t for d in decisions for t in d["tiers"]})
+    rows = []
+    for a in artifacts:
+        cells = {}
+        for tier in names:
+            covering = [d for d in decisions if d["artifact_sha"] == a["sha256"] and tier in d["tiers"]]
+            d = covering[-1] if covering else None
+            cells[tier] = None if d is None else {
+                "decision_id": d["id"], "verdict": d["verdict"], "explained": d["explained"],
+                "failed": [c["label"] for c in d["checks"] if c["tier"] == tier and c["outcome"] == "fail"]}
+        rows.append({"artifact_sha": a["sha256"], "label": a["label"], "family": a["family"], "cells": cells})
+    return {"tiers": names, "rows": rows}
+
+
 def _row(artifact: ArtifactRecord, run: RunRecord, decision: DecisionRecord | None, promoted: bool) -> dict:
     return {
         "artifact_sha": artifact.sha256, "short": artifact.short, "registered_at": _iso(artifact.registered_at),
@@ -92,6 +186,7 @@ def _row(artifact: ArtifactRecord, run: RunRecord, decision: DecisionRecord | No
         "emulated": bool(run.metrics.get("emulated", run.emulated)), "machine": run.machine,
         "metrics": report_metrics(run.metrics),
         "decision": decision.verdict if decision else None,
+        "decision_id": decision.id if decision else None,
         "reasons": decision.reasons if decision else [],
         "intervals": recorded_intervals(decision.detail, run.device_class) if decision
         else {"accuracy": None, "checks": []},
@@ -150,21 +245,32 @@ def build_drift_report(registry: Registry, model: str, since: datetime | None = 
         known = ", ".join(registry.models()) or "none"
         raise InputError(f"model {model!r} has no registered artifacts (registered models: {known})")
     artifacts = registry.artifacts(model, since=since)
+    entries = artifact_entries(registry.artifacts(model), artifacts)
     promoted = registry.aliases(model)
+    tiers = tier_rows(registry, artifacts, promoted)
+    named = {e["sha256"]: e for e in entries}
+    for entry in tiers.values():
+        for row in entry["rows"]:
+            row.update(version=named[row["artifact_sha"]]["version"], label=named[row["artifact_sha"]]["label"],
+                       family=named[row["artifact_sha"]]["family"])
+    ids = [d.id for a in artifacts for d in registry.decisions(artifact_sha=a.sha256)]
+    explanations = registry.explanations(ids) if ids else {}
+    decisions = decision_entries(registry, entries, set(explanations))
     return {
         "schema": REPORT_SCHEMA,
         "model": model,
         "generated_at": _iso(datetime.now(timezone.utc)),
         "since": _iso(since) if since else None,
         "metric_keys": list(METRIC_KEYS),
-        "artifacts": [{"sha256": a.sha256, "short": a.short, "registered_at": _iso(a.registered_at),
-                       "format": a.format, "precision": a.precision, "parent_sha": a.parent_sha,
-                       "reference_sha": a.reference_sha, "tags": a.tags} for a in artifacts],
+        "artifacts": entries,
         "promoted": promoted,
         "alias_history": [{"tier": m.tier, "artifact_sha": m.artifact_sha, "previous_sha": m.previous_sha,
                            "decision_id": m.decision_id, "moved_at": _iso(m.moved_at)}
                           for m in registry.alias_history(model)],
-        "tiers": tier_rows(registry, artifacts, promoted),
+        "tiers": tiers,
+        "decisions": decisions,
+        "verdicts": verdict_matrix(entries, decisions, list(tiers)),
+        "explanations": {str(k): v for k, v in sorted(explanations.items())},
         "cross_tier": promoted_cross_tier(registry, promoted),
         "runtime": runtime_graphs(registry, artifacts),
         "ops": op_profiles(registry, artifacts),

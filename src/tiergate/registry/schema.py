@@ -1,4 +1,8 @@
-"""The registry's tables (SQLAlchemy Core): artifacts, runs, decisions, checks, aliases.
+"""The registry's tables (SQLAlchemy Core): artifacts, runs, decisions, checks, aliases, explanations.
+
+A table added after schema 1 (`explanations`) is created where it is first written and read as empty
+where it is absent (`Registry.record_explanation` / `Registry.explanations`): a registry made by an
+older tiergate needs no migration and keeps schema 1 (`ADDED_TABLES`).
 
 Timestamps are stored as naive UTC and read back as aware UTC datetimes, so the
 same schema works on SQLite (one file, no server) and PostgreSQL.
@@ -144,3 +148,13 @@ alias_history = Table(
     UniqueConstraint("decision_id", "tier", name="uq_alias_move_per_decision_tier"),
     Index("ix_alias_history_model_tier", "model", "tier"),
 )
+
+explanations = Table(   # `tiergate explain` of a decision's candidate (gate --explain, the demo), as recorded
+    "explanations", metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("decision_id", Integer, ForeignKey("decisions.id"), nullable=False, index=True),
+    Column("explanation", JSON, nullable=False),      # tiergate.explain.Explanation.to_json()
+    Column("recorded_at", UTCDateTime, nullable=False),
+)
+
+ADDED_TABLES = (explanations,)   # created on first write, absent (read as empty) in older registries

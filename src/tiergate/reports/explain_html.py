@@ -7,7 +7,7 @@ from html import escape
 from pathlib import Path
 
 from tiergate.explain import Explanation
-from tiergate.reports.html import _svg
+from tiergate.reports.svg import svg_text
 
 _STYLE = ("body{font-family:sans-serif;margin:2em;max-width:1100px}table{border-collapse:collapse;margin:1em 0}"
           "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}td.l,th.l{text-align:left}"
@@ -45,12 +45,13 @@ def sqnr_figure(result: Explanation) -> str:
     ax.set_ylabel("SQNR vs FP32 (dB, capped at 100)")
     ax.set_xlabel("FP32 tensor (topological order)")
     ax.legend(fontsize=8)
-    return _svg(figure, "plot-explain-sqnr")
+    return svg_text(figure, "plot-explain-sqnr")
 
 
-def render_html(result: Explanation, n: int = 10) -> str:
+def render_html(result: Explanation, n: int = 10, *, nav: str = "") -> str:
+    """The page; `nav` is HTML put above the title (the drift report's links back to it)."""
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>tiergate explain</title>"
-             f"<style>{_STYLE}</style></head><body><h1>Which layer, on which tier</h1>",
+             f"<style>{_STYLE}</style></head><body>{nav}<h1>Which layer, on which tier</h1>",
              f"<p class='note'>candidate {escape(result.candidate)} against FP32 reference "
              f"{escape(result.reference)}</p><figure>{sqnr_figure(result)}</figure>"]
     for name, item in result.targets.items():

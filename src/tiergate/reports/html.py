@@ -1,12 +1,16 @@
-"""The drift report as one self-contained HTML file (inline SVG plots, inline CSS, no scripts) plus JSON.
+"""The drift report: report.html (interactive plotly plots, inline CSS), report.json, and a page per decision.
 
-A person opens report.html straight from disk; nothing is fetched. Each plot is an
-<svg> element with a stable id: `plot-tier-<tier>` per tier, `plot-cross-tier` for the matrix.
+A person opens report.html straight from disk; nothing is fetched from the network: plotly.js is written
+once beside it (`plotly.min.js`, tiergate.reports.interactive) and loaded by a relative path. Each plot is
+a `<div>` with a stable id: `plot-tier-<tier>` per tier, `plot-cross-tier` for the matrix. The verdict
+matrix (`table-verdicts`: versions x tiers) links every cell to its decision's page and a REJECT with a
+recorded explanation to its explain page (tiergate.reports.decision_pages, under decisions/). Tables wrap
+their text to fit a 1400 px wide window. `tier_figure` / `matrix_figure` are the same plots as static
+matplotlib SVG (for pages that cannot run scripts).
 """
 
 from __future__ import annotations
 
-import io
 import json
 import re
 from html import escape
@@ -16,6 +20,9 @@ import numpy as np
 
 from tiergate.decision import cpu_text
 from tiergate.errors import InputError
+from tiergate.reports import interactive
+from tiergate.reports.decision_pages import decision_page_name, explain_page_name, write_pages
+from tiergate.reports.svg import svg_text
 
 HTML_FILE = "report.html"
 JSON_FILE = "report.json"
@@ -37,28 +44,25 @@ _COLUMNS = (("accuracy", "accuracy", "{:.4f}"), ("cosine", "cosine", "{:.6f}"), 
             ("load_ms", "load ms", "{:.3g}"), ("first_inference_ms", "1st call ms", "{:.3g}"),
             ("artifact_mb", "size MiB", "{:.3g}"), ("cost_per_1k", "cost/1k", "{:.3g}"))
 _CSS = """
-body{font-family:system-ui,sans-serif;margin:2em;color:#222}
-table{border-collapse:collapse;margin:0.5em 0 1.5em}
-th,td{border:1px solid #ccc;padding:0.25em 0.6em;text-align:right;font-size:0.9em}
-th{background:#f0f0f0}td.l,th.l{text-align:left}
+body{font-family:system-ui,sans-serif;margin:1em 1.2em;color:#222}
+table{border-collapse:collapse;margin:0.5em 0 1.5em;max-width:100%}
+table.wide{width:100%}
+th,td{border:1px solid #ccc;padding:0.2em 0.35em;text-align:right;font-size:0.8em;vertical-align:top}
+td.l{overflow-wrap:anywhere}td.nowrap{white-space:nowrap}
+th{background:#f0f0f0}td.l,th.l{text-align:left}caption{text-align:left;font-weight:bold}
 tr.promoted{background:#e8f6e8}.emulated{color:#a05a00}.reject{color:#b00020}.promote{color:#006400}
-.inconclusive{color:#8a6d00}.check{display:block;font-size:0.85em;color:#444}
-figure{margin:0}figure svg{max-width:100%;height:auto}.note{color:#666;font-size:0.9em}
+.inconclusive{color:#8a6d00}.check{display:block;font-size:0.9em;color:#444}.hash{display:block;color:#666;font-size:0.9em}
+td.cell{text-align:center;min-width:7em}td.cell a{font-weight:bold;text-decoration:none}
+td.verdict-promote{background:#cfeccf}td.verdict-reject{background:#f6c9cf}td.verdict-inconclusive{background:#fbeab0}
+td.verdict-none{background:#eeeeee;color:#777}td.cell .check{text-align:left}a.explain-link{font-size:0.9em}
+figure{margin:0}figure svg{max-width:100%;height:auto}.plot{width:100%;margin-bottom:0.5em}.note{color:#666;font-size:0.9em}
+.legend span{display:inline-block;padding:0 0.5em;margin-right:0.5em;border:1px solid #ccc}
 """
+_VERDICT_TEXT = {"promote": "PROMOTE", "reject": "REJECT", "inconclusive": "INCONCLUSIVE"}
 
 
 def element_id(prefix: str, name: str) -> str:
     return f"{prefix}-{re.sub(r'[^A-Za-z0-9_-]', '-', name)}"
-
-
-def _svg(figure, svg_id: str) -> str:
-    import matplotlib
-
-    buffer = io.StringIO()
-    with matplotlib.rc_context({"svg.id": svg_id, "svg.fonttype": "none", "svg.hashsalt": svg_id}):
-        figure.savefig(buffer, format="svg", bbox_inches="tight")
-    text = buffer.getvalue()
-    return text[text.index("<svg"):]  # drop the XML prolog and DOCTYPE: inline SVG in HTML
 
 
 def tier_figure(report: dict, tier: str) -> str:
@@ -82,14 +86,14 @@ def tier_figure(report: dict, tier: str) -> str:
                 if r["promoted"]:
                     ax.plot([x], [y], marker="*", markersize=14, color="gold", markeredgecolor="black")
         ax.set_title(title, fontsize=10)
-        ax.set_xticks(range(len(report["artifacts"])), [a["short"][:8] for a in report["artifacts"]],
+        ax.set_xticks(range(len(report["artifacts"])), [a.get("label") or a["short"][:8] for a in report["artifacts"]],
                       rotation=45, fontsize=7)
         if ax.lines:
             ax.legend(fontsize=7)
         else:
             ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes, color="grey")
     figure.suptitle(f"{report['model']}: tier {tier} across registered artifacts (star: promoted)")
-    return _svg(figure, element_id("plot-tier", tier))
+    return svg_text(figure, element_id("static-plot-tier", tier))
 
 
 def matrix_figure(cross: dict) -> str:
@@ -109,7 +113,7 @@ def matrix_figure(cross: dict) -> str:
         ax.text(j, i, "n/a" if np.isnan(value) else f"{value:.2g}", ha="center", va="center", fontsize=7,
                 color="black" if bright else "white")
     ax.set_title("cross-tier drift of the promoted artifacts")
-    return _svg(figure, "plot-cross-tier")
+    return svg_text(figure, "static-plot-cross-tier")
 
 
 def _fmt(value, pattern: str) -> str:
@@ -142,25 +146,65 @@ def _decision_cell(row: dict) -> str:
     verdict = row["decision"] or ""
     checks = "".join(f'<span class="check {escape(c["outcome"])}">{escape(check_text(c))}</span>'
                      for c in (row.get("intervals") or {}).get("checks", []))
-    return f'<td class="l {escape(verdict)}"><span class="verdict">{escape(verdict)}</span>{checks}</td>'
+    text = escape(verdict)
+    if row.get("decision_id") is not None:
+        text = f'<a href="{decision_page_name(row["decision_id"])}">{text}</a>'
+    return f'<td class="l {escape(verdict)}"><span class="verdict">{text}</span>{checks}</td>'
 
 
 def tier_table(tier: str, entry: dict) -> str:
     head = "".join(f"<th>{escape(label)}</th>" for _, label, _ in _COLUMNS)
-    out = [f'<table id="{element_id("table-tier", tier)}"><tr><th class="l">artifact</th><th class="l">registered</th>'
-           f'<th class="l">precision</th><th class="l">device class</th><th class="l">status</th>{head}'
-           '<th class="l">decision</th><th class="l">cost tags</th></tr>']
+    out = [f'<table class="wide" id="{element_id("table-tier", tier)}"><tr><th class="l">version</th>'
+           f'<th class="l">registered</th><th class="l">family</th><th class="l">device class</th>'
+           f'<th class="l">status</th>{head}<th class="l">decision</th><th class="l">cost tags</th></tr>']
     for row in entry["rows"]:
         cells = "".join(_accuracy_cell(row, pattern) if key == "accuracy" else
                         f"<td>{_fmt(row['metrics'][key], pattern)}</td>" for key, _, pattern in _COLUMNS)
         device = escape(row["device_class"]) + (' <span class="emulated">(emulated)</span>' if row["emulated"] else "")
         tags = ", ".join(f"{escape(k)}={escape(v)}" for k, v in sorted(row["cost_tags"].items()))
-        out.append(f'<tr class="{"promoted" if row["promoted"] else ""}"><td class="l"><code>{row["short"]}</code>'
-                   f'{" ★" if row["promoted"] else ""}</td><td class="l">{escape(row["registered_at"])}</td>'
-                   f'<td class="l">{escape(row["precision"])}</td><td class="l">{device}</td>'
+        label = escape(row.get("label") or row["short"])
+        out.append(f'<tr class="{"promoted" if row["promoted"] else ""}"><td class="l">{label}'
+                   f'{" ★" if row["promoted"] else ""}<code class="hash" title="{row["artifact_sha"]}">{row["short"]}'
+                   f'</code></td><td class="l nowrap" title="{escape(row["registered_at"])}">'
+                   f'{escape(row["registered_at"][:10])}</td>'
+                   f'<td class="l">{escape(row.get("family") or row["precision"])}</td><td class="l">{device}</td>'
                    f'<td class="l">{escape(row["status"])}</td>{cells}'
                    f'{_decision_cell(row)}<td class="l">{tags}</td></tr>')
     return "\n".join(out) + "</table>"
+
+
+def verdict_table(report: dict) -> str:
+    """Versions x tiers: each cell the verdict of the latest decision covering the tier, linked to its page
+    (and, for a decision with a recorded explanation, to its explain page); grey where it was not gated."""
+    matrix = report["verdicts"]
+    shas = {a["sha256"]: a for a in report["artifacts"]}
+    head = "".join(f'<th>{escape(tier)}</th>' for tier in matrix["tiers"])
+    rows = []
+    for row in matrix["rows"]:
+        artifact = shas[row["artifact_sha"]]
+        cells = []
+        for tier in matrix["tiers"]:
+            cell = row["cells"].get(tier)
+            if cell is None:
+                cells.append('<td class="cell verdict-none" data-verdict="none">not gated</td>')
+                continue
+            verdict, did = cell["verdict"], cell["decision_id"]
+            failed = "".join(f'<span class="check">{escape(label)}</span>' for label in cell["failed"])
+            explain = (f' <a class="explain-link" href="{explain_page_name(did)}">explain</a>'
+                       if cell["explained"] else "")
+            cells.append(f'<td class="cell verdict-{escape(verdict)}" data-verdict="{escape(verdict)}" '
+                         f'data-decision="{did}"><a class="verdict-link" href="{decision_page_name(did)}">'
+                         f'{_VERDICT_TEXT.get(verdict, escape(verdict))}</a>{explain}{failed}</td>')
+        rows.append(f'<tr><td class="l">{escape(row["label"])}</td><td class="l">{escape(row["family"])}</td>'
+                    f'<td class="l"><code title="{artifact["sha256"]}">{artifact["short"]}</code></td>'
+                    f'<td class="l">{escape(artifact["registered_at"][:10])}</td>{"".join(cells)}</tr>')
+    legend = ('<p class="legend note"><span class="verdict-promote" style="background:#cfeccf">PROMOTE</span>'
+              '<span style="background:#f6c9cf">REJECT</span><span style="background:#fbeab0">INCONCLUSIVE</span>'
+              '<span style="background:#eee">not gated</span> A cell links to its decision (checks, reasons, '
+              "lineage); <i>explain</i> to the layer-by-layer explanation recorded for it. Under a verdict: the "
+              "checks that failed on that tier.</p>")
+    return (f'{legend}<table id="table-verdicts"><tr><th class="l">version</th><th class="l">family</th>'
+            f'<th class="l">hash</th><th class="l">registered</th>{head}</tr>{"".join(rows)}</table>')
 
 
 def matrix_table(cross: dict) -> str:
@@ -174,28 +218,36 @@ def matrix_table(cross: dict) -> str:
 
 
 def render_html(report: dict) -> str:
-    """The whole report page (self-contained)."""
+    """The report page (loads plotly.js from the file written beside it: interactive.PLOTLY_JS)."""
     title = f"tiergate drift report: {escape(report['model'])}"
+    tiers = report["tiers"]
     parts = [f"<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{title}</title>"
-             f"<style>{_CSS}</style></head><body><h1>{title}</h1>",
+             f"<style>{_CSS}</style>"
+             + (f'<script src="{interactive.PLOTLY_JS}"></script>' if tiers else "")
+             + f"</head><body><h1>{title}</h1>",
              f'<p class="note">Generated <time id="generated-at">{escape(report["generated_at"])}</time>; '
              f'{len(report["artifacts"])} artifacts'
              f'{" registered since " + escape(report["since"]) if report["since"] else ""}. '
+             "Versions: an artifact's <code>version</code> tag, else its MLflow model version, else its "
+             "registration order in the model (v1, v2, ...); hover a point for its hash and date. "
              "Emulated latency, memory and load time (QEMU) are not measurements of real hardware "
              "(memory includes the emulator): compare them only with themselves.</p>"]
     parts.append("<h2>Promoted now</h2><ul>" + "".join(
-        f"<li>{escape(tier)}: <code>{sha[:12]}</code></li>" for tier, sha in report["promoted"].items())
+        f"<li>{escape(tier)}: {escape(_label(report, sha))} <code>{sha[:12]}</code></li>"
+        for tier, sha in report["promoted"].items())
         + ("" if report["promoted"] else "<li>nothing promoted yet</li>") + "</ul>")
-    for tier, entry in report["tiers"].items():
+    if (report.get("verdicts") or {}).get("rows"):
+        parts.append('<h2 id="verdicts">Verdicts: versions x tiers</h2>' + verdict_table(report))
+    for tier, entry in tiers.items():
         parts.append(f'<h2 id="{element_id("tier", tier)}">Tier {escape(tier)}</h2>')
-        parts.append(f"<figure>{tier_figure(report, tier)}</figure>")
+        parts.append(f'<div class="plot">{interactive.tier_plot(report, tier, _PANELS, _EMULATION_BOUND, element_id("plot-tier", tier))}</div>')
         parts.append(tier_table(tier, entry))
-    if not report["tiers"]:
+    if not tiers:
         parts.append('<p class="note">No runs recorded for these artifacts.</p>')
     parts.append("<h2>Cross-tier drift of the promoted artifacts</h2>")
     cross = report["cross_tier"]
     if cross["labels"]:
-        parts.append(f"<figure>{matrix_figure(cross)}</figure>{matrix_table(cross)}")
+        parts.append(f'<div class="plot">{interactive.matrix_plot(cross)}</div>{matrix_table(cross)}')
     else:
         parts.append('<p class="note">No promoted artifact has a stored run yet.</p>')
     ops = report.get("ops") or {}
@@ -212,6 +264,10 @@ def render_html(report: dict) -> str:
         parts += [runtime_table(entry) for entry in graphs[-3:]]
     parts.append("</body></html>")
     return "\n".join(parts)
+
+
+def _label(report: dict, sha: str) -> str:
+    return next((a["label"] for a in report["artifacts"] if a["sha256"] == sha), "")
 
 
 def ops_table(tier: str, entries: list[dict]) -> str:
@@ -251,7 +307,8 @@ def runtime_table(entry: dict) -> str:
 
 
 def write_report(report: dict, out_dir: Path) -> tuple[Path, Path]:
-    """Write report.html and report.json into out_dir; returns their paths.
+    """Write report.html, report.json, plotly.min.js and decisions/ (a page per decision, an explain page
+    per recorded explanation) into out_dir; returns the paths of report.html and report.json.
 
     When the folder already holds a report of the same data (only `generated_at`
     differs), it is kept as it is: the plots are the costly part and would be the same.
@@ -261,9 +318,11 @@ def write_report(report: dict, out_dir: Path) -> tuple[Path, Path]:
         raise InputError(f"{out_dir}: --out must be a folder, and this is a file")
     out_dir.mkdir(parents=True, exist_ok=True)
     html_path, json_path = out_dir / HTML_FILE, out_dir / JSON_FILE
-    if html_path.is_file() and _same_data(json_path, report):
+    if html_path.is_file() and (out_dir / interactive.PLOTLY_JS).is_file() and _same_data(json_path, report):
         return html_path, json_path
     json_path.write_text(json.dumps(report, indent=1, sort_keys=True, allow_nan=False))
+    interactive.write_plotly_js(out_dir)
+    write_pages(report, out_dir)
     html_path.write_text(render_html(report), encoding="utf-8")
     return html_path, json_path
 

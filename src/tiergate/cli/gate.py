@@ -61,7 +61,6 @@ def run_gate(values: dict) -> None:
     raise typer.Exit(run.decision.exit_code)
 
 
-<<<<<<< HEAD
 def _from_mlflow(values: dict) -> tuple[dict, dict]:
     """The values with models:/ artifacts fetched from MLflow (their files), and those sources by role."""
     from tiergate.request import is_mlflow_uri
@@ -102,12 +101,8 @@ def _to_mlflow(run, source, values: dict, lineage, err) -> None:
 
 
 def _gate(request, build, values: dict, progress, sources: dict | None = None):
-    """The normal path: intake, build, run (or reuse), decide; then remember it for the fast path."""
-=======
-def _gate(request, build, values: dict, progress):
     """The normal path: intake, build, run (or reuse), decide; then record it in the registry (the decision
     record comes back with the run) or remember it for the fast path (None)."""
->>>>>>> i29-report
     from tiergate import orchestrator, quickgate
 
     if threading.current_thread() is threading.main_thread():

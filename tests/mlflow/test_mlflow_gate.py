@@ -89,7 +89,7 @@ def test_promote_moves_the_alias_and_reject_leaves_it_with_the_failing_checks_as
     # the broken candidate, against the FP32 version by number (champion now names the good one)
     registry = f"sqlite:///{setup['folder'] / 'registry.db'}"
     code, out, err = _gate(setup, "-c", f"models:/{NAME}/{versions['broken']}", "-r", f"models:/{NAME}/{versions['fp32']}",
-                           "--mlflow-promote", "champion", "--registry", registry)
+                           "--mlflow-promote", "champion", "--registry", registry, "--explain")
     assert code == 1, err[-3000:]
     doc = json.loads(out)
     assert doc["verdict"] == "REJECT" and "lineage" in doc
@@ -110,4 +110,10 @@ def test_promote_moves_the_alias_and_reject_leaves_it_with_the_failing_checks_as
     with Registry(registry, str(setup["folder"] / "store")) as reg:
         record = reg.artifacts(NAME)[-1]
         assert record.tags["mlflow.version"] == versions["broken"] and record.tags["mlflow.name"] == NAME
-        assert reg.decisions(artifact_sha=record.sha256)[-1].verdict.upper() == "REJECT"
+        recorded = reg.decisions(artifact_sha=record.sha256)[-1]
+        assert recorded.verdict.upper() == "REJECT"
+        # gate --explain --registry: the explanation is recorded against that decision (the report links it)
+        explained = reg.explanations([recorded.id])[recorded.id]
+        printed = doc["explain"]["targets"][X86]
+        assert printed["first_divergent"] and explained["targets"][X86]["first_divergent"] == printed["first_divergent"]
+        assert explained["candidate"] == doc["explain"]["candidate"]

@@ -242,6 +242,9 @@ def _why(cand: Graph, name: str, fp32: str | None, ident: int, ids: _Identities,
     q = cand.quant.get(name)
     dtype = cand.dtypes.get(name, "?")
     if fp32 is not None:
+        if None not in (cand.size(name), ref.size(fp32)) and cand.size(name) != ref.size(fp32):
+            return (f"computed like {fp32}, but shaped {list(cand.shapes.get(name, ()))} against "
+                    f"{list(ref.shapes.get(fp32, ()))}")
         if q is not None and len(q.scale) > 1 and dtype not in FLOAT:
             return (f"quantized per channel (axis {q.axis}, {len(q.scale)} scales): the converter gives an "
                     "activation one scale; this one is not dequantized here")

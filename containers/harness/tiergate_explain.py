@@ -21,7 +21,8 @@ tensors are saved as their raw integers, with their scale and zero point in expl
 "ops" {name: [op index, op name]} says which op produced each tensor (-1: a model input), and
 "graph" is the graph the interpreter built: {"ops": [{"index", "op", "inputs", "outputs" (tensor
 indices), "fused" (the fused activation, where the runtime ships the TFLite schema)}], "names"
-{index: name}, "inputs", "outputs", "delegated" (tensors a delegate's node writes)}.
+{index: name}, "inputs", "outputs", "delegated" (tensors a delegate's node writes)}; "overwritten"
+{name: op} lists the inputs an op ran in place over (their values are gone; not saved).
 
 Exit 0 when every model ran, 1 when a runtime refused one (explain.json still says which), 2 on
 bad arguments.
@@ -153,6 +154,26 @@ def _quantization(d):
     return scales, zeros or [0] * len(scales), int(params.get("quantized_dimension", 0))
 
 
+IN_PLACE = ("ADD", "SUB", "MUL", "DIV")
+
+
+def overwritten(graph_ops, names, collected):
+    """{tensor: op} for the inputs an op wrote its output over (held bitwise what that op wrote, in every
+    sample): tflite-runtime 2.14 runs ADD in place even with experimental_preserve_all_tensors (measured; LiteRT
+    2.3 does not). Their values are gone, so they are not saved."""
+    found = {}
+    for op in graph_ops:
+        if op["op"] not in IN_PLACE or not op["outputs"]:
+            continue
+        out = collected.get(names.get(op["outputs"][0]), [])
+        for t in op["inputs"]:
+            values = collected.get(names.get(t), [])
+            if (t not in op["outputs"] and values and len(values) == len(out)
+                    and all(a.shape == b.shape and np.array_equal(a, b) for a, b in zip(values, out))):
+                found[names[t]] = op["op"]
+    return found
+
+
 def run_tflite(args, path, data, entry):
     module, versions = _litert()
     interp = module.Interpreter(model_path=path, num_threads=args.threads, experimental_preserve_all_tensors=True)
@@ -210,7 +231,8 @@ def run_tflite(args, path, data, entry):
             except ValueError:      # a tensor with no data (e.g. an unused optional input)
                 continue
             collected.setdefault(names[int(d["index"])], []).append(np.array(value))
-    kept = [name for name, values in collected.items() if len(values) == n]
+    entry["overwritten"] = overwritten(graph_ops, names, collected)
+    kept = [name for name, values in collected.items() if len(values) == n and name not in entry["overwritten"]]
     entry["versions"] = versions
     entry["outputs"] = [names[int(o["index"])] for o in interp.get_output_details()]
     return kept, [collected[name] for name in kept], {k: v for k, v in quant.items() if k in kept}

@@ -180,3 +180,42 @@ def test_located_in_the_tiers_containers(tiergate_home, tfl):
             assert item.machine == machine, (name, item.error)
             _check_paired(item, tfl)
             assert item.first_divergent == tfl["middle"], (kind, name, _table(item))
+
+
+def _harness():
+    import importlib.util
+    import sys
+
+    from tiergate.paths import containers_dir
+
+    folder = containers_dir() / "harness"
+    sys.path.insert(0, str(folder))           # harness_cpu.py, beside the script
+    try:
+        spec = importlib.util.spec_from_file_location("tiergate_explain_script", folder / "tiergate_explain.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(folder))
+    return module
+
+
+def test_values_an_op_wrote_over_in_place_are_not_compared(tfl):
+    """tflite-runtime 2.14 runs ADD in place even with experimental_preserve_all_tensors (measured: the max pool's
+    output held the ADD's after invoke): the dump script finds such inputs (they hold bitwise what the op wrote)
+    and does not save them; the pairing says why they are missing."""
+    harness = _harness()
+    ops = [{"index": 0, "op": "ADD", "inputs": [0, 1], "outputs": [2]}]
+    names = {0: "pool", 1: "shift", 2: "sum"}
+    pool, total = [np.zeros((1, 4)), np.ones((1, 4))], [np.ones((1, 4)), np.full((1, 4), 2.0)]
+    assert harness.overwritten(ops, names, {"pool": pool, "sum": total}) == {}
+    assert harness.overwritten(ops, names, {"pool": total, "sum": total}) == {"pool": "ADD"}
+    assert harness.unique_names([{"index": 0, "name": "a"}, {"index": 1, "name": "a"}, {"index": 2, "name": ""},
+                                 {"index": 3, "name": "b"}]) == {0: "a#0", 1: "a#1", 2: "#2", 3: "b"}
+    from tiergate.explain.tflite_pairing import runtime_checked
+
+    sources = plan(tfl["int8"], tfl["fp32"], tfl["eval"].parent / "w").sources
+    pool = next(s for s in sources if s.fp32 == "MaxPool2d")
+    kept, reasons = runtime_checked(sources, {"candidate_overwritten": {pool.tensor: "ADD"}})
+    assert pool not in kept and len(kept) == len(sources) - 1
+    assert reasons == {pool.tensor: "the tier's runtime ran ADD in place over its values (tflite-runtime does, "
+                                    "even preserving all tensors): they are gone"}

@@ -271,22 +271,28 @@ def _why(cand: Graph, name: str, fp32: str | None, ident: int, ids: _Identities,
 
 def runtime_checked(sources: list, meta: dict) -> tuple[list, dict[str, str]]:
     """The pairs whose candidate op the tier's runtime runs as the file says (the dump script reports the
-    graph the interpreter built: meta["candidate_graph"]); the others, with why. A dump with no graph
-    (an older script) is taken as it is."""
+    graph the interpreter built: meta["candidate_graph"]) and whose values it kept (meta["*_overwritten"]:
+    inputs an op ran in place over); the others, with why. A dump with no graph (an older script) is taken
+    as it is."""
     graph = meta.get("candidate_graph") or {}
-    ops = graph.get("ops")
-    if not ops:
-        return list(sources), {}
+    ops = graph.get("ops") or []
     names = {int(k): v for k, v in (graph.get("names") or {}).items()}
     made = {}
     for op in ops:
         for t in op.get("outputs", []):
             made.setdefault(names.get(int(t), ""), op.get("op", ""))
     kept, reasons = [], {}
+    lost = meta.get("candidate_overwritten") or {}
+    lost_ref = meta.get("reference_overwritten") or {}
     for source in sources:
+        if source.tensor in lost or source.fp32 in lost_ref:
+            op, whose = (lost[source.tensor], "its") if source.tensor in lost else (lost_ref[source.fp32], "the FP32")
+            reasons[source.tensor] = (f"the tier's runtime ran {op} in place over {whose} values (tflite-runtime "
+                                      "does, even preserving all tensors): they are gone")
+            continue
         want = getattr(source, "candidate_op", "")
         got = made.get(source.tensor, "input")
-        if want and got != want and not (want == "input" and source.tensor not in made):
+        if ops and want and got != want and not (want == "input" and source.tensor not in made):
             reasons[source.tensor] = f"the tier's runtime computes it with {got or 'no op'}, the file with {want}"
             continue
         kept.append(source)

@@ -219,3 +219,20 @@ def test_values_an_op_wrote_over_in_place_are_not_compared(tfl):
     assert pool not in kept and len(kept) == len(sources) - 1
     assert reasons == {pool.tensor: "the tier's runtime ran ADD in place over its values (tflite-runtime does, "
                                     "even preserving all tensors): they are gone"}
+
+
+def test_a_pair_whose_op_the_runtime_runs_otherwise_is_dropped_with_why(tfl):
+    """The dump script reports the graph the interpreter built; a pair whose candidate tensor the runtime writes
+    with another op than the file says is not compared (and a dump from before that report is taken as is)."""
+    from tiergate.explain.tflite_pairing import runtime_checked
+
+    sources = plan(tfl["int8"], tfl["fp32"], tfl["eval"].parent / "w").sources
+    conv = next(s for s in sources if s.fp32 == tfl["middle"])
+    made = [s for s in sources if s.candidate_op != "input"]
+    graph = {"names": {str(k): s.tensor for k, s in enumerate(made)},
+             "ops": [{"index": k, "op": "DEPTHWISE_CONV_2D" if s is conv else s.candidate_op, "inputs": [],
+                      "outputs": [k]} for k, s in enumerate(made)]}
+    kept, reasons = runtime_checked(sources, {"candidate_graph": graph})
+    assert kept == [s for s in sources if s is not conv] and list(reasons) == [conv.tensor]
+    assert reasons[conv.tensor] == "the tier's runtime computes it with DEPTHWISE_CONV_2D, the file with CONV_2D"
+    assert runtime_checked(sources, {}) == (sources, {})

@@ -80,10 +80,10 @@ class Graph:
 
     def activations(self) -> list[str]:
         """The graph's inputs and every op output that is not a constant, in op order."""
-        names = list(self.inputs)
+        names = list(dict.fromkeys(self.inputs))
         for op in self.ops:
-            names += [out for out in op.outputs if out and out not in self.constants and out not in names]
-        return names
+            names += [out for out in op.outputs if out and out not in self.constants]
+        return list(dict.fromkeys(names))
 
     def size(self, name: str) -> int | None:
         shape = self.shapes.get(name)
@@ -292,7 +292,8 @@ def runtime_checked(sources: list, meta: dict) -> tuple[list, dict[str, str]]:
             continue
         want = getattr(source, "candidate_op", "")
         got = made.get(source.tensor, "input")
-        if ops and want and got != want and not (want == "input" and source.tensor not in made):
+        # (an op this schema package does not name, BUILTIN_<code>, is not a disagreement)
+        if ops and want and got != want and not want.startswith("BUILTIN_"):
             reasons[source.tensor] = f"the tier's runtime computes it with {got or 'no op'}, the file with {want}"
             continue
         kept.append(source)

@@ -1,6 +1,6 @@
 """tiergate's in-container tensor dump: a model's intermediate tensors, run by the tier's own runtime.
 
-Depends only on numpy and the runtime (onnxruntime, onnxruntime-gpu or ai-edge-litert);
+Depends only on numpy and the runtime (onnxruntime, onnxruntime-gpu, ai-edge-litert or tflite-runtime);
 it must never import tiergate. The host prepares the models (for ONNX it has already added
 the intermediate tensors it wants as graph outputs); this script only runs each model one
 sample at a time on the first --max-samples samples and saves what it saw. For each
@@ -14,9 +14,15 @@ sample at a time on the first --max-samples samples and saves what it saw. For e
 
 onnxruntime: every graph output of the (host-modified) model, with the session's default
 options (the optimization level a harness run uses, so fused integer kernels stay fused).
-TFLite: every tensor of the model, read with experimental_preserve_all_tensors=True; quantized
-tensors are saved as their raw integers, with their scale and zero point in explain.json, and
-"ops" {name: [op index, op name]} says which op produced each tensor (-1: a model input).
+TFLite (ai-edge-litert, or tflite-runtime where that is the runtime): every tensor an op writes,
+and the inputs, read with experimental_preserve_all_tensors=True, keyed by unique names (a name
+held by several tensors, or none, becomes NAME#INDEX, as tiergate's loader names them); quantized
+tensors are saved as their raw integers, with their scale and zero point in explain.json;
+"ops" {name: [op index, op name]} says which op produced each tensor (-1: a model input), and
+"graph" is the graph the interpreter built: {"ops": [{"index", "op", "inputs", "outputs" (tensor
+indices), "fused" (the fused activation, where the runtime ships the TFLite schema)}], "names"
+{index: name}, "inputs", "outputs", "delegated" (tensors a delegate's node writes)}; "overwritten"
+{name: op} lists the inputs an op ran in place over (their values are gone; not saved).
 
 Exit 0 when every model ran, 1 when a runtime refused one (explain.json still says which), 2 on
 bad arguments.
@@ -94,37 +100,127 @@ def run_onnx(args, path, data, entry):
     return names, collected, {}
 
 
-def run_tflite(args, path, data, entry):
-    import ai_edge_litert
-    from ai_edge_litert.interpreter import Interpreter
+def _litert():
+    """The TFLite interpreter module and its version: ai-edge-litert (the runtime images) or tflite-runtime."""
+    try:
+        import ai_edge_litert
+        from ai_edge_litert import interpreter
 
-    interp = Interpreter(model_path=path, num_threads=args.threads, experimental_preserve_all_tensors=True)
+        return interpreter, {"ai-edge-litert": getattr(ai_edge_litert, "__version__", "")}
+    except ImportError:
+        import tflite_runtime
+        from tflite_runtime import interpreter
+
+        return interpreter, {"tflite-runtime": getattr(tflite_runtime, "__version__", "")}
+
+
+def unique_names(details):
+    """{tensor index: name}: a name held by several tensors, or none, becomes NAME#INDEX (tiergate's loader
+    names the file's tensors the same way, so the host pairs by these keys)."""
+    counts = {}
+    for d in details:
+        counts[d["name"]] = counts.get(d["name"], 0) + 1
+    return {int(d["index"]): d["name"] if d["name"] and counts[d["name"]] == 1 else f"{d['name']}#{int(d['index'])}"
+            for d in details}
+
+
+def fused_activations(path):
+    """{op index: fused activation name} read from the file, where the runtime ships the TFLite schema
+    (ai-edge-litert does; tflite-runtime does not: then {})."""
+    try:
+        from ai_edge_litert import schema_py_generated as schema
+    except ImportError:
+        return {}
+    with open(path, "rb") as fh:
+        graph = schema.Model.GetRootAs(fh.read(), 0).Subgraphs(0)
+    names = {v: k for k, v in vars(schema.ActivationFunctionType).items() if not k.startswith("_")}
+    found = {}
+    for i in range(graph.OperatorsLength()):
+        options = schema.OperatorT.InitFromObj(graph.Operators(i)).builtinOptions
+        value = getattr(options, "fusedActivationFunction", None)
+        if value is not None:
+            found[i] = names.get(value, str(value))
+    return found
+
+
+def _quantization(d):
+    """(scales, zero points, axis) of a tensor's details, per-channel included."""
+    params = d.get("quantization_parameters") or {}
+    scales = [float(x) for x in np.asarray(params.get("scales", [])).ravel()]
+    zeros = [int(x) for x in np.asarray(params.get("zero_points", [])).ravel()]
+    if not scales:
+        scale, zero = d.get("quantization", (0.0, 0))
+        scales, zeros = ([float(scale)], [int(zero)]) if scale else ([], [])
+    return scales, zeros or [0] * len(scales), int(params.get("quantized_dimension", 0))
+
+
+IN_PLACE = ("ADD", "SUB", "MUL", "DIV")
+
+
+def overwritten(graph_ops, names, collected):
+    """{tensor: op} for the inputs an op wrote its output over (held bitwise what that op wrote, in every
+    sample): tflite-runtime 2.14 runs ADD in place even with experimental_preserve_all_tensors (measured; LiteRT
+    2.3 does not). Their values are gone, so they are not saved."""
+    found = {}
+    for op in graph_ops:
+        if op["op"] not in IN_PLACE or not op["outputs"]:
+            continue
+        out = collected.get(names.get(op["outputs"][0]), [])
+        for t in op["inputs"]:
+            values = collected.get(names.get(t), [])
+            if (t not in op["outputs"] and values and len(values) == len(out)
+                    and all(a.shape == b.shape and np.array_equal(a, b) for a, b in zip(values, out))):
+                found[names[t]] = op["op"]
+    return found
+
+
+def run_tflite(args, path, data, entry):
+    module, versions = _litert()
+    interp = module.Interpreter(model_path=path, num_threads=args.threads, experimental_preserve_all_tensors=True)
     interp.allocate_tensors()
     inputs = interp.get_input_details()
     missing = [i["name"] for i in inputs if i["name"] not in data]
     if missing:
         raise ValueError(f"the data has no array named {missing[0]!r} (model input)")
-    # the tensors ops produce (and the inputs): what a layer computed, not its constant weights
-    ops = {}
+    all_details = interp.get_tensor_details()
+    names = unique_names(all_details)
+    # the graph the interpreter built: the file's ops in order, then the delegate's nodes (with
+    # experimental_preserve_all_tensors, LiteRT's XNNPACK takes one op per node, so every tensor is written)
+    fused = fused_activations(path)
+    graph_ops, delegated, ops = [], [], {}
     for op in interp._get_ops_details():
-        for t in op["outputs"]:
-            ops.setdefault(int(t), (int(op["index"]), op["op_name"]))
+        item = {"index": int(op["index"]), "op": op["op_name"], "inputs": [int(t) for t in op["inputs"]],
+                "outputs": [int(t) for t in op["outputs"]]}
+        if op["op_name"] == "DELEGATE":
+            delegated += item["outputs"]
+            continue
+        if item["index"] in fused:
+            item["fused"] = fused[item["index"]]
+        graph_ops.append(item)
+        for t in item["outputs"]:
+            ops.setdefault(t, (item["index"], item["op"]))
     for i in inputs:
         ops.setdefault(int(i["index"]), (-1, "input"))
-    details = [d for d in interp.get_tensor_details() if d.get("name") and int(d["index"]) in ops]
-    entry["ops"] = {d["name"]: list(ops[int(d["index"])]) for d in details}
-    names, quant = [], {}
+    entry["graph"] = {"ops": graph_ops, "names": {str(k): v for k, v in names.items()},
+                      "inputs": [int(i["index"]) for i in inputs],
+                      "outputs": [int(o["index"]) for o in interp.get_output_details()],
+                      "delegated": sorted(set(delegated))}
+    # the tensors ops produce (and the inputs): what a layer computed, not its constant weights
+    details = [d for d in all_details if int(d["index"]) in ops]
+    entry["ops"] = {names[int(d["index"])]: list(ops[int(d["index"])]) for d in details}
+    quant = {}
     for d in details:
-        scale, zero = d.get("quantization", (0.0, 0))
-        if scale and np.issubdtype(d["dtype"], np.integer):
-            quant[d["name"]] = [float(scale), int(zero), np.dtype(d["dtype"]).name]
+        scales, zeros, _ = _quantization(d)
+        if len(scales) == 1 and scales[0] and np.issubdtype(d["dtype"], np.integer):
+            quant[names[int(d["index"])]] = [scales[0], zeros[0], np.dtype(d["dtype"]).name]
     n = len(data[inputs[0]["name"]])
     collected = {}
     for s in range(n):
         for i in inputs:
             value = data[i["name"]][s:s + 1]
-            if i["name"] in quant and np.issubdtype(value.dtype, np.floating):
-                scale, zero, dtype = quant[i["name"]]
+            key = names[int(i["index"])]
+            if key in quant and np.issubdtype(value.dtype, np.floating):
+                scale, zero, dtype = quant[key]
                 info = np.iinfo(dtype)
                 value = np.clip(np.round(value / scale + zero), info.min, info.max).astype(dtype)
             interp.set_tensor(i["index"], value.astype(i["dtype"]))
@@ -134,11 +230,12 @@ def run_tflite(args, path, data, entry):
                 value = interp.get_tensor(d["index"])
             except ValueError:      # a tensor with no data (e.g. an unused optional input)
                 continue
-            collected.setdefault(d["name"], []).append(np.array(value))
-    names = [name for name, values in collected.items() if len(values) == n]
-    entry["versions"] = {"ai-edge-litert": getattr(ai_edge_litert, "__version__", "")}
-    entry["outputs"] = [o["name"] for o in interp.get_output_details()]
-    return names, [collected[name] for name in names], {k: v for k, v in quant.items() if k in names}
+            collected.setdefault(names[int(d["index"])], []).append(np.array(value))
+    entry["overwritten"] = overwritten(graph_ops, names, collected)
+    kept = [name for name, values in collected.items() if len(values) == n and name not in entry["overwritten"]]
+    entry["versions"] = versions
+    entry["outputs"] = [names[int(o["index"])] for o in interp.get_output_details()]
+    return kept, [collected[name] for name in kept], {k: v for k, v in quant.items() if k in kept}
 
 
 def main(argv=None):

@@ -11,6 +11,8 @@
   own static quantizer, calibrated on correctly pre-processed lines.
 - `int8_s8s8(source, folder, calibration)`: the same quantizer with signed activations and per-tensor weights and
   no pre-processing (s8s8): onnxruntime's x86 int8 kernels give it different accuracy with and without VNNI.
+- `tflite_int8(source, folder, calibration)`: a float TFLite model (MediaPipe's) quantized to full INT8 by
+  TensorFlow Lite's own calibrator and quantizer, its float16 weights widened to float32 first.
 
 bench/ imports this as `realmodels.kit` with tests/ on sys.path, as pytest does.
 """
@@ -39,6 +41,8 @@ MODELS = {
     "silero_vad": Shipped("silero-vad==6.2.3", "silero_vad/data/silero_vad.onnx"),
     "selfie_segmentation": Shipped("mediapipe==0.10.21", "mediapipe/modules/selfie_segmentation/selfie_segmentation.tflite",
                                    "manylinux_2_28_x86_64"),
+    "face_detection": Shipped("mediapipe==0.10.21", "mediapipe/modules/face_detection/face_detection_short_range.tflite",
+                              "manylinux_2_28_x86_64"),
 }
 
 
@@ -156,3 +160,55 @@ def int8_s8s8(source, folder, calibration: np.ndarray) -> Path:
     return _quantized(source, folder, calibration, "s8s8", pre_process=False, per_channel=False,
                       activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
                       calibrate_method=CalibrationMethod.Percentile)
+
+
+# --- TFLite: a float model quantized by TensorFlow Lite's own quantizer -------------------------------------
+
+
+def tflite_float32_weights(data: bytes) -> bytes:
+    """The model with each DEQUANTIZE of a float16 constant replaced by that constant widened to float32
+    (lossless: every float16 is a float32), and the op codes no op uses dropped."""
+    import ai_edge_litert.schema_py_generated as schema
+    import flatbuffers
+
+    model = schema.ModelT.InitFromPackedBuf(data, 0)
+    graph = model.subgraphs[0]
+    kept = []
+    for op in graph.operators:
+        code = model.operatorCodes[op.opcodeIndex]
+        source = graph.tensors[op.inputs[0]] if op.inputs is not None and len(op.inputs) else None
+        if (max(code.builtinCode, code.deprecatedBuiltinCode) == schema.BuiltinOperator.DEQUANTIZE
+                and source is not None and source.type == schema.TensorType.FLOAT16
+                and model.buffers[source.buffer].data is not None):
+            values = np.frombuffer(bytes(model.buffers[source.buffer].data), np.float16).astype(np.float32)
+            buffer = schema.BufferT()
+            buffer.data = np.frombuffer(values.tobytes(), np.uint8)
+            model.buffers.append(buffer)
+            graph.tensors[op.outputs[0]].buffer = len(model.buffers) - 1
+            continue
+        kept.append(op)
+    used = sorted({op.opcodeIndex for op in kept})
+    model.operatorCodes = [model.operatorCodes[i] for i in used]
+    for op in kept:
+        op.opcodeIndex = used.index(op.opcodeIndex)
+    graph.operators = kept
+    builder = flatbuffers.Builder(1024)
+    builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
+    return bytes(builder.Output())
+
+
+def tflite_int8(source, folder, calibration: np.ndarray) -> Path:
+    """The float TFLite model at `source` quantized to INT8 (int8 kernels, float input and output) in `folder`,
+    calibrated on `calibration` ([N, *input shape], one sample a step): TensorFlow Lite's calibrator and MLIR
+    quantizer, the path TFLiteConverter.convert takes for post-training integer quantization (TensorFlow's
+    modules, not public API; its MLIR quantizer refuses float16 weights, hence tflite_float32_weights)."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    from tensorflow.lite.python import convert
+    from tensorflow.lite.python.optimize import calibrator
+
+    model = tflite_float32_weights(Path(source).read_bytes())
+    calibrated = calibrator.Calibrator(calibrator.add_intermediate_tensors(model)).calibrate(
+        lambda: ([calibration[i:i + 1]] for i in range(len(calibration))))
+    out = Path(folder) / f"{Path(source).stem}_int8.tflite"
+    out.write_bytes(convert.mlir_quantize(calibrated, fully_quantize=False))
+    return out

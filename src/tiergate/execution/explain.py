@@ -274,6 +274,8 @@ def load_dumps(folder: Path) -> tuple[dict[str, dict[str, np.ndarray]], dict]:
         meta[f"{name}_quant"] = entry.get("quant", {})
         meta[f"{name}_ops"] = entry.get("ops", {})
         meta[f"{name}_outputs"] = entry.get("outputs", [])
+        meta[f"{name}_graph"] = entry.get("graph") or {}     # TFLite: the graph the interpreter built
+        meta[f"{name}_overwritten"] = entry.get("overwritten") or {}   # TFLite: inputs an op ran in place over
     return dumps, meta
 
 

@@ -19,9 +19,11 @@ onnxruntime from fusing DQ -> op -> Q into one integer kernel, and a tier's inte
 saturation would vanish from the evidence. Graph outputs pair by name. Tensors computed
 inside subgraphs (If/Loop/Scan bodies) cannot be graph outputs: they are listed as skipped.
 
-TFLite pairing: tensors whose names match in both models (LiteRT keeps the converter's
-names; the interpreter runs with experimental_preserve_all_tensors). Nothing is guessed: a
-tensor with no namesake is listed as unpaired, and no tensor in common is an InputError.
+TFLite pairing (tflite_pairing.py, read from both flatbuffers before any tier runs): the same name
+first, then structure: both graphs walked from their inputs, through the QUANTIZE / DEQUANTIZE ops
+the converter inserts, fused activations and dequantized weights; each candidate tensor left
+unpaired says why (Plan.unpaired_reasons). The interpreter runs with
+experimental_preserve_all_tensors; no tensor in common is an InputError.
 """
 
 from __future__ import annotations
@@ -59,6 +61,8 @@ class Source:
     # keep-float candidates: the nodes around the tensor (its producer, its consumers) that the candidate
     # quantized (ONNX: named alike in both models; TFLite: the tensor itself when the candidate quantizes it)
     nodes: list[str] = field(default_factory=list)
+    location: list[str] = field(default_factory=list)   # TFLite: where the candidate's op came from (debug metadata)
+    candidate_op: str = ""       # TFLite: the candidate op that writes `tensor` ("input" for inputs)
 
 
 @dataclass
@@ -73,6 +77,7 @@ class Plan:
     unpaired: list[str] = field(default_factory=list)    # candidate tensors with no FP32 counterpart
     outputs: list[str] = field(default_factory=list)     # the reference's graph outputs (end to end)
     quantized: list[str] = field(default_factory=list)   # the candidate's nodes that compute on integers
+    unpaired_reasons: dict[str, str] = field(default_factory=dict)   # unpaired candidate tensor -> why
 
 
 def plan(candidate: Path, reference: Path, work: Path) -> Plan:
@@ -84,7 +89,11 @@ def plan(candidate: Path, reference: Path, work: Path) -> Plan:
         raise InputError(f"{candidate} and {reference}: the candidate and the reference are in different formats")
     work.mkdir(parents=True, exist_ok=True)
     if fmt == "tflite":
-        return Plan("tflite", Path(candidate), Path(reference))
+        from tiergate.explain.tflite_pairing import pair
+
+        found = pair(Path(candidate), Path(reference))
+        return Plan("tflite", Path(candidate), Path(reference), [Source(**item) for item in found.sources],
+                    unpaired=sorted(found.unpaired), outputs=found.outputs, unpaired_reasons=dict(found.unpaired))
     return plan_onnx(Path(candidate), Path(reference), work)
 
 
@@ -270,6 +279,7 @@ class Layer:
     observed: list[float] = field(default_factory=list)   # min, max of the FP32 tensor
     candidate_tensor: str = ""
     nodes: list[str] = field(default_factory=list)
+    location: list[str] = field(default_factory=list)    # TFLite: the candidate op's location, where the file keeps it
 
     def to_json(self) -> dict:
         return {k: (_round(v) if isinstance(v, float) else v) for k, v in dataclasses.asdict(self).items()}
@@ -299,7 +309,7 @@ def measure(source: Source, cand: np.ndarray, ref: np.ndarray) -> Layer:
     observed = [_round(float(ref.min())), _round(float(ref.max()))] if ref.size else []
     return Layer(source.fp32, source.op, sqnr_db(ref, cand), cosine(ref, cand),
                  float(np.max(np.abs(ref - cand))) if ref.size else 0.0, saturation, rng, observed,
-                 source.tensor, source.nodes)
+                 source.tensor, source.nodes, list(source.location))
 
 
 # --- one tier's answer ------------------------------------------------------------------
@@ -319,6 +329,7 @@ class TierExplain:
     seconds: float = 0.0
     machine: str = ""
     error: str = ""
+    unpaired_reasons: dict[str, str] = field(default_factory=dict)     # unpaired tensor -> why (where known)
 
     def to_json(self) -> dict:
         return {"first_divergent": self.first_divergent, "threshold_db": self.threshold_db,
@@ -326,7 +337,7 @@ class TierExplain:
                 "layers": [layer.to_json() for layer in self.layers],
                 "suggestions": {"keep_float": self.keep_float, "calibration": self.calibration},
                 "unpaired": self.unpaired, "skipped": self.skipped, "seconds": round(self.seconds, 3),
-                "machine": self.machine, "error": self.error}
+                "machine": self.machine, "error": self.error, "unpaired_reasons": self.unpaired_reasons}
 
     def worst(self, n: int = 5) -> list[Layer]:
         return sorted(self.layers, key=lambda layer: layer.sqnr_db)[:n]
@@ -337,9 +348,14 @@ def analyse(plan_: Plan, target: str, dumps: dict[str, dict[str, np.ndarray]], *
     """Pair one tier's dumps ({"candidate": {tensor: array}, "reference": {...}}) and judge them."""
     meta = meta or {}
     cand, ref = dumps.get("candidate", {}), dumps.get("reference", {})
-    sources = plan_.sources if plan_.format == "onnx" else _tflite_sources(plan_, meta, cand, ref)
-    result = TierExplain(target, threshold_db, skipped=list(plan_.skipped), unpaired=list(plan_.unpaired),
-                         machine=meta.get("machine", ""), seconds=float(meta.get("seconds", 0.0)))
+    sources, reasons = list(plan_.sources), dict(plan_.unpaired_reasons)
+    if plan_.format == "tflite":
+        from tiergate.explain.tflite_pairing import runtime_checked
+
+        sources, more = runtime_checked(sources, meta)
+        reasons.update(more)
+    result = TierExplain(target, threshold_db, skipped=list(plan_.skipped),
+                         unpaired=list(plan_.unpaired) + list(reasons), machine=meta.get("machine", ""), seconds=float(meta.get("seconds", 0.0)))
     inputs = meta.get("inputs", {})
     best: dict[str, Layer] = {}
     for source in sources:
@@ -347,11 +363,14 @@ def analyse(plan_: Plan, target: str, dumps: dict[str, dict[str, np.ndarray]], *
         r = ref.get(source.fp32, inputs.get(source.fp32))
         if c is None or r is None:
             result.unpaired.append(source.tensor)
+            reasons.setdefault(source.tensor, "the tier's runtime kept no values of it" if c is None else
+                               f"the tier's runtime kept no values of its FP32 tensor {source.fp32}")
             continue
         try:
             layer = measure(source, c, r)
-        except ValueError:
+        except ValueError as exc:
             result.unpaired.append(source.tensor)
+            reasons.setdefault(source.tensor, f"not comparable with {source.fp32}: {exc}")
             continue
         if source.fp32 not in best or layer.sqnr_db < best[source.fp32].sqnr_db:
             best[source.fp32] = layer
@@ -359,9 +378,10 @@ def analyse(plan_: Plan, target: str, dumps: dict[str, dict[str, np.ndarray]], *
     result.layers = sorted(best.values(), key=lambda layer: order[layer.tensor])
     if not result.layers:
         raise InputError(f"{target}: the candidate and the reference have no tensor in common: nothing to pair"
-                         + (f" ({len(result.unpaired)} candidate tensors have no FP32 namesake)"
+                         + (f" ({len(result.unpaired)} candidate tensors have no FP32 counterpart)"
                             if result.unpaired else ""))
     result.unpaired = sorted(set(result.unpaired))
+    result.unpaired_reasons = {name: reasons[name] for name in result.unpaired if name in reasons}
     result.first_divergent = next((layer.tensor for layer in result.layers if layer.sqnr_db < threshold_db), None)
     outputs = [best[name] for name in plan_.outputs if name in best]
     if outputs:
@@ -369,27 +389,6 @@ def analyse(plan_: Plan, target: str, dumps: dict[str, dict[str, np.ndarray]], *
     result.keep_float = keep_float(result.layers, threshold_db, set(plan_.outputs))
     result.calibration = calibration_hints(result.layers)
     return result
-
-
-def _tflite_sources(plan_: Plan, meta: dict, cand: dict, ref: dict) -> list[Source]:
-    """TFLite pairs: tensors of the same name in both dumps; the rest is unpaired, never guessed."""
-    c_quant = meta.get("candidate_quant", {})
-    r_ops = meta.get("reference_ops", {})
-    c_ops = meta.get("candidate_ops", {})
-    plan_.outputs = list(meta.get("reference_outputs", plan_.outputs))
-    sources = []
-    for name in ref:
-        if name not in cand:
-            continue
-        index, op = r_ops.get(name, [10**9, "?"])
-        scale, zp, dtype = c_quant.get(name, (None, 0, ""))
-        # keep in float only what the candidate quantized (a tensor it keeps in float is float already)
-        sources.append(Source(name, name, op, int(index), scale, int(zp), dtype, [name] if scale is not None else []))
-    plan_.unpaired = sorted(n for n in c_ops if n not in ref)
-    if not sources:
-        raise InputError("the TFLite candidate and reference have no tensor name in common: cannot pair them "
-                         "(convert both with the same converter and keep its tensor names)")
-    return sorted(sources, key=lambda s: s.order)
 
 
 def keep_float(layers: list[Layer], threshold_db: float, outputs: set[str], limit: int = 3) -> list[str]:
@@ -475,14 +474,16 @@ class Explanation:
             layers = [Layer(tensor=x["tensor"], op=x.get("op", ""), sqnr_db=number(x.get("sqnr_db")),
                             cosine=number(x.get("cosine")), max_abs_error=number(x.get("max_abs_error")),
                             saturation=x.get("saturation"), range=x.get("range"), observed=list(x.get("observed") or []),
-                            candidate_tensor=x.get("candidate_tensor", ""), nodes=list(x.get("nodes") or []))
+                            candidate_tensor=x.get("candidate_tensor", ""), nodes=list(x.get("nodes") or []),
+                            location=list(x.get("location") or []))
                       for x in item.get("layers") or []]
             e2e = item.get("end_to_end_sqnr_db")
             targets[name] = TierExplain(name, number(item.get("threshold_db")), layers, item.get("first_divergent"),
                                         None if e2e is None else float(e2e), list(item.get("unpaired") or []),
                                         list(item.get("skipped") or []), list(suggestions.get("keep_float") or []),
                                         list(suggestions.get("calibration") or []), float(item.get("seconds") or 0.0),
-                                        item.get("machine", ""), item.get("error", ""))
+                                        item.get("machine", ""), item.get("error", ""),
+                                        dict(item.get("unpaired_reasons") or {}))
         return cls(doc.get("candidate", ""), doc.get("reference", ""), targets, doc.get("mixed_precision"))
 
     def keep_float(self) -> list[str]:
@@ -527,6 +528,8 @@ def markdown_table(explanation: Explanation, n: int = 5) -> str:
         if item.skipped:
             lines.append(f"\nskipped (inside subgraphs, not exposable): {', '.join(item.skipped)}")
         if item.unpaired:
-            lines.append(f"\ncannot be paired (no FP32 tensor of the same name): {', '.join(item.unpaired)}")
+            lines.append("\ncannot be paired: " + "; ".join(
+                f"{name} ({item.unpaired_reasons[name]})" if name in item.unpaired_reasons else name
+                for name in item.unpaired))
         lines.append("")
     return "\n".join(lines) + "\n"

@@ -451,12 +451,15 @@ class Explanation:
     reference: str
     targets: dict[str, TierExplain] = field(default_factory=dict)
     mixed_precision: dict | None = None
+    fixes: dict | None = None            # explain --fix: fixes.FixReport's JSON (docs/json-shapes.md)
 
     def to_json(self) -> dict:
         doc = {"candidate": self.candidate, "reference": self.reference,
                "targets": {name: item.to_json() for name, item in self.targets.items()}}
         if self.mixed_precision is not None:
             doc["mixed_precision"] = self.mixed_precision
+        if self.fixes is not None:
+            doc["fixes"] = self.fixes
         return doc
 
     def dumps(self) -> str:
@@ -483,7 +486,8 @@ class Explanation:
                                         list(item.get("skipped") or []), list(suggestions.get("keep_float") or []),
                                         list(suggestions.get("calibration") or []), float(item.get("seconds") or 0.0),
                                         item.get("machine", ""), item.get("error", ""))
-        return cls(doc.get("candidate", ""), doc.get("reference", ""), targets, doc.get("mixed_precision"))
+        return cls(doc.get("candidate", ""), doc.get("reference", ""), targets, doc.get("mixed_precision"),
+                   doc.get("fixes"))
 
     def keep_float(self) -> list[str]:
         nodes: list[str] = []
@@ -529,4 +533,8 @@ def markdown_table(explanation: Explanation, n: int = 5) -> str:
         if item.unpaired:
             lines.append(f"\ncannot be paired (no FP32 tensor of the same name): {', '.join(item.unpaired)}")
         lines.append("")
+    if explanation.fixes:
+        from tiergate.explain.fixes import markdown_fixes
+
+        lines.append(markdown_fixes(explanation.fixes))
     return "\n".join(lines) + "\n"

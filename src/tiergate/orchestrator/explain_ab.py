@@ -10,6 +10,7 @@ tensor dumps themselves run in tiergate.execution.explain (the runner seam).
 from __future__ import annotations
 
 import contextlib
+import io
 import logging
 from pathlib import Path
 
@@ -188,7 +189,7 @@ def requantize(reference: Path, out: Path, calibration: Path, settings: dict, ex
         extra["CalibPercentile"] = float(percentile)
     if overrides:
         extra["TensorQuantOverrides"] = overrides
-    with _quiet_advice():
+    with _quiet():
         quantize_static(str(reference), str(out), _NpzReader(calibration, names),
                         quant_format=QuantFormat.QDQ if settings["format"] == "QDQ" else QuantFormat.QOperator,
                         activation_type=types[settings["activation_type"]],
@@ -199,9 +200,10 @@ def requantize(reference: Path, out: Path, calibration: Path, settings: dict, ex
 
 
 @contextlib.contextmanager
-def _quiet_advice():
-    """onnxruntime's quantizer logs "please consider pre-processing" on the root logger at every call: the
-    settings are the candidate's own (pre-processing included, when it was), so that advice is held back."""
+def _quiet():
+    """onnxruntime's quantizer logs "please consider pre-processing" on the root logger at every call (the settings
+    are the candidate's own, pre-processing included when it was: that advice is held back), and its histogram
+    calibrators print their progress on stdout (which --json owns): held back too."""
     class Advice(logging.Filter):
         def filter(self, record: logging.LogRecord) -> bool:
             return "pre-processing" not in record.getMessage()
@@ -209,7 +211,8 @@ def _quiet_advice():
     advice, root = Advice(), logging.getLogger()       # the quantizer logs through the root logger itself
     root.addFilter(advice)
     try:
-        yield
+        with contextlib.redirect_stdout(io.StringIO()):
+            yield
     finally:
         root.removeFilter(advice)
 

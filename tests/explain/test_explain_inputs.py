@@ -3,7 +3,6 @@ and materialised, tiergate.evaldata.run_loader), and an ONNX model's size counts
 
 from __future__ import annotations
 
-
 import numpy as np
 
 import modelkit

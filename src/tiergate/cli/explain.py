@@ -187,8 +187,12 @@ def print_fixes(console: Console, doc: dict) -> None:
     for note in notes(report):
         console.print(f"note: {note}", highlight=False)
     best = report.passing[0] if report.passing else None
-    console.print(f"[bold green]smallest fix that passes:[/] {best.name} ({best.path})" if best else
-                  "[bold red]no fix passes on every tier[/]", highlight=False)
+    if best is not None:
+        console.print(f"[bold green]smallest fix that passes:[/] {best.name} ({best.path})", highlight=False)
+    elif report.candidate.passes:
+        console.print("[bold green]the INT8 candidate passes on every tier: nothing to fix[/]", highlight=False)
+    else:
+        console.print("[bold red]no fix passes on every tier[/]", highlight=False)
 
 
 def register(app: typer.Typer) -> None:

@@ -91,7 +91,7 @@ def quant_settings(path: Path, reference: Path | None = None) -> dict:
     pre_process = False
     if reference is not None and "BatchNormalization" not in ops:
         pre_process = any(n.op_type == "BatchNormalization" for n in onnx.load(str(reference)).graph.node)
-    return {"format": "QOperator" if qlinear and "QuantizeLinear" not in ops else "QDQ",
+    return {"format": "QOperator" if qlinear else "QDQ",      # a QOperator model quantizes its inputs too
             "activation_type": act, "weight_type": weight, "per_channel": per_channel,
             "reduce_range": reduce_range, "pre_process": pre_process}
 

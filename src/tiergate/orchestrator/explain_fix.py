@@ -184,7 +184,7 @@ class _Fixer:
         tried: dict[int, fx.Fix] = {}
 
         def passes(k: int) -> bool:
-            self.say(f"{name}: {k} of {len(steps)} suspect layers in float")
+            self.say(f"{name}: {k} of {_count(len(steps), 'suspect layer')} in float")
             path = make(steps[:k], self.work / f"{name}-{k}.onnx")
             tried[k] = self._gate(path, name, method, label, steps[:k])
             return tried[k].passes
@@ -195,8 +195,9 @@ class _Fixer:
         path = self.out / f"{name}.onnx"
         shutil.copyfile(fix.path, path)
         trail = [{"layers": n, "tensors": [s.tensor for s in steps[:n]], "passed": ok} for n, ok in search.tried]
-        note = (f"the shortest passing prefix of {len(steps)} suspect layers, {search.gates} gates" if search.found
-                else f"not even all {len(steps)} suspect layers in float pass ({search.gates} gates)")
+        layers, gates = _count(len(steps), "suspect layer"), _count(search.gates, "gate")
+        note = (f"the shortest passing prefix of {layers} ({k} in float), found in {gates}" if search.found
+                else f"not even all {layers} in float pass ({gates})")
         return dataclasses.replace(fix, path=str(path), gates=search.gates, trail=trail, note=note)
 
     # -- one candidate through the one gate path -------------------------------------------------
@@ -238,6 +239,10 @@ class _Fixer:
         fix.passes = bool(fix.tiers) and all(t.verdict == fx.PASS for t in fix.tiers.values())
         self.seen[key] = fix
         return fix
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}{'' if n == 1 else 's'}"
 
 
 def _score(fix: fx.Fix) -> tuple:

@@ -140,6 +140,39 @@ def test_explain_mixed_precision_on_tflite_says_it_needs_onnx(tmp_path, tiergate
     assert not (tiergate_home / "explain").exists()
 
 
+@pytest.mark.parametrize("target", ["ref", "cand", "data", "cal"])
+def test_explain_fix_onto_an_input_is_refused_before_work(case, tiergate_home, capsys, tmp_path, target):
+    """--fix OUT_DIR writes files named by method: one of them a link to an input is refused, nothing written."""
+    out = tmp_path / "fixes"
+    out.mkdir()
+    (out / "recal-entropy.onnx").symlink_to(case[target])
+    before = _hashes(case)
+    code = main(["explain", "-c", str(case["cand"]), "-r", str(case["ref"]), "-d", str(case["data"]), "-t", X86,
+                 "--calibration-data", str(case["cal"]), "--fix", str(out)])
+    _one_line_error(capsys, code, "--fix", "recal-entropy.onnx", "overwrite an input")
+    assert _hashes(case) == before and [p.name for p in out.iterdir()] == ["recal-entropy.onnx"]
+
+
+def test_explain_fix_into_the_home_or_onto_a_file_is_refused(case, tiergate_home, capsys):
+    tiergate_home.mkdir(parents=True, exist_ok=True)
+    for where, words in ((tiergate_home / "fixes", ("--fix", "inside tiergate's home")),
+                         (case["policy"], ("--fix", "is a file"))):
+        code = main(["explain", "-c", str(case["cand"]), "-r", str(case["ref"]), "-d", str(case["data"]), "-t", X86,
+                     "--calibration-data", str(case["cal"]), "--fix", str(where)])
+        _one_line_error(capsys, code, *words)
+
+
+@pytest.mark.tflite_extra
+def test_explain_fix_on_tflite_says_it_needs_onnx(tmp_path, tiergate_home, capsys):
+    pair = modelkit.tflite_mlp_pair(tmp_path)
+    np.savez(tmp_path / "eval.npz", x=np.zeros((4, 8), np.float32))
+    code = main(["explain", "-c", str(pair["int8"]), "-r", str(pair["fp32"]), "-d", str(tmp_path / "eval.npz"),
+                 "-t", "x86_64-cpu-tflite", "--calibration-data", str(tmp_path / "eval.npz"),
+                 "--fix", str(tmp_path / "fixes")])
+    _one_line_error(capsys, code, "--fix", "tflite", "needs ONNX")
+    assert not (tmp_path / "fixes").exists() and not (tiergate_home / "explain").exists()
+
+
 # --- an unusable home ---------------------------------------------------------------------------------------
 
 

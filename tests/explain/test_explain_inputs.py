@@ -3,14 +3,12 @@ and materialised, tiergate.evaldata.run_loader), and an ONNX model's size counts
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import numpy as np
 
 import modelkit
 import models
 from tiergate.execution.explain import HostRunner, explain
-from tiergate.orchestrator.explain_ab import _side
+from tiergate.orchestrator.explain_ab import artifact_size
 from tiergate.targets import resolve
 
 X86 = "x86_64-cpu-onnxruntime"
@@ -34,6 +32,5 @@ def test_a_loader_explains_like_its_npz(tiergate_home, mlp_set, tmp_path):
 def test_the_size_column_counts_external_data(tmp_path):
     model = modelkit.write(modelkit.linear(np.ones((64, 32))), tmp_path / "m.onnx", external="m.weights")
     whole = model.stat().st_size + (tmp_path / "m.weights").stat().st_size
-    run = SimpleNamespace(outcomes={}, decision=SimpleNamespace(checks=[], verdict="PROMOTE", reasons=[]))
     assert (tmp_path / "m.weights").stat().st_size >= 64 * 32 * 4
-    assert _side(run, model, "candidate", [], [])["size_bytes"] == whole
+    assert artifact_size(model) == whole

@@ -1,5 +1,5 @@
 """explain inside the tiers' containers (real Docker, real onnxruntime, real QEMU for arm64), and the
-mixed-precision candidate gated by the orchestrator on a real tier."""
+mixed-precision candidate (--fix's float set alone) gated by the orchestrator on a real tier."""
 
 from __future__ import annotations
 
@@ -46,9 +46,11 @@ def test_mixed_precision_passes_where_int8_fails(tiergate_home, mlp_set, tmp_pat
     # layers' latency cost can exceed the A/B's 10% regression limit: that is the cost, reported)
     assert {f"{X86}/noninferior_accuracy", f"{X86}/noninferior_latency"} <= set(mixed["mixed"]["ab"])
     assert code == (0 if mixed["mixed"]["verdict"] == "PROMOTE" else 1)
-    assert out.is_file() and mixed["mixed"]["excluded"]
+    # the float set: the defect's Q/DQ pair (the Add that writes r and the MatMul that reads it), found in one gate
+    assert out.is_file() and set(mixed["mixed"]["excluded"]) == {"add1", "fc2"} and mixed["gates"] == 1
+    assert mixed["trail"] == [{"layers": 1, "tensors": [models.TENSOR], "passed": True}]
     assert mixed["settings"] == {"format": "QDQ", "activation_type": "uint8", "weight_type": "int8",
-                                 "per_channel": False, "reduce_range": False}
+                                 "per_channel": False, "reduce_range": False, "pre_process": False}
     assert mixed["int8"]["latency_ms"][X86] > 0 and mixed["mixed"]["size_bytes"] > 0
     assert doc["targets"][X86]["first_divergent"] == models.TENSOR
     assert (tmp_path / "report" / "explain.html").is_file()

@@ -48,8 +48,9 @@ def test_demo_promotes_the_good_candidates_and_rejects_the_broken_one(tmp_path, 
     assert by_name == {"onnx-int8-entropy": "inconclusive", "onnx-int8-badcal": "reject",
                        "tflite-fp16": "promote", "tflite-int8": "promote"}
 
-    # the badly calibrated candidate explained: which layer, on which tier, and INT8 vs mixed precision
-    assert "first divergent layer" in out and "INT8 vs mixed precision" in out and "explain report:" in out
+    # the badly calibrated candidate explained: which layer, on which tier, and the candidates that fix it
+    assert "first divergent layer" in out and "Candidates that fix it, smallest first" in out
+    assert "explain report:" in out
     folder = tmp_path / "home" / "demo" / "report" / "explain"
     explained = json.loads((folder / "explain.json").read_text())
     assert set(explained["targets"]) == {"x86_64-cpu-onnxruntime", "arm64-cpu-onnxruntime"}
@@ -61,9 +62,17 @@ def test_demo_promotes_the_good_candidates_and_rejects_the_broken_one(tmp_path, 
     assert badcal["verdict"] == "reject" and badcal["explained"]
     assert report["explanations"][str(badcal["id"])]["targets"].keys() == explained["targets"].keys()
     assert f'href="decisions/explain-{badcal["id"]}.html"' in html
-    assert (tmp_path / "home" / "demo" / "report" / "decisions" / f"explain-{badcal['id']}.html").is_file()
-    mixed = explained["mixed_precision"]
-    assert mixed["int8"]["verdict"] == "REJECT" and mixed["mixed"]["excluded"]
-    assert mixed["mixed"]["passes_against_reference"], mixed["mixed"]["reasons"]
-    assert mixed["int8"]["size_bytes"] > 0 and mixed["mixed"]["size_bytes"] > 0
+    page = (tmp_path / "home" / "demo" / "report" / "decisions" / f"explain-{badcal['id']}.html").read_text()
+    assert "Candidates that fix it" in page
+    # the fixes, gated on both tiers: a recalibrated INT8 passes with no layer in float (the old mixed-precision
+    # candidate kept 6 of 7 layers in float), and it comes first
+    fixes = explained["fixes"]
+    int8 = fixes["candidate"]
+    assert not int8["passes"] and int8["tiers"]["x86_64-cpu-onnxruntime"]["verdict"] == "fail"
+    best = fixes["fixes"][0]
+    assert best["passes"] and best["method"] == "recalibrated" and best["float_layers"] == [], fixes["fixes"]
+    assert {tier["verdict"] for tier in best["tiers"].values()} == {"pass"} and len(best["tiers"]) == 2
+    assert (folder / "fixes" / f"{best['name']}.onnx").is_file()
+    assert "float-set" in {f["name"] for f in fixes["fixes"]}
     assert (folder / "explain.html").is_file() and "first divergent" in (folder / "explain.md").read_text()
+    assert "Candidates that fix it" in (folder / "explain.md").read_text()

@@ -51,7 +51,7 @@ def demo(
         for reason in item.decision.reasons[:4]:
             console.print(f"[red]{item.candidate.name}:[/] {reason}", highlight=False)
     console.print(f"drift report: {outcome.report_html}\n             {outcome.report_json}", highlight=False)
-    if outcome.explained is not None:       # the badly calibrated candidate: which layer, INT8 vs mixed
+    if outcome.explained is not None:       # the badly calibrated candidate: which layer, its fixes
         from tiergate.cli.explain import print_explanation
 
         print_explanation(console, outcome.explained)

@@ -1,7 +1,7 @@
-"""`tiergate explain`: which layer lost it, on which tier; optionally a mixed-precision candidate, gated A/B.
+"""`tiergate explain`: which layer lost it, on which tier; optionally the candidates that fix it, gated A/B.
 
-Exit 0 when explained (and, with --mixed-precision, when the mixed-precision candidate passes
-the gate), 1 when the mixed-precision candidate is rejected, 2 on unusable input or environment.
+Exit 0 when explained (with --fix, when some fix passes on every tier; with --mixed-precision, when the
+mixed-precision candidate passes the gate), 1 when none does, 2 on unusable input or environment.
 """
 
 from __future__ import annotations
@@ -23,15 +23,19 @@ def explain(
     samples: int = typer.Option(32, "--samples", min=1, help="Samples to dump tensors for (the first N)."),
     as_json: bool = typer.Option(False, "--json", help="Print the explanation as JSON (docs/json-shapes.md)."),
     out: Path | None = typer.Option(None, "--out", help="Write explain.json, explain.md and explain.html here."),
+    fix: Path | None = typer.Option(None, "--fix", help="Make the candidates that fix it (recalibrated INT8, the "
+                                    "minimal float set, both), gate each A/B on every tier, write them into this "
+                                    "folder (named by method) and print the table, smallest first. ONNX only."),
     mixed_precision: Path | None = typer.Option(None, "--mixed-precision",
-                                                help="Write a mixed-precision candidate here and gate it A/B."),
+                                                help="Write the minimal float set here and gate it A/B (--fix's "
+                                                     "float set alone)."),
     calibration_data: Path | None = typer.Option(None, "--calibration-data",
                                                  help=".npz for re-quantizing (never the evaluation data unless "
                                                       "you pass the same file on purpose)."),
     base_image: str | None = typer.Option(None, "--base-image", help="Base image for runtime images."),
     ca_bundle: Path | None = typer.Option(None, "--ca-bundle", help="Extra CA bundle for builds behind a proxy."),
 ) -> None:
-    """Locate the first divergent layer per tier; suggest what to keep in float; build and gate mixed precision."""
+    """Locate the first divergent layer per tier; suggest what to keep in float; make and gate the fixes."""
     from tiergate.errors import InputError
     from tiergate.execution.explain import explain as run_explain
     from tiergate.explain import markdown_table
@@ -40,28 +44,39 @@ def explain(
     from tiergate.request import BuildSettings
     from tiergate.targets import catalogue, resolve
 
-    if mixed_precision is not None and calibration_data is None:
-        raise InputError("--mixed-precision needs --calibration-data (an .npz of representative inputs; "
-                         "the evaluation data is never used for calibration unless you pass it here)")
+    for option, value in (("--fix", fix), ("--mixed-precision", mixed_precision)):
+        if value is not None and calibration_data is None:
+            raise InputError(f"{option} needs --calibration-data (an .npz of representative inputs; "
+                             "the evaluation data is never used for calibration unless you pass it here)")
     device_classes = resolve(targets)
     loaded_policy = load_policy(policy)
     loaded_policy.check_override_names(list(catalogue().values()))
-    _check_outputs(candidate, reference, data, policy, calibration_data, ca_bundle, out, mixed_precision)
+    _check_outputs(candidate, reference, data, policy, calibration_data, ca_bundle, out, mixed_precision, fix)
     build = BuildSettings(base_image, ca_bundle)
     err = Console(stderr=True)
     progress = None if as_json else (lambda text: err.print(f"[dim]… {text}[/]", highlight=False))
     result = run_explain(candidate, reference, data, device_classes, loaded_policy,
                          runner=docker_runner(build), samples=samples, progress=progress)
     code = 0
-    if mixed_precision is not None:
+    if fix is not None or mixed_precision is not None:
         from tiergate.orchestrator import DockerBuilder, RunOptions, Seams
-        from tiergate.orchestrator.explain_ab import mixed_precision_ab
+        from tiergate.orchestrator.explain_fix import find_fixes, mixed_precision_ab
         from tiergate.request import GateRequest
 
         request = GateRequest(candidate, reference, data, tuple(device_classes), loaded_policy)
-        result.mixed_precision = mixed_precision_ab(result, request, calibration_data, mixed_precision,
-                                                    Seams(builder=DockerBuilder(build)), RunOptions(progress=progress))
-        code = 0 if result.mixed_precision["mixed"]["verdict"] == "PROMOTE" else 1
+        seams, options = Seams(builder=DockerBuilder(build)), RunOptions(progress=progress)
+        report = None
+        if fix is not None:
+            report = find_fixes(result, request, calibration_data, fix, seams, options)
+            result.fixes = report.to_json()
+            code = 0 if report.passing or report.candidate.passes else 1
+        if mixed_precision is not None:
+            result.mixed_precision = mixed_precision_ab(result, request, calibration_data, mixed_precision, seams,
+                                                        options, report=report)
+            mixed = result.mixed_precision["mixed"]
+            passed = result.mixed_precision["int8"]["passes_against_reference"] if mixed is None else \
+                mixed["verdict"] == "PROMOTE"
+            code = code if fix is not None else (0 if passed else 1)
     if out is not None:
         from tiergate.reports.explain_html import write_html
 
@@ -78,9 +93,10 @@ def explain(
     raise typer.Exit(code)
 
 
-def _check_outputs(candidate, reference, data, policy, calibration_data, ca_bundle, out, mixed_precision) -> None:
-    """Before any work: --out's files and the --mixed-precision model are no input and not in the home
-    (paths.check_outputs); --mixed-precision needs ONNX artifacts."""
+def _check_outputs(candidate, reference, data, policy, calibration_data, ca_bundle, out, mixed_precision,
+                   fix) -> None:
+    """Before any work: --out's files, the --mixed-precision model and --fix's files are no input, not in the
+    home and not one another (paths.check_outputs); --mixed-precision and --fix need ONNX artifacts."""
     from tiergate.cli.gate_output import artifact_parts, input_files
     from tiergate.paths import check_outputs
 
@@ -88,14 +104,21 @@ def _check_outputs(candidate, reference, data, policy, calibration_data, ca_bund
               "calibration_data": calibration_data, "ca_bundle": ca_bundle}
     inputs = input_files(values)
     outputs = [("--out", Path(out) / name) for name in ("explain.json", "explain.md", "explain.html")] if out else []
+    folders = [("--out", Path(out))] if out else []
     if mixed_precision is not None:
         from tiergate.orchestrator.explain_ab import check_mixed_precision
 
         check_mixed_precision(candidate, reference, mixed_precision, inputs)
         outputs.append(("--mixed-precision", Path(mixed_precision)))
+    if fix is not None:
+        from tiergate.orchestrator.explain_fix import check_fix, fix_files
+
+        check_fix(candidate, reference, fix, inputs)
+        outputs += [("--fix", path) for path in fix_files(fix)]
+        folders.append(("--fix", Path(fix)))
     if outputs:
         check_outputs(outputs, inputs, artifacts=[("candidate", candidate), ("reference", reference)],
-                      parts=artifact_parts, folders=[("--out", Path(out))] if out else [])
+                      parts=artifact_parts, folders=folders)
 
 
 def print_explanation(console: Console, result, n: int = 5) -> None:
@@ -134,12 +157,42 @@ def print_explanation(console: Console, result, n: int = 5) -> None:
             table.add_column(column, overflow="fold")
         for key in ("int8", "mixed"):
             item = mixed[key]
+            if item is None:
+                continue
             latency = ", ".join(f"{dc} {ms:.3f} ms" for dc, ms in item["latency_ms"].items()) or "emulated only"
             table.add_row(item["path"], item["verdict"], f"{item['size_bytes']:,} B",
                           ", ".join(item.get("excluded", [])) or "-", latency)
         console.print(table)
-        for reason in mixed["mixed"].get("reasons", []):
+        if mixed.get("note"):
+            console.print(f"mixed precision: {mixed['note']}", highlight=False)
+        for reason in (mixed["mixed"] or {}).get("reasons", []):
             console.print(f"[red]mixed precision reason:[/] {reason}", highlight=False)
+    if result.fixes:
+        print_fixes(console, result.fixes)
+
+
+def print_fixes(console: Console, doc: dict) -> None:
+    """explain --fix's table: the INT8 candidate, then the fixes smallest first."""
+    from tiergate.explain.fixes import FixReport, notes, rows
+
+    report = FixReport.from_json(doc)
+    header, cells = rows(report)
+    table = Table(title=f"Candidates that fix it, smallest first ({report.gates_run} gates; calibration data "
+                        f"{report.calibration_data})")
+    for column in header:
+        table.add_column(column, overflow="fold")
+    for row, fix in zip(cells, [report.candidate, *report.fixes]):
+        table.add_row(*row, style="green" if fix.passes and fix is not report.candidate else "")
+    console.print(table)
+    for note in notes(report):
+        console.print(f"note: {note}", highlight=False)
+    best = report.passing[0] if report.passing else None
+    if best is not None:
+        console.print(f"[bold green]smallest fix that passes:[/] {best.name} ({best.path})", highlight=False)
+    elif report.candidate.passes:
+        console.print("[bold green]the INT8 candidate passes on every tier: nothing to fix[/]", highlight=False)
+    else:
+        console.print("[bold red]no fix passes on every tier[/]", highlight=False)
 
 
 def register(app: typer.Typer) -> None:

@@ -10,7 +10,7 @@ reference, data, image id, script, samples): a folder appears there only complet
 
 The runner is a seam: `DockerRunner` is the real one (its runtime image comes from the builder seam,
 orchestrator.explain_ab.docker_runner); `HostRunner` runs the same script with this Python (tests, and a
-quick look without Docker). What is gated of it (INT8 vs mixed precision) is orchestrator/explain_ab.py.
+quick look without Docker). What is made and gated of it (explain --fix) is orchestrator/explain_fix.py.
 """
 
 from __future__ import annotations

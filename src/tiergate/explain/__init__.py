@@ -450,12 +450,15 @@ class Explanation:
     reference: str
     targets: dict[str, TierExplain] = field(default_factory=dict)
     mixed_precision: dict | None = None
+    fixes: dict | None = None            # explain --fix: fixes.FixReport's JSON (docs/json-shapes.md)
 
     def to_json(self) -> dict:
         doc = {"candidate": self.candidate, "reference": self.reference,
                "targets": {name: item.to_json() for name, item in self.targets.items()}}
         if self.mixed_precision is not None:
             doc["mixed_precision"] = self.mixed_precision
+        if self.fixes is not None:
+            doc["fixes"] = self.fixes
         return doc
 
     def dumps(self) -> str:
@@ -484,7 +487,8 @@ class Explanation:
                                         list(suggestions.get("calibration") or []), float(item.get("seconds") or 0.0),
                                         item.get("machine", ""), item.get("error", ""),
                                         dict(item.get("unpaired_reasons") or {}))
-        return cls(doc.get("candidate", ""), doc.get("reference", ""), targets, doc.get("mixed_precision"))
+        return cls(doc.get("candidate", ""), doc.get("reference", ""), targets, doc.get("mixed_precision"),
+                   doc.get("fixes"))
 
     def keep_float(self) -> list[str]:
         nodes: list[str] = []
@@ -532,4 +536,8 @@ def markdown_table(explanation: Explanation, n: int = 5) -> str:
                 f"{name} ({item.unpaired_reasons[name]})" if name in item.unpaired_reasons else name
                 for name in item.unpaired))
         lines.append("")
+    if explanation.fixes:
+        from tiergate.explain.fixes import markdown_fixes
+
+        lines.append(markdown_fixes(explanation.fixes))
     return "\n".join(lines) + "\n"

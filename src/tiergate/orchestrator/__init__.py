@@ -14,7 +14,8 @@ Prefect flow: `gate(request, seams, options)` (sequence.py). Its modules, depend
 - `early`: the early decision (looks at growing prefixes);
 - `recording`: the registry's record of a gate;
 - `sequence`: the gate;
-- `explain_ab`: explain's fixes gated through the same sequence (INT8 vs mixed precision).
+- `explain_ab`: explain's candidates made by onnxruntime's quantizer from the FP32 reference;
+- `explain_fix`: explain --fix, those candidates searched and gated through the same sequence.
 
 Running and comparing stay apart: every run writes a result folder (tiergate.state owns where and how), and the
 decision is computed from saved folders only.

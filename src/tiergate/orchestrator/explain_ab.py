@@ -1,27 +1,26 @@
-"""explain's fixes, gated through the one gate path: the reference re-quantized with the worst layers kept in
-float (mixed precision), gated A/B against the INT8 candidate on the same tiers.
+"""explain's candidates, made by onnxruntime's quantizer from the FP32 reference: the quantization settings a
+candidate shows (`quant_settings`) and its own activation ranges (`candidate_ranges`), the reference re-quantized
+with them (`requantize`: a calibration method, ranges to keep, nodes kept in float), the checks `--fix` and
+`--mixed-precision` need before any work, and an end-to-end SQNR on this host (`host_sqnr`).
 
-The tensor dumps themselves run in tiergate.execution.explain (the runner seam); what is made and gated of
-them lives here, beside the orchestrator whose `gate` it calls.
+What is made here is searched and gated through the one gate path in tiergate.orchestrator.explain_fix; the
+tensor dumps themselves run in tiergate.execution.explain (the runner seam).
 """
 
 from __future__ import annotations
 
-import dataclasses
-import shutil
-import tempfile
+import contextlib
+import io
+import logging
 from pathlib import Path
 
 import numpy as np
 
 from tiergate import explain as core
 from tiergate.errors import InputError
-from tiergate.execution.explain import DEFAULT_SAMPLES, DockerRunner, eval_data
-from tiergate.orchestrator.seams import DockerBuilder, Seams
-from tiergate.orchestrator.sequence import gate
-from tiergate.orchestrator.types import say
-from tiergate.request import BuildSettings, GateRequest, RunOptions, source_file
-from tiergate.targets import DeviceClass
+from tiergate.execution.explain import DEFAULT_SAMPLES, DockerRunner
+from tiergate.orchestrator.seams import DockerBuilder
+from tiergate.request import BuildSettings
 
 
 def docker_runner(settings: BuildSettings | None = None) -> DockerRunner:
@@ -29,20 +28,26 @@ def docker_runner(settings: BuildSettings | None = None) -> DockerRunner:
     return DockerRunner(DockerBuilder(settings or BuildSettings()).runtime_image)
 
 
-def check_mixed_precision(candidate: Path, reference: Path, out: Path,
-                          inputs: list[tuple[str, Path | None]] = (), *, outside_home: bool = True) -> None:
-    """What --mixed-precision needs, checked before any work starts: ONNX artifacts (the mixed candidate is made by
-    onnxruntime's quantizer from the ONNX FP32 reference), and an output path that is no input and not inside the
-    home (paths.check_outputs; `inputs`: the other files the command reads)."""
+def require_onnx(option: str, candidate: Path, reference: Path) -> None:
+    """`option`'s candidates are made by onnxruntime's quantizer from the ONNX FP32 reference: refuse other
+    formats (exit 2) before any work."""
     from tiergate.artifact.detect import detect_format, read_model_file
-    from tiergate.artifact.files import artifact_parts
-    from tiergate.paths import check_outputs
 
     for role, path in (("candidate", candidate), ("reference", reference)):
         fmt = detect_format(Path(path), read_model_file(Path(path)))
         if fmt != "onnx":
-            raise InputError(f"--mixed-precision: the {role} {path} is {fmt}; a mixed-precision candidate is made "
-                             "by onnxruntime's quantizer from an ONNX FP32 reference, so it needs ONNX artifacts")
+            raise InputError(f"{option}: the {role} {path} is {fmt}; {option} needs ONNX artifacts (its candidates "
+                             "are made by onnxruntime's quantizer from an ONNX FP32 reference)")
+
+
+def check_mixed_precision(candidate: Path, reference: Path, out: Path,
+                          inputs: list[tuple[str, Path | None]] = (), *, outside_home: bool = True) -> None:
+    """What --mixed-precision needs, checked before any work starts: ONNX artifacts, and an output path that is
+    no input and not inside the home (paths.check_outputs; `inputs`: the other files the command reads)."""
+    from tiergate.artifact.files import artifact_parts
+    from tiergate.paths import check_outputs
+
+    require_onnx("--mixed-precision", candidate, reference)
     check_outputs([("--mixed-precision", Path(out))], list(inputs),
                   artifacts=[("candidate", candidate), ("reference", reference)], parts=artifact_parts,
                   outside_home=outside_home)
@@ -55,9 +60,10 @@ def artifact_size(path: Path) -> int:
     return Path(path).stat().st_size + sum(part.stat().st_size for part in artifact_parts(Path(path)))
 
 
-def quant_settings(path: Path) -> dict:
-    """The quantization settings a QDQ or QOperator ONNX candidate shows: format, per-channel,
-    activation and weight types, reduce_range (weights within 7 bits)."""
+def quant_settings(path: Path, reference: Path | None = None) -> dict:
+    """The quantization settings a QDQ or QOperator ONNX candidate shows: format, per-channel, activation and
+    weight types, reduce_range (weights within 7 bits), and (given its `reference`) whether it was made after
+    onnxruntime's quant_pre_process (the reference has BatchNormalization nodes, the candidate none: folded)."""
     import onnx
     from onnx import numpy_helper
 
@@ -82,9 +88,60 @@ def quant_settings(path: Path) -> dict:
             weight = w.dtype.name
             per_channel = per_channel or numpy_helper.to_array(inits[node.input[1]]).size > 1
             reduce_range = bool(w.dtype.name == "int8" and w.min() >= -64 and w.max() <= 63)
-    return {"format": "QOperator" if qlinear and "QuantizeLinear" not in ops else "QDQ",
+    pre_process = False
+    if reference is not None and "BatchNormalization" not in ops:
+        pre_process = any(n.op_type == "BatchNormalization" for n in onnx.load(str(reference)).graph.node)
+    return {"format": "QOperator" if qlinear else "QDQ",      # a QOperator model quantizes its inputs too
             "activation_type": act, "weight_type": weight, "per_channel": per_channel,
-            "reduce_range": reduce_range}
+            "reduce_range": reduce_range, "pre_process": pre_process}
+
+
+# the output scale and zero point of onnxruntime's QOperator ops (input positions)
+_QLINEAR_OUTPUT = {"QLinearConv": (6, 7), "QLinearMatMul": (6, 7), "QLinearAdd": (6, 7), "QLinearMul": (6, 7),
+                   "QGemm": (7, 8), "QLinearSigmoid": (3, 4), "QLinearLeakyRelu": (3, 4),
+                   "QLinearGlobalAveragePool": (3, 4), "QLinearAveragePool": (3, 4), "QLinearConcat": (0, 1)}
+
+
+def candidate_ranges(candidate: Path, reference: Path) -> tuple[dict, list[str]]:
+    """The candidate's own activation quantization, by the reference's tensor names, as onnxruntime's
+    TensorQuantOverrides ({tensor: [{"scale", "zero_point"}]}): a QuantizeLinear's input named like a reference
+    tensor (or, when the quantizer renamed it, the name of its DequantizeLinear's output), and a QOperator op's
+    output (`NAME_quantized` -> NAME). Per-tensor scales only. Returns (overrides, candidate tensors whose range
+    has no reference tensor to go to)."""
+    import onnx
+    from onnx import numpy_helper
+
+    cand, ref = onnx.load(str(candidate)).graph, onnx.load(str(reference)).graph
+    known = {t for n in ref.node for t in n.output} | {i.name for i in ref.input}
+    inits = {t.name: t for t in cand.initializer}
+    dequantized = {n.input[0]: n.output[0] for n in cand.node if n.op_type == "DequantizeLinear"}
+
+    def const(name):
+        return numpy_helper.to_array(inits[name]) if name in inits else None
+
+    overrides, missed = {}, []
+    for node in cand.node:
+        if node.op_type == "QuantizeLinear" and node.input[0] not in inits and len(node.input) > 2:
+            names, (scale, zero_point) = [node.input[0], dequantized.get(node.output[0], "")], node.input[1:3]
+        elif node.op_type in _QLINEAR_OUTPUT:
+            s, z = _QLINEAR_OUTPUT[node.op_type]
+            if len(node.input) <= z:
+                continue
+            names, scale, zero_point = [node.output[0].removesuffix("_quantized"), node.output[0]], \
+                node.input[s], node.input[z]
+        else:
+            continue
+        scale, zero_point = const(scale), const(zero_point)
+        if scale is None or zero_point is None or scale.size != 1:
+            missed.append(names[0])
+            continue
+        target = next((name for name in names if name in known), None)
+        if target is None:
+            missed.append(names[0])
+            continue
+        overrides.setdefault(target, [{"scale": np.array(scale.reshape(()), np.float32),
+                                       "zero_point": zero_point.reshape(())}])
+    return overrides, missed
 
 
 class _NpzReader:
@@ -104,20 +161,60 @@ class _NpzReader:
         return next(self._batches, None)
 
 
-def requantize(reference: Path, out: Path, calibration: Path, settings: dict, exclude: list[str]) -> Path:
-    """The reference quantized by onnxruntime with `settings`, `exclude` kept in float, calibrated on `calibration`."""
-    from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
+CALIBRATIONS = {"minmax": "MinMax", "entropy": "Entropy", "percentile": "Percentile"}
+
+
+def pre_processed(reference: Path, out: Path) -> Path:
+    """The reference as onnxruntime's quant_pre_process leaves it (BatchNormalization folded, shapes inferred):
+    what a candidate made after pre-processing was quantized from."""
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    quant_pre_process(str(reference), str(out), skip_symbolic_shape=True)
+    return out
+
+
+def requantize(reference: Path, out: Path, calibration: Path, settings: dict, exclude: list[str], *,
+               method: str = "minmax", percentile: float | None = None, overrides: dict | None = None) -> Path:
+    """The reference quantized by onnxruntime's quantize_static with `settings`, `exclude` (node names) kept in
+    float, calibrated on `calibration` by `method` (CALIBRATIONS; `percentile` for "percentile"), `overrides`
+    (TensorQuantOverrides: ranges kept as given instead of calibrated)."""
+    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
 
     from tiergate.artifact import load_artifact
 
     types = {"uint8": QuantType.QUInt8, "int8": QuantType.QInt8}
     names = [i.name for i in load_artifact(reference).inputs]
-    quantize_static(str(reference), str(out), _NpzReader(calibration, names),
-                    quant_format=QuantFormat.QDQ if settings["format"] == "QDQ" else QuantFormat.QOperator,
-                    activation_type=types[settings["activation_type"]], weight_type=types[settings["weight_type"]],
-                    per_channel=settings["per_channel"], reduce_range=settings["reduce_range"],
-                    nodes_to_exclude=list(exclude))
+    extra = {}
+    if percentile is not None:
+        extra["CalibPercentile"] = float(percentile)
+    if overrides:
+        extra["TensorQuantOverrides"] = overrides
+    with _quiet():
+        quantize_static(str(reference), str(out), _NpzReader(calibration, names),
+                        quant_format=QuantFormat.QDQ if settings["format"] == "QDQ" else QuantFormat.QOperator,
+                        activation_type=types[settings["activation_type"]],
+                        weight_type=types[settings["weight_type"]], per_channel=settings["per_channel"],
+                        reduce_range=settings["reduce_range"], nodes_to_exclude=list(exclude),
+                        calibrate_method=getattr(CalibrationMethod, CALIBRATIONS[method]), extra_options=extra)
     return out
+
+
+@contextlib.contextmanager
+def _quiet():
+    """onnxruntime's quantizer logs "please consider pre-processing" on the root logger at every call (the settings
+    are the candidate's own, pre-processing included when it was: that advice is held back), and its histogram
+    calibrators print their progress on stdout (which --json owns): held back too."""
+    class Advice(logging.Filter):
+        def filter(self, record: logging.LogRecord) -> bool:
+            return "pre-processing" not in record.getMessage()
+
+    advice, root = Advice(), logging.getLogger()       # the quantizer logs through the root logger itself
+    root.addFilter(advice)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            yield
+    finally:
+        root.removeFilter(advice)
 
 
 def host_sqnr(model: Path, reference: Path, data_path: Path, samples: int = DEFAULT_SAMPLES) -> float:
@@ -140,75 +237,3 @@ def host_sqnr(model: Path, reference: Path, data_path: Path, samples: int = DEFA
         want = np.stack([o[k] for o in outs[1]])
         worst = min(worst, core.sqnr_db(want, got))
     return worst
-
-
-def choose_exclusions(result: core.Explanation, reference: Path, data_path: Path, calibration: Path,
-                      settings: dict, work: Path, *, steps: int = 4) -> tuple[list[str], list]:
-    """Greedy: the worst layers' nodes (across tiers) kept in float, one layer more at a time, until the
-    re-quantized model's end-to-end SQNR (on this host) clears the strictest tier's threshold. Returns (nodes,
-    trail)."""
-    threshold_db = min((t.threshold_db for t in result.targets.values()), default=core.DEFAULT_THRESHOLD_DB)
-    layers: list[core.Layer] = []
-    for item in result.targets.values():
-        outputs = {layer.tensor for layer in item.layers[-1:]}
-        for layer in core.worst_layers(item.layers, item.threshold_db, outputs):
-            if layer.tensor not in {x.tensor for x in layers}:
-                layers.append(layer)
-    exclude: list[str] = result.keep_float()      # the suggestions first, then one worst layer more a step
-    trail = []
-    for step in range(steps + 1):
-        trial = requantize(reference, work / f"mixed-{step}.onnx", calibration, settings, exclude)
-        sqnr = host_sqnr(trial, reference, data_path)
-        trail.append({"excluded": list(exclude), "end_to_end_sqnr_db": round(sqnr, 2)})
-        if sqnr >= threshold_db or step >= len(layers):
-            break
-        exclude += [n for layer in layers[step:step + 1] for n in layer.nodes if n not in exclude]
-    return exclude, trail
-
-
-def mixed_precision_ab(result: core.Explanation, request: GateRequest, calibration: Path, out: Path,
-                       seams: Seams | None = None, options: RunOptions | None = None) -> dict:
-    """Write the mixed-precision candidate to `out` and gate it and the INT8 candidate (request.candidate) on the
-    same tiers (the mixed one with the INT8 candidate as its incumbent: the A/B): verdicts, whether each passes
-    against the FP32 reference alone, the A/B checks, sizes, latency on real tiers."""
-    options = options or RunOptions()
-    candidate, reference = Path(request.candidate), Path(request.reference)
-    check_mixed_precision(candidate, reference, Path(out),
-                          [("evaluation data", source_file(request.data)), ("calibration data", Path(calibration)),
-                           ("incumbent", request.incumbent)], outside_home=False)   # the CLI checked the home
-    from tiergate.artifact import load_artifact
-
-    data = eval_data(request.data, load_artifact(reference).inputs).path
-    if Path(calibration).resolve() == data.resolve():
-        say(options.progress, "calibrating on the evaluation data, as asked (its accuracy figures are then "
-                              "optimistic)")
-    settings = quant_settings(candidate)
-    with tempfile.TemporaryDirectory(prefix="tiergate-mixed-") as tmp:
-        say(options.progress, "re-quantizing the reference with the worst layers kept in float")
-        exclude, trail = choose_exclusions(result, reference, data, calibration, settings, Path(tmp))
-        Path(out).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(Path(tmp) / f"mixed-{len(trail) - 1}.onnx", out)
-    say(options.progress, "gating the INT8 candidate")
-    int8 = gate(request, seams, options)
-    say(options.progress, "gating the mixed-precision candidate against the INT8 one (A/B)")
-    mixed = gate(dataclasses.replace(request, candidate=Path(out), incumbent=candidate), seams, options)
-    classes = list(request.device_classes)
-    return {"settings": settings, "trail": trail,
-            "int8": _side(int8, candidate, "candidate", classes, []),
-            "mixed": _side(mixed, Path(out), "candidate", classes, exclude)}
-
-
-def _side(run, path: Path, role: str, device_classes: list[DeviceClass], excluded: list[str]) -> dict:
-    latency = {}
-    for dc in device_classes:
-        outcome = run.outcomes.get(role, {}).get(dc.name)
-        if dc.emulated or outcome is None or not outcome.result.latencies_ns:
-            continue
-        latency[dc.name] = float(np.mean(outcome.result.latencies_ns)) / 1e6
-    own = [c for c in run.decision.checks if not c.name.startswith("noninferior")]
-    ab = [c for c in run.decision.checks if c.name.startswith("noninferior")]
-    return {"path": str(path), "verdict": run.decision.verdict, "reasons": list(run.decision.reasons),
-            "passes_against_reference": bool(own) and all(c.passed for c in own),
-            "ab": {f"{c.device_class}/{c.name}": {"value": c.value, "threshold": c.threshold, "passed": c.passed}
-                   for c in ab},
-            "size_bytes": artifact_size(path), "latency_ms": latency, "excluded": excluded}

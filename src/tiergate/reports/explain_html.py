@@ -11,7 +11,8 @@ from tiergate.reports.svg import svg_text
 
 _STYLE = ("body{font-family:sans-serif;margin:2em;max-width:1100px}table{border-collapse:collapse;margin:1em 0}"
           "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}td.l,th.l{text-align:left}"
-          "tr.first td{background:#fdd;font-weight:bold}figure{margin:0}figure svg{max-width:100%;height:auto}"
+          "tr.first td{background:#fdd;font-weight:bold}tr.pass td{background:#dfd}"
+          "figure{margin:0}figure svg{max-width:100%;height:auto}"
           ".note{color:#666;font-size:0.9em}")
 
 
@@ -83,12 +84,35 @@ def render_html(result: Explanation, n: int = 10, *, nav: str = "") -> str:
                      "</th></tr>")
         for key in ("int8", "mixed"):
             side = mixed[key]
+            if side is None:
+                continue
             latency = ", ".join(f"{dc} {ms:.3f} ms" for dc, ms in side["latency_ms"].items()) or "emulated only"
             parts.append(f"<tr><td class='l'>{escape(side['path'])}</td><td class='l'>{escape(side['verdict'])}</td>"
                          f"<td>{side['size_bytes']:,}</td><td class='l'>{escape(', '.join(side['excluded']) or '-')}"
                          f"</td><td class='l'>{escape(latency)}</td></tr>")
         parts.append("</table>")
+    if result.fixes:
+        parts.append(fixes_html(result.fixes))
     return "".join(parts) + "</body></html>\n"
+
+
+def fixes_html(doc: dict) -> str:
+    """explain --fix's table (the INT8 candidate, then the fixes smallest first), from the JSON under "fixes"."""
+    from tiergate.explain.fixes import FixReport, notes, rows
+
+    report = FixReport.from_json(doc)
+    header, cells = rows(report)
+    parts = [f"<h2 id='fixes'>Candidates that fix it, smallest first</h2><p class='note'>calibration data "
+             f"{escape(report.calibration_data)}; each gated against the FP32 reference with the INT8 candidate as "
+             f"incumbent; {report.gates_run} gates run</p><table><tr>"]
+    parts += [f"<th class='l'>{escape(column)}</th>" for column in header]
+    parts.append("</tr>")
+    for row, fix in zip(cells, [report.candidate, *report.fixes]):
+        cls = " class='pass'" if fix.passes and fix is not report.candidate else ""
+        parts.append(f"<tr{cls}>" + "".join(f"<td class='l'>{escape(cell)}</td>" for cell in row) + "</tr>")
+    parts.append("</table>")
+    parts += [f"<p class='note'>{escape(note)}</p>" for note in notes(report)]
+    return "".join(parts)
 
 
 def write_html(result: Explanation, path: Path) -> Path:

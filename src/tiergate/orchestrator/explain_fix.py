@@ -12,7 +12,8 @@ onnxruntime's quantizer (orchestrator/explain_ab.py) and gated, every one, throu
 Gates are what costs: the FP32 reference's and the incumbent's runs come from the run cache after the first
 gate (run keys name the artifact's content hash, never its path), a candidate whose bytes were gated already is
 not gated again, and each candidate is gated on the native tiers first: the emulated ones only when those pass
-(a rejection there settles it). `--mixed-precision` is (2) alone.
+(a rejection there settles it), and a recalibration only when no other recalibration (as small) passes on every
+tier already. `--mixed-precision` is (2) alone.
 """
 
 from __future__ import annotations
@@ -123,7 +124,12 @@ class _Fixer:
         if report.candidate.passes:
             self.notes.append("the INT8 candidate passes on every tier: nothing to fix")
         else:
-            fixes = [self._recalibrated(*item) for item in recalibrations]
+            fixes: list[fx.Fix | None] = []
+            for item in recalibrations:
+                # emulated gates are the dear ones: once a recalibration passes on every tier, the others (no
+                # layer in float either: as small) are gated on the native tiers only
+                settled = next((f for f in fixes if f is not None and f.passes), None)
+                fixes.append(self._recalibrated(*item, settled=settled))
             if float_set:
                 fixes.append(self._float_set(steps))
             if float_set and recalibrations and steps and not any(f is not None and f.passes for f in fixes):
@@ -138,11 +144,11 @@ class _Fixer:
         self.say("gating the INT8 candidate")
         return self._gate(self.candidate, "int8", fx.CANDIDATE, "as given", [], incumbent=None)
 
-    def _recalibrated(self, name: str, method: str, percentile, label: str) -> fx.Fix:
+    def _recalibrated(self, name: str, method: str, percentile, label: str, *, settled: fx.Fix | None = None) -> fx.Fix:
         path = self.out / f"recal-{name}.onnx"
         self.say(f"re-quantizing the reference, {label} calibration")
         requantize(self.base, path, self.calibration, self.settings, [], method=method, percentile=percentile)
-        return self._gate(path, f"recal-{name}", fx.RECALIBRATED, label, [])
+        return self._gate(path, f"recal-{name}", fx.RECALIBRATED, label, [], settled=settled)
 
     def _float_set(self, steps: list[fx.FloatLayer]) -> fx.Fix | None:
         """(2): the candidate's own ranges kept, the shortest passing prefix of the steps in float."""
@@ -202,8 +208,9 @@ class _Fixer:
 
     # -- one candidate through the one gate path -------------------------------------------------
     def _gate(self, path: Path, name: str, method: str, label: str, layers: list[fx.FloatLayer], *,
-              incumbent: Path | None | str = "int8") -> fx.Fix:
-        """Gate `path` on the native tiers, then (when those pass) on the emulated ones."""
+              incumbent: Path | None | str = "int8", settled: fx.Fix | None = None) -> fx.Fix:
+        """Gate `path` on the native tiers, then (when those pass) on the emulated ones; with `settled` (a fix as
+        small that passes on every tier already) the emulated ones are not gated."""
         from tiergate.hashing import file_sha256
 
         incumbent = self.candidate if incumbent == "int8" else incumbent
@@ -230,11 +237,13 @@ class _Fixer:
                            for c in run.decision.checks if c.name.startswith("noninferior")})
             if run.decision.verdict != PROMOTE:
                 fix.verdict = REJECT if REJECT in (fix.verdict, run.decision.verdict) else INCONCLUSIVE
-            if not all(fix.tiers.get(n) is not None and fix.tiers[n].verdict == fx.PASS for n in names):
+            failed = not all(fix.tiers.get(n) is not None and fix.tiers[n].verdict == fx.PASS for n in names)
+            if failed or settled is not None:
+                why = (f"not gated: it fails on {', '.join(names)} already" if failed else
+                       f"not gated: {settled.name}, as small, passes on every tier already")
                 for later in stages[i + 1:]:
                     for dc in later:
-                        fix.tiers[dc.name] = fx.TierVerdict(fx.NOT_GATED, emulated=dc.emulated, reasons=[
-                            f"not gated: it fails on {', '.join(names)} already"])
+                        fix.tiers[dc.name] = fx.TierVerdict(fx.NOT_GATED, emulated=dc.emulated, reasons=[why])
                 break
         fix.passes = bool(fix.tiers) and all(t.verdict == fx.PASS for t in fix.tiers.values())
         self.seen[key] = fix

@@ -388,14 +388,14 @@ def markdown_table(explanation: Explanation, n: int = 5) -> str:
         lines += [f"- {hint}" for hint in item.calibration]
         if item.skipped:
             lines.append(f"\nskipped (inside subgraphs, not exposable): {', '.join(item.skipped)}")
-        lines += ["", *(f"- {line}" if line.startswith("`") else line for line in unpaired_lines(item, quote="`"))]
+        lines += ["", *unpaired_lines(item, prefix="- ", quote="`")]
         lines.append("")
     return "\n".join(lines) + "\n"
 
 
-def unpaired_lines(item: TierExplain, limit: int = 12, quote: str = "") -> list[str]:
-    """What stays unpaired on one tier, and why: a heading per side, then one `tensor: reason` line each (at most
-    `limit` a side; the JSON lists all)."""
+def unpaired_lines(item: TierExplain, limit: int = 12, prefix: str = "  ", quote: str = "") -> list[str]:
+    """What stays unpaired on one tier, and why: a heading per side, then one `prefix tensor: reason` line each (at
+    most `limit` a side; the JSON lists all)."""
     lines = []
     for title, reasons in (("cannot be paired (candidate tensors that stand for no FP32 tensor)",
                             {n: item.unpaired_reasons.get(n, "no FP32 tensor of the same name; not guessed")
@@ -404,7 +404,7 @@ def unpaired_lines(item: TierExplain, limit: int = 12, quote: str = "") -> list[
         if not reasons:
             continue
         lines.append(f"{title}: {len(reasons)}")
-        lines += [f"{quote}{name}{quote}: {why}" for name, why in list(reasons.items())[:limit]]
+        lines += [f"{prefix}{quote}{name}{quote}: {why}" for name, why in list(reasons.items())[:limit]]
         if len(reasons) > limit:
-            lines.append(f"... and {len(reasons) - limit} more")
+            lines.append(f"{prefix}... and {len(reasons) - limit} more")
     return lines

@@ -244,6 +244,7 @@ class Pairing:
         self.cand_of: dict[int, int] = {}          # FP32 node (its twin or an op absorbed into it) -> candidate node
         self.fused: dict[str, tuple[int, str]] = {}   # FP32 tensor -> (candidate node, the FP32 tensor it holds)
         self.rejected: dict[int, str] = {}         # candidate node -> why no FP32 node of its kind is its twin
+        self.ref_rejected: dict[int, str] = {}     # FP32 node -> a candidate node of its kind with other weights
         self._root: dict[str, str] = {}
         self._by_root: dict[str, list[int]] = {}
         for k, node in enumerate(self.r.nodes):
@@ -405,6 +406,8 @@ class Pairing:
         if options and not agreeing:
             self.rejected[k] = (f"its weights are not those of the FP32 {fam} reading "
                                 f"{', '.join(sorted(roots))} ({', '.join(self.r.nodes[j].name for j in options)})")
+            for j in options:
+                self.ref_rejected.setdefault(j, node.name or node.op_type)
         if not agreeing:
             return None
         best = max(agreeing, key=lambda j: (_name_score(node.name, self.r.nodes[j].name), -j))
@@ -567,7 +570,11 @@ class Pairing:
                 node = self.r.nodes[self.r.producer[name]]
                 missing = [i for i in self.r.act_inputs(node)
                            if i not in paired and self.root(i) not in paired and i not in self.fused]
+                k = self.r.producer[name]
                 reasons[name] = (f"computed from {missing[0]}, which no candidate tensor holds" if missing else
+                                 f"the candidate's {self.ref_rejected[k]} reads what this {node.op_type} "
+                                 f"({node.name or 'unnamed'}) reads, but its weights are another layer's"
+                                 if k in self.ref_rejected else
                                  f"no candidate node computes this {node.op_type} "
                                  f"({node.name or 'unnamed'}) of what it reads")
         return reasons

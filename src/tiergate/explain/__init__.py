@@ -60,8 +60,9 @@ def plan(candidate: Path, reference: Path, work: Path) -> Plan:
 def sqnr_db(ref: np.ndarray, out: np.ndarray) -> float:
     """20*log10(|ref| / |ref - out|), as onnxruntime's qdq_loss_debug; identical -> SQNR_CAP_DB."""
     ref = ref.astype(np.float64).ravel()
-    noise = np.linalg.norm(ref - out.astype(np.float64).ravel())
-    signal = np.linalg.norm(ref)
+    # sums of squares, not np.linalg.norm: a 1-D norm is a BLAS dot, whose threads crawl on a busy machine
+    noise = math.sqrt(float(np.square(ref - out.astype(np.float64).ravel()).sum()))
+    signal = math.sqrt(float(np.square(ref).sum()))
     if noise == 0:
         return SQNR_CAP_DB
     if signal == 0:

@@ -350,16 +350,16 @@ class Pairing:
         elif ints and node.op_type in INTEGER_PASS and not ints[0].opaque:
             q_out, integer = ints[0].q, True
         for i, out in outs:
+            if ints and not integer:                           # integers out, with no scale to read them
+                what = "integers quantized at run time" if any(m.opaque for m in ints) else "integers"
+                self.why[out] = f"{node.op_type} computes on {what} ({data[0]}) with no scale of its own"
+                continue
             if out in self.r.act:                              # (1) the same name
                 chain = self._chain_to(twin.output[i], out) if twin is not None and i < len(twin.output) else []
                 self._hold(k, out, Meaning(out, "name", q=q_out if integer else None), chain)
                 continue
             if missing:
                 self.why[out] = f"computed from {missing[0]}, which stands for no FP32 tensor"
-                continue
-            if ints and not integer:
-                what = "integers quantized at run time" if any(m.opaque for m in ints) else "integers"
-                self.why[out] = f"{node.op_type} computes on {what} ({data[0]}) with no scale of its own"
                 continue
             base = convention(out)
             start = twin.output[i] if twin is not None and i < len(twin.output) and twin.output[i] else ""

@@ -20,8 +20,8 @@ evidence, strongest first:
    and zero point; the ops that QOperator runs directly on integers (MaxPool, Reshape, Transpose, ...) keep their
    input's.
 
-For each FP32 tensor one candidate tensor is dumped, chosen to keep the candidate's integer kernels fused: an
-integer tensor that a DequantizeLinear reads (dequantized with that DequantizeLinear's scale and zero point: the
+For each FP32 tensor one candidate tensor is dumped, chosen to keep the candidate's integer kernels fused: one of
+the candidate's outputs as it is, else an integer tensor that a DequantizeLinear reads (dequantized with that DequantizeLinear's scale and zero point: the
 exact value its consumer reads), else an integer tensor with its own scale (a QLinear* output), else a float
 tensor that is no DequantizeLinear output. Exposing DequantizeLinear outputs instead would stop onnxruntime from
 fusing DQ -> op -> Q into one integer kernel, and a tier's integer-kernel saturation would vanish from the
@@ -495,6 +495,8 @@ class Pairing:
                 rank, tensor, q = 1, name, meaning.q
             else:
                 rank, tensor, q = 2, name, None
+            if name in self.c.outputs:              # what the candidate outputs as it is: exposing it changes nothing
+                rank, tensor, q = -1, name, meaning.q
             key = (rank + (3 if meaning.how == "reshape" else 0), position)
             if meaning.fp32 not in best or key < best[meaning.fp32][0]:
                 best[meaning.fp32] = (key, tensor, q, meaning)

@@ -193,3 +193,16 @@ def test_an_activation_quantized_per_channel_is_dequantized_per_channel(tiergate
     assert layer.range == [-10.24, 10.16] and item.first_divergent is None   # [0, 255] - 128, by the widest scale
     item, layer = layer_c([0.05, 0.001, 0.07, 0.08])
     assert item.first_divergent == "c" and 0.15 < layer.saturation < 0.25      # about the one channel in four
+
+
+def test_dynamic_quantization_pairs_by_name_and_says_why_its_accumulators_do_not(tmp_path):
+    """quantize_dynamic: activations quantized at run time (their scale is in no initializer). Every FP32 tensor pairs
+    with the float tensor of its name; the int32 accumulators and their rescaling stand for none, and say why."""
+    fp32 = modelkit.write(pm.cnn(), tmp_path / "fp32.onnx")
+    dynamic = modelkit.quantize_dynamic_int8(fp32, tmp_path / "dynamic.onnx")
+    the_plan = plan(dynamic, fp32, tmp_path / "work")
+    assert {s.fp32 for s in the_plan.sources} == {"x"} | {o for n in pm.cnn().graph.node for o in n.output}
+    assert all(s.scale is None and not s.scales for s in the_plan.sources) and the_plan.fp32_unpaired == {}
+    accumulators = [n for n in the_plan.unpaired if the_plan.reasons[n].startswith("ConvInteger computes on integers "
+                                                                                    "quantized at run time")]
+    assert len(accumulators) == 3 and set(the_plan.unpaired) > set(accumulators)

@@ -144,13 +144,13 @@ def test_what_stays_unpaired_says_why(tiergate_home, tfl, tmp_path):
     back = Explanation.from_json(result.to_json())
     assert back.targets[X86].unpaired_reasons == item.unpaired_reasons
     assert back.targets[X86].layers[2].location == item.layers[2].location != []
-    assert f"{name} (the value before RELU" in markdown_table(result)
+    assert f"`{name}`: the value before RELU" in markdown_table(result)
     console = Console(record=True, width=200)
     print_explanation(console, result)
     assert name in console.export_text()
     per_channel = plan(tfl["per_channel"], tfl["fp32"], tmp_path)
     assert tfl["middle"] not in {s.fp32 for s in per_channel.sources}
-    ((name, why),) = per_channel.unpaired_reasons.items()
+    ((name, why),) = per_channel.reasons.items()
     assert "per channel (axis 3, 16 scales)" in why
 
 

@@ -13,6 +13,8 @@
   no pre-processing (s8s8): onnxruntime's x86 int8 kernels give it different accuracy with and without VNNI.
 - `tflite_int8(source, folder, calibration)`: a float TFLite model (MediaPipe's) quantized to full INT8 by
   TensorFlow Lite's own calibrator and quantizer, its float16 weights widened to float32 first.
+- `int8_reduced_range(source, folder, calibration)`: as `int8_calibrated` with weights within 7 bits (reduce_range):
+  no x86 CPU's int8 kernels saturate on it (explain's real-model check wants one loss only: the one it injects).
 
 bench/ imports this as `realmodels.kit` with tests/ on sys.path, as pytest does.
 """
@@ -212,3 +214,13 @@ def tflite_int8(source, folder, calibration: np.ndarray) -> Path:
     out = Path(folder) / f"{Path(source).stem}_int8.tflite"
     out.write_bytes(convert.mlir_quantize(calibrated, fully_quantize=False))
     return out
+
+
+def int8_reduced_range(source, folder, calibration: np.ndarray) -> Path:
+    """As int8_calibrated, with int8 weights within 7 bits (reduce_range): on x86 without VNNI the u8s8 kernels add
+    pairs of products in int16 and saturate with 8-bit weights (docs/cpu.md; measured here on an AVX2 CPU: the first
+    Conv's output at 11 dB SQNR against 40 dB simulated); with 7 bits they cannot. `folder`/paddleocr_cls_int8rr.onnx."""
+    from onnxruntime.quantization import QuantType
+
+    return _quantized(source, folder, calibration, "int8rr", pre_process=True, per_channel=True, reduce_range=True,
+                      activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)

@@ -123,6 +123,8 @@ def _check_outputs(candidate, reference, data, policy, calibration_data, ca_bund
 
 def print_explanation(console: Console, result, n: int = 5) -> None:
     """The worst layers per tier, the first divergent one, the suggestions."""
+    from tiergate.explain import unpaired_lines
+
     for name, item in result.targets.items():
         if item.error:
             console.print(f"[red]{name}: explain failed:[/] {item.error}", highlight=False)
@@ -146,10 +148,8 @@ def print_explanation(console: Console, result, n: int = 5) -> None:
         if item.skipped:
             console.print(f"[yellow]skipped[/] (inside subgraphs, not exposable): {', '.join(item.skipped)}",
                           highlight=False)
-        if item.unpaired:
-            shown = ", ".join(item.unpaired[:12]) + (f" and {len(item.unpaired) - 12} more" if len(item.unpaired) > 12 else "")
-            console.print(f"[yellow]cannot be paired[/] (no FP32 tensor of the same name; not guessed): {shown}",
-                          highlight=False)
+        for line in unpaired_lines(item):         # what stays unpaired, a reason per tensor
+            console.print(line, highlight=False, markup=False)
     mixed = result.mixed_precision
     if mixed:
         table = Table(title="INT8 vs mixed precision (gated on the same tiers)")

@@ -231,8 +231,9 @@ def _threshold(policy, dc: DeviceClass) -> float:
 
 
 def _dump(runner: Runner, dc, models, cand_sha, ref_sha, data_sha, data_path, n) -> Path:
+    # the models as dumped (the tensors the pairing exposes) are in the key: a new pairing never reads old dumps
     key_text = "\0".join((cand_sha, ref_sha, data_sha, runner.identity(dc), dc.name,
-                          file_sha256(script_path()), str(n)))
+                          file_sha256(script_path()), str(n), *(file_sha256(p) for p in models.values())))
     key = hashlib.sha256(key_text.encode()).hexdigest()[:24]
     folder = state.explain_folder(key)
     if state.cached_folder(folder, "explain dump"):        # a sealed manifest: truncated or edited is made again

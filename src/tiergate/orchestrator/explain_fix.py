@@ -116,7 +116,11 @@ class _Fixer:
                                   for item in self.result.targets.values() if not item.error])
 
         def nodes_of(layer) -> list[str]:
-            return [n for n in fx.layer_nodes(graph, layer) if n in base_names]
+            # the candidate's nodes where the reference has them (a QDQ candidate by onnxruntime keeps its names),
+            # and the layer's nodes as named in the reference (the pairing's fp32_nodes: a QOperator candidate's
+            # QLinearConv is the reference's Conv)
+            names = fx.layer_nodes(graph, layer) + list(layer.fp32_nodes)
+            return [n for n in dict.fromkeys(names) if n in base_names]
 
         steps, left_out = fx.float_steps(ranked, nodes_of)
         report = fx.FixReport(str(self.calibration), settings, self._int8(), ranked_layers=[x.tensor for x in ranked],

@@ -46,8 +46,10 @@ def test_mixed_precision_passes_where_int8_fails(tiergate_home, mlp_set, tmp_pat
     # layers' latency cost can exceed the A/B's 10% regression limit: that is the cost, reported)
     assert {f"{X86}/noninferior_accuracy", f"{X86}/noninferior_latency"} <= set(mixed["mixed"]["ab"])
     assert code == (0 if mixed["mixed"]["verdict"] == "PROMOTE" else 1)
-    # the float set: the defect's Q/DQ pair (the Add that writes r and the MatMul that reads it), found in one gate
-    assert out.is_file() and set(mixed["mixed"]["excluded"]) == {"add1", "fc2"} and mixed["gates"] == 1
+    # the float set: the defect's Q/DQ pair (the Add that writes r and the MatMul that reads it, with the Relu that
+    # quantization absorbed), found in one gate
+    assert out.is_file() and mixed["gates"] == 1
+    assert {"add1", "fc2"} <= set(mixed["mixed"]["excluded"]) <= {"add1", "relu1", "fc2"}
     assert mixed["trail"] == [{"layers": 1, "tensors": [models.TENSOR], "passed": True}]
     assert mixed["settings"] == {"format": "QDQ", "activation_type": "uint8", "weight_type": "int8",
                                  "per_channel": False, "reduce_range": False, "pre_process": False}

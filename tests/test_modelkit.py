@@ -81,7 +81,12 @@ def test_qdq_quantization_adds_quantize_pairs_and_stays_close(tmp_path):
     ops = [n.op_type for n in onnx.load(str(int8)).graph.node]
     assert ops.count("QuantizeLinear") >= 1 and ops.count("DequantizeLinear") >= 2
     seen = x[:32]                       # inside the calibrated ranges, the 8-bit steps bound the error
-    np.testing.assert_allclose(_run(int8, {"x": seen})[0], _run(fp32, {"x": seen})[0], atol=0.05)
+    # the Q/DQ arithmetic as written (no fusion into integer kernels): x86 CPUs without VNNI saturate u8s8
+    # products in their fused kernels (docs/cpu.md), which is the CPU's error, not the quantization's
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    unfused = ort.InferenceSession(str(int8), options, providers=["CPUExecutionProvider"]).run(None, {"x": seen})
+    np.testing.assert_allclose(unfused[0], _run(fp32, {"x": seen})[0], atol=0.05)
     dynamic = mk.quantize_dynamic_int8(fp32, tmp_path / "dyn.onnx")
     assert any(t.data_type == onnx.TensorProto.INT8 for t in onnx.load(str(dynamic)).graph.initializer)
 

@@ -19,6 +19,10 @@ from pathlib import Path
 import pytest
 
 ALLOW_SKIP = os.environ.get("TIERGATE_ALLOW_SKIP", "").lower() in ("1", "true", "yes")
+# Prefect reads its settings once, when it is first imported: a test's monkeypatch comes too late. A temporary
+# server's first start in a fresh venv (its modules compiled, its database migrated) on a loaded 2-core machine
+# took longer than Prefect's default 20 s; give every temporary server of the run 180 s.
+os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
 RELAX_HINT = "set TIERGATE_ALLOW_SKIP=1 to skip these tests instead"
 SSHD = "/usr/sbin/sshd"
 EXIT_MISSING_PART = 2   # the run stops at the first test that needs a missing part

@@ -21,8 +21,6 @@ def prefect_env(tmp_path, monkeypatch):
     monkeypatch.setenv("PREFECT_HOME", str(tmp_path / "prefect"))
     monkeypatch.setenv("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     monkeypatch.delenv("PREFECT_API_URL", raising=False)
-    # a temporary server on a loaded 2-core machine can take longer than Prefect's default 30 s to answer
-    monkeypatch.setenv("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
 
 
 @pytest.mark.prefect

@@ -3,8 +3,9 @@
 Depends only on numpy and the runtime (onnxruntime, onnxruntime-gpu, ai-edge-litert or tflite-runtime);
 it must never import tiergate. The host prepares the models (for ONNX it has already added
 the intermediate tensors it wants as graph outputs); this script only runs each model one
-sample at a time on the first --max-samples samples and saves what it saw. For each
---model NAME=PATH it writes to the output folder:
+sample at a time on the first --max-samples samples (along each input's sample axis: the archive's
+`__tiergate_axes__`, as the harness reads it, else the leading one; a 0-d input is a constant fed whole)
+and saves what it saw. For each --model NAME=PATH it writes to the output folder:
 
   NAME.npz    one array per tensor, keyed t0, t1, ... (tensor names may hold '/' or ':'),
               shape [samples, *tensor shape]
@@ -66,9 +67,30 @@ def one_line(exc) -> str:
     return (text or type(exc).__name__)[:600]
 
 
+AXES_MEMBER = "__tiergate_axes__"
+
+
+def take(array, axis, start, stop):
+    """Samples [start, stop) along `axis` (the model's shape kept); a constant (axis None) whole."""
+    if axis is None:
+        return array
+    return np.ascontiguousarray(array[(slice(None),) * axis + (slice(start, stop),)])
+
+
 def load_data(path, limit):
+    """({input: array}, {input: sample axis}, sample count): the axes from the archive's AXES_MEMBER (tiergate's
+    JSON, as the harness reads it), else the leading axis; a 0-d array is a constant, fed whole to every sample."""
     with np.load(path, allow_pickle=False) as npz:
-        return {name: npz[name][:limit] for name in npz.files if name != LABELS}
+        data = {name: npz[name] for name in npz.files if name not in (LABELS, AXES_MEMBER)}
+        meta = json.loads(str(npz[AXES_MEMBER][()])) if AXES_MEMBER in npz.files else {}
+    axes = {name: meta.get("inputs", {}).get(name, 0 if a.ndim else None) for name, a in data.items()}
+    sizes = [a.shape[axes[name]] for name, a in data.items() if axes[name] is not None]
+    n = min([min(sizes), limit] if sizes else [1, limit])
+    return {name: take(a, axes[name], 0, n) for name, a in data.items()}, axes, n
+
+
+def sample(data, axes, name, s):
+    return take(data[name], axes[name], s, s + 1)
 
 
 def run_onnx(args, path, data, entry):
@@ -89,10 +111,9 @@ def run_onnx(args, path, data, entry):
     missing = [n for n in inputs if n not in data]
     if missing:
         raise ValueError(f"the data has no array named {missing[0]!r} (model input)")
-    n = len(data[inputs[0]])
     collected = [[] for _ in names]
-    for s in range(n):
-        outs = session.run(names, {name: data[name][s:s + 1] for name in inputs})
+    for s in range(args.samples):
+        outs = session.run(names, {name: sample(data, args.axes, name, s) for name in inputs})
         for store, value in zip(collected, outs):
             store.append(np.asarray(value))
     entry["versions"] = {"onnxruntime": ort.__version__}
@@ -213,11 +234,11 @@ def run_tflite(args, path, data, entry):
         scales, zeros, _ = _quantization(d)
         if len(scales) == 1 and scales[0] and np.issubdtype(d["dtype"], np.integer):
             quant[names[int(d["index"])]] = [scales[0], zeros[0], np.dtype(d["dtype"]).name]
-    n = len(data[inputs[0]["name"]])
+    n = args.samples
     collected = {}
     for s in range(n):
         for i in inputs:
-            value = data[i["name"]][s:s + 1]
+            value = sample(data, args.axes, i["name"], s)
             key = names[int(i["index"])]
             if key in quant and np.issubdtype(value.dtype, np.floating):
                 scale, zero, dtype = quant[key]
@@ -242,7 +263,7 @@ def main(argv=None):
     args = parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
     doc = {"ok": True, "runtime": args.runtime, "machine": platform.machine(), "cpu": cpu_info(), "error": "", "models": {}}
-    data = load_data(args.data, args.max_samples)
+    data, args.axes, args.samples = load_data(args.data, args.max_samples)
     code = 0
     for spec in args.model:
         name, _, path = spec.partition("=")

@@ -12,7 +12,7 @@ import pytest
 import modelkit
 import models
 from tiergate.cli.main import main
-from tiergate.execution.explain import HostRunner, explain, load_dumps
+from tiergate.execution.explain import HostRunner, explain
 from tiergate.targets import resolve
 
 X86 = "x86_64-cpu-onnxruntime"
@@ -118,7 +118,9 @@ def test_subgraph_tensors_are_listed_as_skipped(tiergate_home, tmp_path):
     cand = modelkit.write(model, tmp_path / "cand.onnx")
     np.savez(tmp_path / "d.npz", x=np.random.default_rng(0).standard_normal((4, 4)).astype(np.float32))
     item = explain(cand, ref, tmp_path / "d.npz", resolve(X86), runner=HostRunner()).targets[X86]
-    assert item.skipped == ["else_y", "then_y"]
+    assert item.skipped == ["else_y", "then_y"] and item.branches == []
+    # the If's condition is computed from x, which differs between samples: not specialized, and said why
+    assert item.skipped_reasons["then_y"] == "inside y (If): its condition depends on x, whose values differ between samples"
     assert [layer.tensor for layer in item.layers][-1] == "y" and item.first_divergent is None
 
 

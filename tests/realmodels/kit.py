@@ -15,6 +15,11 @@
   TensorFlow Lite's own calibrator and quantizer, its float16 weights widened to float32 first.
 - `int8_reduced_range(source, folder, calibration)`: as `int8_calibrated` with weights within 7 bits (reduce_range):
   no x86 CPU's int8 kernels saturate on it (explain's real-model check wants one loss only: the one it injects).
+- `vad_chunks(n, seed)`, `vad_feeds(source, chunks)`: silero VAD's 512-sample chunks of synthetic 16 kHz audio (near
+  silence, noise, voiced sounds), each with the state the FP32 model carries into it.
+- `silero_int8(source, folder, calibration)`: silero VAD specialized to 16 kHz (its If branches inlined) and quantized
+  to INT8 (QDQ) by onnxruntime's `quantize_static`, which does not quantize inside If branches; `vad_loader(folder,
+  feeds)` the data loader that feeds them.
 
 bench/ imports this as `realmodels.kit` with tests/ on sys.path, as pytest does.
 """
@@ -224,3 +229,100 @@ def int8_reduced_range(source, folder, calibration: np.ndarray) -> Path:
 
     return _quantized(source, folder, calibration, "int8rr", pre_process=True, per_channel=True, reduce_range=True,
                       activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+
+
+# --- silero VAD: 512-sample chunks of 16 kHz audio ---------------------------------------------------------
+
+SILERO_SR = 16000
+
+
+def vad_chunks(n: int, seed: int) -> np.ndarray:
+    """[n, 512] float32: an audio stream in 512-sample chunks at 16 kHz, stretches of 4 to 16 chunks of near silence,
+    noise, or a voiced sound (7 harmonics of a 90-260 Hz pitch with vibrato, a syllable-rate envelope, some noise)."""
+    rng = np.random.default_rng(seed)
+    t = np.arange(512) / SILERO_SR
+    out = np.zeros((n, 512), np.float32)
+    k = 0
+    while k < n:
+        kind, length = int(rng.integers(3)), int(rng.integers(4, 17))
+        pitch, loud, floor = rng.uniform(90, 260), rng.uniform(0.05, 0.6), rng.uniform(1e-4, 3e-3)
+        for j in range(min(length, n - k)):
+            now = t + (k + j) * 512 / SILERO_SR
+            if kind == 0:
+                out[k + j] = rng.normal(0, floor, 512)
+            elif kind == 1:
+                out[k + j] = rng.normal(0, 0.3 * loud, 512)
+            else:
+                phase = 2 * np.pi * pitch * (now + 0.02 / (2 * np.pi * 4) * np.sin(2 * np.pi * 4 * now))
+                voiced = sum(loud / h * np.sin(h * phase) for h in range(1, 8))
+                out[k + j] = voiced * (0.6 + 0.4 * np.sin(2 * np.pi * 3 * now)) + rng.normal(0, 0.01, 512)
+        k += length
+    return out
+
+
+def vad_feeds(source, chunks: np.ndarray) -> list[dict[str, np.ndarray]]:
+    """Each chunk as silero VAD takes it, with the state the FP32 model carries into it (run over the chunks in
+    order, as a stream): {"input": [1, 512], "state": [2, 1, 128], "sr": 16000 (int64, 0-d)}."""
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(str(source), providers=["CPUExecutionProvider"])
+    state, feeds = np.zeros((2, 1, 128), np.float32), []
+    for chunk in chunks:
+        feeds.append({"input": chunk[None].astype(np.float32), "state": state, "sr": np.array(SILERO_SR, np.int64)})
+        _, state = session.run(None, feeds[-1])
+    return feeds
+
+
+def silero_int8(source, folder, calibration: list[dict[str, np.ndarray]]) -> tuple[Path, Path]:
+    """(the FP32 model specialized to 16 kHz, its INT8) in `folder`. onnxruntime's quantize_static (QDQ) does not
+    quantize inside an If's branches (on silero, whose network is all inside `If(sr == 16000)`, it adds no Q/DQ at
+    all; onnxruntime 1.31): the model is first specialized to the branches 16 kHz chunks take (tiergate's own
+    explain.specialize, checked to give the same outputs), pre-processed, then quantized (per-channel int8 weights
+    within 7 bits, uint8 activations: no x86 int8 kernel saturates, see int8_reduced_range), calibrated on
+    `calibration` (feeds)."""
+    import onnx
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    from tiergate.explain.specialize import specialize
+
+    class Feeds(CalibrationDataReader):
+        def __init__(self):
+            self.items = iter(calibration)
+
+        def get_next(self):
+            return next(self.items, None)
+
+    done = specialize(onnx.load(str(source)), calibration[:32])
+    if done.refused or not done.branches:
+        raise RuntimeError(f"silero VAD not specialized: {done.refused or 'no If fixed'}")
+    folder = Path(folder)
+    fp32, prepared, int8 = folder / "silero_vad_16k.onnx", folder / "silero_vad_16k_prep.onnx", folder / "silero_vad_16k_int8.onnx"
+    onnx.save(done.model, str(fp32))
+    # pre-processed as onnxruntime asks: silero's weights are Constant nodes, which quantize_static would quantize as
+    # activations (uint8, per tensor); pre-processing makes them initializers (int8, per channel)
+    quant_pre_process(str(fp32), str(prepared), skip_symbolic_shape=True)
+    quantize_static(str(prepared), str(int8), Feeds(), quant_format=QuantFormat.QDQ, per_channel=True,
+                    reduce_range=True, activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+    return fp32, int8
+
+
+VAD_LOADER = """import numpy as np
+
+
+def chunks():
+    \"\"\"silero VAD's chunks, each with its state (tests/realmodels/kit.py vad_loader).\"\"\"
+    with np.load({path!r}) as saved:
+        for chunk, state in zip(saved["input"], saved["state"]):
+            yield {{"input": chunk, "state": state, "sr": np.array({sr}, np.int64)}}
+"""
+
+
+def vad_loader(folder, feeds: list[dict[str, np.ndarray]]) -> str:
+    """A data loader (FILE.py:FUNCTION) yielding `feeds` as silero VAD's users feed it: the chunks in an archive
+    beside it, `sr` a constant."""
+    folder = Path(folder)
+    np.savez(folder / "vad_chunks.npz", input=np.stack([f["input"] for f in feeds]),
+             state=np.stack([f["state"] for f in feeds]))
+    (folder / "vad_loader.py").write_text(VAD_LOADER.format(path=str(folder / "vad_chunks.npz"), sr=SILERO_SR))
+    return f"{folder / 'vad_loader.py'}:chunks"

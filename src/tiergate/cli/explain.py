@@ -123,7 +123,7 @@ def _check_outputs(candidate, reference, data, policy, calibration_data, ca_bund
 
 def print_explanation(console: Console, result, n: int = 5) -> None:
     """The worst layers per tier, the first divergent one, the suggestions."""
-    from tiergate.explain import unpaired_lines
+    from tiergate.explain import branch_lines, skipped_lines, unpaired_lines
 
     for name, item in result.targets.items():
         if item.error:
@@ -145,9 +145,8 @@ def print_explanation(console: Console, result, n: int = 5) -> None:
             console.print(f"keep in float: {', '.join(item.keep_float)}", highlight=False)
         for hint in item.calibration:
             console.print(f"[yellow]calibration:[/] {hint}", highlight=False)
-        if item.skipped:
-            console.print(f"[yellow]skipped[/] (inside subgraphs, not exposable): {', '.join(item.skipped)}",
-                          highlight=False)
+        for line in branch_lines(item) + skipped_lines(item):    # Ifs specialized, what stays in subgraphs
+            console.print(line, highlight=False, markup=False)
         for line in unpaired_lines(item):         # what stays unpaired, a reason per tensor
             console.print(line, highlight=False, markup=False)
     mixed = result.mixed_precision

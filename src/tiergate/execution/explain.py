@@ -159,7 +159,7 @@ def explain(candidate: Path, reference: Path, data_path: Path | str, device_clas
             progress: Progress | None = None) -> core.Explanation:
     """Every device class's explanation of the candidate against its FP32 reference."""
     from tiergate.artifact import load_artifact
-    from tiergate.evaldata import validate_against
+    from tiergate.evaldata import AXES_MEMBER, take, validate_against
 
     if samples < 1:
         raise InputError("--samples must be at least 1")
@@ -171,15 +171,21 @@ def explain(candidate: Path, reference: Path, data_path: Path | str, device_clas
     data = eval_data(data_path, ref_art.inputs)
     validate_against(data, _float_fed(cand_art, ref_art))
     n = min(samples, data.n_samples)
-    inputs = {name: np.asarray(data.arrays[name][:n])[:, None] for name in data.info}
+    # each sample as the model takes it (its sample axis kept, length 1; a constant such as silero's `sr` whole):
+    # what the dump script feeds, and what fixes an If's condition when the plan specializes a model
+    feeds = [{name: np.asarray(take(data.arrays[name], data.axis(name), s, s + 1)) for name in data.info}
+             for s in range(n)]
+    inputs = {name: np.stack([feed[name] for feed in feeds]) for name in data.info}
     out = core.Explanation(str(candidate), str(reference))
     with tempfile.TemporaryDirectory(prefix="tiergate-explain-") as tmp:
-        plan = core.plan(Path(candidate), Path(reference), Path(tmp))
+        plan = core.plan(Path(candidate), Path(reference), Path(tmp), feeds)
         models = {"candidate": plan.candidate, "reference": plan.reference}
-        # the dump script reads one array per input: the first n samples, without an archive's own members
-        # (a loader's materialised archive carries its sample axes)
+        # the dump script reads one array per input, the first n samples along its sample axis (the axes in the
+        # archive's AXES_MEMBER, as the harness reads them), without an archive's own members
         feed = Path(tmp) / "data.npz"
-        np.savez(feed, **{name: np.asarray(data.arrays[name][:n]) for name in data.info})
+        axes = {name: data.axis(name) for name in data.info}
+        np.savez(feed, **{name: np.asarray(take(data.arrays[name], axes[name], 0, n)) for name in data.info},
+                 **{AXES_MEMBER: np.array(json.dumps({"inputs": axes}))})
         for dc in device_classes:
             limit = threshold_db if threshold_db is not None else _threshold(policy, dc)
             _say(progress, f"dumping tensors on {dc.name}")

@@ -9,7 +9,9 @@ what to keep in float and which calibration range to look at.
 
 ONNX pairing (QDQ, QOperator or float candidates) is onnx_pairing.py: by name, by the quantizers' naming
 conventions, then by structure (through Q/DQ, fused activations, QLinear* ops), exposing only what keeps the
-candidate's integer kernels fused; what stays unpaired is said with a reason per tensor.
+candidate's integer kernels fused; what stays unpaired is said with a reason per tensor. An If whose condition the
+evaluation data fix (silero VAD's `If(sr == 16000)`) is first replaced by the branch taken, in both models
+(specialize.py, checked to give the same outputs), so the tensors inside it pair too; the branches taken are reported.
 
 TFLite pairing (tflite_pairing.py, read from both flatbuffers before any tier runs): the same name
 first, then structure: both graphs walked from their inputs, through the QUANTIZE / DEQUANTIZE ops
@@ -43,8 +45,9 @@ MIN_DROP_DB = 1.0            # a layer that loses less than this relative to the
 # --- the plan: which tensor of the candidate pairs with which FP32 tensor (pairs.py, per format beside it) ---
 
 
-def plan(candidate: Path, reference: Path, work: Path) -> Plan:
-    """Prepare the models to dump (written under `work`) and the pairing, by format."""
+def plan(candidate: Path, reference: Path, work: Path, feeds: list[dict[str, np.ndarray]] | None = None) -> Plan:
+    """Prepare the models to dump (written under `work`) and the pairing, by format. `feeds`: the evaluation samples
+    (one dict of model inputs per sample), which fix an ONNX model's If conditions (specialize.py)."""
     from tiergate.artifact.detect import detect_format, read_model_file
 
     fmt = detect_format(Path(candidate), read_model_file(Path(candidate)))
@@ -57,7 +60,7 @@ def plan(candidate: Path, reference: Path, work: Path) -> Plan:
         found = pair(Path(candidate), Path(reference))
         return Plan("tflite", Path(candidate), Path(reference), [Source(**item) for item in found.sources],
                     unpaired=sorted(found.unpaired), outputs=found.outputs, reasons=dict(found.unpaired))
-    return onnx_pairing.plan_onnx(Path(candidate), Path(reference), work)
+    return onnx_pairing.plan_onnx(Path(candidate), Path(reference), work, feeds)
 
 
 # --- the figures ------------------------------------------------------------------------
@@ -176,6 +179,8 @@ class TierExplain:
     unpaired_reasons: dict[str, str] = field(default_factory=dict)   # why each of `unpaired` is
     fp32_unpaired: dict[str, str] = field(default_factory=dict)      # FP32 tensors the candidate never holds, why
     keep_float_fp32: list[str] = field(default_factory=list)         # keep_float in the FP32 reference's nodes
+    branches: list[dict] = field(default_factory=list)               # Ifs replaced by the branch taken, and why
+    skipped_reasons: dict[str, str] = field(default_factory=dict)    # why each of `skipped` stays in a subgraph
 
     def to_json(self) -> dict:
         return {"first_divergent": self.first_divergent, "threshold_db": self.threshold_db,
@@ -184,7 +189,8 @@ class TierExplain:
                 "suggestions": {"keep_float": self.keep_float, "keep_float_fp32": self.keep_float_fp32,
                                 "calibration": self.calibration},
                 "unpaired": self.unpaired, "unpaired_reasons": self.unpaired_reasons,
-                "fp32_unpaired": self.fp32_unpaired, "skipped": self.skipped, "seconds": round(self.seconds, 3),
+                "fp32_unpaired": self.fp32_unpaired, "skipped": self.skipped, "skipped_reasons": self.skipped_reasons,
+                "branches": self.branches, "seconds": round(self.seconds, 3),
                 "machine": self.machine, "error": self.error}
 
     def worst(self, n: int = 5) -> list[Layer]:
@@ -199,7 +205,8 @@ def analyse(plan_: Plan, target: str, dumps: dict[str, dict[str, np.ndarray]], *
     sources = list(plan_.sources)
     result = TierExplain(target, threshold_db, skipped=list(plan_.skipped), unpaired=list(plan_.unpaired),
                          machine=meta.get("machine", ""), seconds=float(meta.get("seconds", 0.0)),
-                         unpaired_reasons=dict(plan_.reasons), fp32_unpaired=dict(plan_.fp32_unpaired))
+                         unpaired_reasons=dict(plan_.reasons), fp32_unpaired=dict(plan_.fp32_unpaired),
+                         branches=[dict(b) for b in plan_.branches], skipped_reasons=dict(plan_.skipped_reasons))
     if plan_.format == "tflite":
         from tiergate.explain.tflite_pairing import runtime_checked
 
@@ -341,7 +348,8 @@ class Explanation:
                                         list(suggestions.get("calibration") or []), float(item.get("seconds") or 0.0),
                                         item.get("machine", ""), item.get("error", ""),
                                         dict(item.get("unpaired_reasons") or {}), dict(item.get("fp32_unpaired") or {}),
-                                        list(suggestions.get("keep_float_fp32") or []))
+                                        list(suggestions.get("keep_float_fp32") or []),
+                                        list(item.get("branches") or []), dict(item.get("skipped_reasons") or {}))
         return cls(doc.get("candidate", ""), doc.get("reference", ""), targets, doc.get("mixed_precision"),
                    doc.get("fixes"))
 
@@ -385,8 +393,7 @@ def markdown_table(explanation: Explanation, n: int = 5) -> str:
         if item.keep_float:
             lines.append(f"\nkeep in float: {', '.join(f'`{x}`' for x in item.keep_float)}")
         lines += [f"- {hint}" for hint in item.calibration]
-        if item.skipped:
-            lines.append(f"\nskipped (inside subgraphs, not exposable): {', '.join(item.skipped)}")
+        lines += [f"- {line}" for line in branch_lines(item) + skipped_lines(item)]
         lines += ["", *unpaired_lines(item, prefix="- ", quote="`")]
         lines.append("")
     if explanation.fixes:
@@ -394,6 +401,29 @@ def markdown_table(explanation: Explanation, n: int = 5) -> str:
 
         lines.append(markdown_fixes(explanation.fixes))
     return "\n".join(lines) + "\n"
+
+
+def branch_lines(item: TierExplain) -> list[str]:
+    """One line per If replaced by the branch the evaluation data take: "branch taken: If_0: then_branch (sr == 16000
+    in every sample)"."""
+    lines = []
+    for b in item.branches:
+        models = b.get("models") or []
+        whose = "" if len(models) != 1 else f" [{models[0]} only]"
+        lines.append(f"branch taken: {b.get('node')}: {b.get('branch')} ({b.get('why')}){whose}")
+    return lines
+
+
+def skipped_lines(item: TierExplain, limit: int = 6) -> list[str]:
+    """What stays inside subgraphs (not exposable), one line per reason with a few of its tensors."""
+    by_reason: dict[str, list[str]] = {}
+    for name in item.skipped:
+        by_reason.setdefault(item.skipped_reasons.get(name, "inside a subgraph"), []).append(name)
+    lines = []
+    for why, names in by_reason.items():
+        shown = ", ".join(names[:limit]) + (f" and {len(names) - limit} more" if len(names) > limit else "")
+        lines.append(f"skipped (not exposable): {len(names)} tensor{'s' * (len(names) != 1)} {why}: {shown}")
+    return lines
 
 
 def unpaired_lines(item: TierExplain, limit: int = 12, prefix: str = "  ", quote: str = "") -> list[str]:

@@ -29,9 +29,11 @@ evidence. The reference exposes only the tensors paired (and its outputs).
 
 What stays unpaired is said, with a reason per tensor: FP32 tensors the candidate never holds (fused into one of
 its kernels, computed by no candidate node, after an unpaired tensor) and candidate tensors that stand for no
-FP32 tensor. Tensors computed inside subgraphs (If/Loop/Scan bodies) cannot be graph outputs: they are listed as
-skipped. Node names in the plan are the candidate's own (`nodes`), with their FP32 counterparts beside them
-(`fp32_nodes`, what quantize_static's nodes_to_exclude takes when the reference is quantized again).
+FP32 tensor. Tensors computed inside subgraphs (If/Loop/Scan bodies) cannot be graph outputs: an If whose condition
+the evaluation data fix is first replaced by the branch they take (specialize.py, in both models); what stays inside
+a subgraph is listed as skipped, with the reason. Node names in the plan are the candidate's own (`nodes`) (a
+specialized model's: an inlined node keeps its name), with their FP32 counterparts beside them (`fp32_nodes`, what
+quantize_static's nodes_to_exclude takes when the reference is quantized again).
 """
 
 from __future__ import annotations
@@ -607,12 +609,17 @@ def pair(cg, rg) -> tuple[Pairing, list[Source], set[str]]:
     return walk, walk.sources(quantized), quantized
 
 
-def plan_onnx(candidate: Path, reference: Path, work: Path) -> Plan:
-    """The ONNX plan: the pairing, and the two models with the paired tensors exposed as outputs under `work`."""
+def plan_onnx(candidate: Path, reference: Path, work: Path, feeds: list[dict[str, np.ndarray]] | None = None) -> Plan:
+    """The ONNX plan: the pairing, and the two models with the paired tensors exposed as outputs under `work`.
+    `feeds` (the evaluation samples, one dict of inputs per sample, as the model takes them): each model's top-level
+    Ifs whose condition they fix are replaced by the branch taken (specialize.py), so its tensors pair."""
     import onnx
 
-    cand = onnx.load(str(candidate))
-    ref = onnx.load(str(reference))
+    from tiergate.explain.specialize import specialize
+
+    done = {"candidate": specialize(onnx.load(str(candidate)), feeds),
+            "reference": specialize(onnx.load(str(reference)), feeds)}
+    cand, ref = done["candidate"].model, done["reference"].model
     walk, sources, quantized = pair(cand.graph, ref.graph)
     if not any(s.op != "input" for s in sources):
         first = next(iter(walk.cand_unpaired().items()), None)
@@ -620,7 +627,8 @@ def plan_onnx(candidate: Path, reference: Path, work: Path) -> Plan:
                          "tensor holds, by name, by the quantizer's naming or by structure)"
                          + (f": {first[0]}: {first[1]}" if first else "") + ": nothing to pair")
     r_outputs = [o.name for o in ref.graph.output]
-    skipped = sorted(set(_subgraph_outputs(ref.graph)) | set(_subgraph_outputs(cand.graph)))
+    skipped_reasons = {**done["reference"].skipped, **done["candidate"].skipped}
+    skipped = sorted(set(_subgraph_outputs(ref.graph)) | set(_subgraph_outputs(cand.graph)) | set(skipped_reasons))
     paired = {s.fp32 for s in sources}
     # an FP32 output that repeats a paired tensor (an Identity at the end the candidate does not have) pairs with it
     for name in r_outputs:
@@ -636,7 +644,17 @@ def plan_onnx(candidate: Path, reference: Path, work: Path) -> Plan:
     _expose(cand, [s.tensor for s in sources if s.tensor not in c_inputs], cand_path)
     reasons = walk.cand_unpaired()
     return Plan("onnx", cand_path, ref_path, sources, skipped, sorted(reasons), r_outputs, sorted(quantized),
-                reasons, walk.fp32_unpaired(paired))
+                reasons, walk.fp32_unpaired(paired), _branches(done), skipped_reasons)
+
+
+def _branches(done: dict) -> list[dict]:
+    """The branches taken, each once with the models (candidate, reference) it was taken in."""
+    found: dict[tuple, dict] = {}
+    for model, item in done.items():
+        for branch in item.branches:
+            entry = found.setdefault((branch.node, branch.branch, branch.why), {**branch.to_json(), "models": []})
+            entry["models"].append(model)
+    return list(found.values())
 
 
 def quantized_nodes(graph) -> set[str]:

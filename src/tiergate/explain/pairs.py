@@ -47,9 +47,13 @@ class Plan:
     candidate: Path
     reference: Path
     sources: list[Source] = field(default_factory=list)
-    skipped: list[str] = field(default_factory=list)     # tensors inside subgraphs: not exposable
+    skipped: list[str] = field(default_factory=list)     # tensors left inside subgraphs: not exposable
     unpaired: list[str] = field(default_factory=list)    # candidate tensors with no FP32 counterpart
     outputs: list[str] = field(default_factory=list)     # the reference's graph outputs (end to end)
     quantized: list[str] = field(default_factory=list)   # the candidate's nodes that compute on integers
     reasons: dict[str, str] = field(default_factory=dict)        # why each candidate tensor in `unpaired` is
     fp32_unpaired: dict[str, str] = field(default_factory=dict)  # FP32 tensors no candidate tensor holds, and why
+    # the If nodes specialized to the branch the evaluation data take (specialize.py): {"node", "branch", "why",
+    # "models": ["candidate", "reference"]}, and why each tensor in `skipped` stays inside a subgraph
+    branches: list[dict] = field(default_factory=list)
+    skipped_reasons: dict[str, str] = field(default_factory=dict)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from html import escape
 from pathlib import Path
 
-from tiergate.explain import Explanation
+from tiergate.explain import Explanation, branch_lines, skipped_lines
 from tiergate.reports.svg import svg_text
 
 _STYLE = ("body{font-family:sans-serif;margin:2em;max-width:1100px}table{border-collapse:collapse;margin:1em 0}"
@@ -75,8 +75,7 @@ def render_html(result: Explanation, n: int = 10, *, nav: str = "") -> str:
         if item.keep_float:
             parts.append(f"<p>keep in float: {escape(', '.join(item.keep_float))}</p>")
         parts += [f"<p>calibration: {escape(hint)}</p>" for hint in item.calibration]
-        if item.skipped:
-            parts.append(f"<p class='note'>skipped (inside subgraphs): {escape(', '.join(item.skipped))}</p>")
+        parts += [f"<p class='note'>{escape(line)}</p>" for line in branch_lines(item) + skipped_lines(item)]
     mixed = result.mixed_precision
     if mixed:
         parts.append("<h2>INT8 vs mixed precision</h2><table><tr><th class='l'>candidate</th><th class='l'>verdict"

@@ -296,24 +296,25 @@ class Pairing:
             zp = np.zeros(scale.shape, np.uint8)
         return QParams(scale.astype(np.float64).reshape(-1), zp.reshape(-1), zp.dtype.name, axis)
 
-    def _quantize(self, node) -> None:
-        x, out = node.input[0], node.output[0]
-        src = self.meaning.get(x)
+    def _qdq_source(self, node, verb: str):
+        """A QuantizeLinear's or DequantizeLinear's input meaning and its node's parameters; (None, None), with
+        the reason recorded, when the input stands for no FP32 tensor."""
+        src = self.meaning.get(node.input[0])
         if src is None:
-            self.why[out] = f"quantizes {x}, which stands for no FP32 tensor"
-            return
-        q = self._qparams(node.input[1], node.input[2] if len(node.input) > 2 else "", _axis(node))
-        self.meaning[out] = replace(src, q=q, reads="", reads_q=None, opaque=src.opaque or q is None)
+            self.why[node.output[0]] = f"{verb} {node.input[0]}, which stands for no FP32 tensor"
+            return None, None
+        return src, self._qparams(node.input[1], node.input[2] if len(node.input) > 2 else "", _axis(node))
+
+    def _quantize(self, node) -> None:
+        src, q = self._qdq_source(node, "quantizes")
+        if src is not None:
+            self.meaning[node.output[0]] = replace(src, q=q, reads="", reads_q=None, opaque=src.opaque or q is None)
 
     def _dequantize(self, node) -> None:
-        q, out = node.input[0], node.output[0]
-        src = self.meaning.get(q)
-        if src is None:
-            self.why[out] = f"dequantizes {q}, which stands for no FP32 tensor"
-            return
-        params = self._qparams(node.input[1], node.input[2] if len(node.input) > 2 else "", _axis(node))
-        self.meaning[out] = replace(src, q=None, reads=q, reads_q=params or src.q,
-                                    opaque=src.opaque or (params or src.q) is None)
+        src, params = self._qdq_source(node, "dequantizes")
+        if src is not None:
+            self.meaning[node.output[0]] = replace(src, q=None, reads=node.input[0], reads_q=params or src.q,
+                                                   opaque=src.opaque or (params or src.q) is None)
 
     def _dynamic(self, node) -> None:
         src = self.meaning.get(node.input[0])

@@ -686,16 +686,13 @@ def quantized_nodes(graph) -> set[str]:
 
 def _subgraph_outputs(graph) -> list[str]:
     """Every value computed inside a subgraph of `graph` (not exposable as a graph output)."""
-    from onnx import AttributeProto
+    from tiergate.artifact.onnx_walk import subgraphs
 
     found = []
     for node in graph.node:
-        for attr in node.attribute:
-            bodies = ([attr.g] if attr.type == AttributeProto.GRAPH else
-                      list(attr.graphs) if attr.type == AttributeProto.GRAPHS else [])
-            for body in bodies:
-                found += [out for n in body.node for out in n.output if out]
-                found += _subgraph_outputs(body)
+        for _, body in subgraphs(node):
+            found += [out for n in body.node for out in n.output if out]
+            found += _subgraph_outputs(body)
     return found
 
 

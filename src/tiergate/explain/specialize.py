@@ -275,15 +275,10 @@ def _scalar(array: np.ndarray) -> str:
 
 
 def _subgraphs(node) -> list:
-    from onnx import AttributeProto
+    """The body graphs a node holds (artifact.onnx_walk's, without their attribute names)."""
+    from tiergate.artifact.onnx_walk import subgraphs
 
-    found = []
-    for attr in node.attribute:
-        if attr.type == AttributeProto.GRAPH:
-            found.append(attr.g)
-        elif attr.type == AttributeProto.GRAPHS:
-            found += list(attr.graphs)
-    return found
+    return [body for _, body in subgraphs(node)]
 
 
 def _defined(graph) -> set[str]:

@@ -47,8 +47,7 @@ import numpy as np
 # harness_cpu.py: beside this script in a checkout, in the runtime image's harness folder inside a container
 sys.path.append("/opt/tiergate/harness")
 from harness_cpu import cpu_info  # noqa: E402
-
-LABELS = "labels"
+from tiergate_harness import AXES_MEMBER, LABELS, take  # noqa: E402  (the harness's own reading of samples)
 
 
 def parse_args(argv=None):
@@ -67,14 +66,6 @@ def one_line(exc) -> str:
     return (text or type(exc).__name__)[:600]
 
 
-AXES_MEMBER = "__tiergate_axes__"
-
-
-def take(array, axis, start, stop):
-    """Samples [start, stop) along `axis` (the model's shape kept); a constant (axis None) whole."""
-    if axis is None:
-        return array
-    return np.ascontiguousarray(array[(slice(None),) * axis + (slice(start, stop),)])
 
 
 def load_data(path, limit):

@@ -119,8 +119,16 @@ def test_evaluation_defaults_follow_the_execution(tmp_path, monkeypatch):
     (tmp_path / "set.toml").write_text(GOOD + "[evaluation]\nbatch = 0\nshards = 3\n")
     cat = targets.catalogue(tmp_path)
     emu, nat, fixed = cat["emu"], cat["nat"], cat["set"]
-    assert emu.evaluation == targets.Evaluation(batch=64, latency_calls=16, shards=0)
-    assert nat.evaluation == targets.Evaluation(batch=0, latency_calls=16, shards=0)
+    # emulated latency is never gated: 4 single calls (they check the batched outputs), after the first call only
+    assert emu.evaluation == targets.Evaluation(batch=64, latency_calls=4, warmup=1, shards=0)
+    assert nat.evaluation == targets.Evaluation(batch=0, latency_calls=16, warmup=3, shards=0)
+    (tmp_path / "warm.toml").write_text(GOOD + "[evaluation]\nwarmup = 5\nlatency_calls = 8\n")
+    assert targets.catalogue(tmp_path)["warm"].evaluation == targets.Evaluation(batch=64, latency_calls=8, warmup=5)
+    (tmp_path / "warm.toml").unlink()
+    (tmp_path / "cold.toml").write_text(GOOD + "[evaluation]\nwarmup = 0\n")
+    with pytest.raises(InputError, match="evaluation.warmup.*at least 1"):
+        targets.catalogue(tmp_path)
+    (tmp_path / "cold.toml").unlink()
     assert fixed.evaluation.batch == 0 and fixed.evaluation.shards == 3
     monkeypatch.setattr(targets, "available_cores", lambda: 8)
     # threads = 2: four containers fit in 8 cores, at most one per 64 samples; native: one

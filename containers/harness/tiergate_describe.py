@@ -18,7 +18,8 @@ refuses the model), and per runtime:
     "needs_delegate" (custom ops that only the XNNPACK delegate resolves: unresolved without it)}
 
 Exit 0 when described, 1 when the runtime refuses the model (describe.json still written), 2 on
-bad arguments.
+bad arguments. The harness runs `describe()` in a run's own container after the candidate's run
+(tiergate_harness.py --describe): a gate describes a tier without a container or interpreter of its own.
 
 Usage:
   python tiergate_describe.py --runtime onnxruntime --model M.onnx --out DIR [--threads 1]
@@ -156,18 +157,25 @@ def _delegated(details, count):
     return covered
 
 
-def main(argv=None):
-    args = parse_args(argv)
-    os.makedirs(args.out, exist_ok=True)
-    doc = {"ok": True, "runtime": args.runtime, "machine": platform.machine(), "cpu": cpu_info(), "error": ""}
-    code = (describe_tflite if args.runtime == "tflite" else describe_onnx)(args, doc)
-    path = os.path.join(args.out, "describe.json")
+def describe(runtime, model, out, threads=1):
+    """Describe `model` on this runtime into `out` (describe.json, optimized-LEVEL.onnx): the exit code.
+    The harness calls it too, in a run's own container after the candidate's run (`--describe`)."""
+    args = argparse.Namespace(runtime=runtime, model=model, out=out, threads=threads)
+    os.makedirs(out, exist_ok=True)
+    doc = {"ok": True, "runtime": runtime, "machine": platform.machine(), "cpu": cpu_info(), "error": ""}
+    code = (describe_tflite if runtime == "tflite" else describe_onnx)(args, doc)
+    path = os.path.join(out, "describe.json")
     with open(path + ".tmp", "w") as fh:
         json.dump(doc, fh)
     os.replace(path + ".tmp", path)
     if code:
-        print(f"describe: {args.runtime} refuses the model: {doc['error']}", file=sys.stderr)
+        print(f"describe: {runtime} refuses the model: {doc['error']}", file=sys.stderr)
     return code
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    return describe(args.runtime, args.model, args.out, args.threads)
 
 
 if __name__ == "__main__":

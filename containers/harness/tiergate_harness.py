@@ -16,7 +16,7 @@ monotonic nanosecond clock and writes to the output folder:
 Usage:
   python tiergate_harness.py --runtime onnxruntime --model M.onnx --out DIR [--model M2 --out DIR2 ...]
       --data D.npz [--samples START:STOP] [--threads 1] [--batch-size 1] [--warmup 3]
-      [--eval-batch 0] [--latency-calls 16] [--compare-rounds 0] [--profile] [--timeout 0]
+      [--eval-batch 0] [--latency-calls 16] [--compare-rounds 0] [--profile] [--timeout 0] [--describe N]
 
 Several artifacts, one process start: `--model`/`--out` pairs run in order over the same
 data. The runtime library is imported and the data read once; each artifact then runs in
@@ -121,6 +121,9 @@ def parse_args(argv=None):
     p.add_argument("--profile", action="store_true", help="per-op time in device.op_profile")
     p.add_argument("--timeout", type=float, default=0.0,
                    help="seconds each artifact's child may take (several artifacts); 0: no limit")
+    p.add_argument("--describe", type=int, action="append", default=[], metavar="N",
+                   help="after artifact N's run (0-based, repeatable), describe its runtime graph into its --out "
+                        "(tiergate_describe.py: describe.json, optimized-LEVEL.onnx)")
     args = p.parse_args(argv)
     if len(args.models) != len(args.outs):
         p.error("give one --out per --model")
@@ -512,12 +515,15 @@ def main(argv=None):
         runner, batch, n, outputs, latencies = run(args, load_hooks(args))
         write(args, runner, batch, n, outputs, latencies)
         say(runner, n, latencies)
+        del runner, outputs
+        describe_after(args, 0 in args.describe)
         return 0
     loaded = load_data(args.data, args.samples)          # once for every artifact
     os.environ[_plugin("harness_memory").SHARED_ENV] = "1"     # the cgroup's peak is no one artifact's
     importlib.import_module(_plugin("harness_memory").RUNTIME_MODULE[args.runtime])  # once, before the children
     for n, (model, out) in enumerate(zip(args.models, args.outs)):
-        run_child(argparse.Namespace(**{**vars(args), "model": model, "out": out}), loaded)
+        run_child(argparse.Namespace(**{**vars(args), "model": model, "out": out, "describe_it": n in args.describe}),
+                  loaded)
         print(f"{DONE_MARK}{n}", flush=True)      # the host may collect this artifact's folder now
     return 0
 
@@ -538,6 +544,8 @@ def run_child(args, loaded):
             runner, batch, n, outputs, latencies = run(args, load_hooks(args), loaded)
             write(args, runner, batch, n, outputs, latencies)
             say(runner, n, latencies)
+            del runner, outputs
+            describe_after(args, args.describe_it)
         except SystemExit as exc:                      # the harness's own one-line errors
             code = exc.code if isinstance(exc.code, int) else 1
             if not isinstance(exc.code, int):
@@ -561,6 +569,22 @@ def run_child(args, loaded):
     if os.waitstatus_to_exitcode(status) != 0 and not os.path.exists(os.path.join(args.out, FAILED_FILE)):
         code = os.waitstatus_to_exitcode(status)
         fail(args.out, f"exited with code {code}" if code > 0 else f"killed by signal {-code}", code)
+
+
+def describe_after(args, wanted):
+    """The artifact's runtime graph beside its finished result (the describer's own files), when asked: the
+    run's figures are written first, so the describe's sessions change none of them. A describe that fails
+    leaves no describe.json: the host then describes the artifact in a container of its own."""
+    if not wanted:
+        return
+    try:
+        _plugin("tiergate_describe").describe(args.runtime, args.model, args.out, args.threads)
+    except Exception as exc:  # noqa: BLE001 - the run is done and stays a result; the host describes it apart
+        print(f"harness: describing {args.model} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        try:
+            os.remove(os.path.join(args.out, "describe.json"))
+        except OSError:
+            pass
 
 
 def wait_child(pid, timeout):

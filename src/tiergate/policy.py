@@ -42,10 +42,11 @@ MAX_EARLY_LOOKS = 20
 @dataclass(frozen=True)
 class EarlyStop:
     """Sequential evaluation of one device class: `looks` looks at growing sample prefixes, alpha spent by
-    `spending`; a tier stops at the first look whose verdict is settled. Off unless `enabled`."""
+    `spending`; a tier stops at the first look whose verdict is settled. `enabled` None (no early_stop key): on
+    for emulated classes, where every sample costs seconds, off elsewhere (Policy.early_stop_for resolves it)."""
 
-    enabled: bool = False
-    looks: int = 4
+    enabled: bool | None = None
+    looks: int = 2
     spending: str = "obrien-fleming"
     seed: int = 0                       # the looks' seeded random partition of the samples (orchestrator/early.py)
 
@@ -135,6 +136,8 @@ class Policy:
         merged = EarlyStop(**self.early.get("defaults", {}))
         for key in (device_class.tier, device_class.name):
             merged = replace(merged, **self.early.get(f"override.{key}", {}))
+        if merged.enabled is None:
+            merged = replace(merged, enabled=device_class.emulated)
         return merged
 
     def check_override_names(self, device_classes: Iterable[DeviceClass]) -> None:

@@ -377,8 +377,12 @@ def _runs_and_images(gate_run, inputs: dict, recorder: Recorder) -> tuple[list, 
 
 
 def _runtime_as_cached(request: GateRequest, gate_run, recorder: Recorder):
-    """The candidate's runtime graphs and findings as the next normal run prints them: from the describe
+    """The candidate's runtime graphs and findings as the next normal run prints them: from the candidate's run
+    folder where its run described it (the folder is a run the answer verifies anyway), else from the describe
     cache (its `cached` and `seconds` say so), with the cache folders that must still be there."""
+    from tiergate.orchestrator.describing import from_run
+    from tiergate.orchestrator.types import RunSpec
+
     runtime, findings, graphs = {}, {}, []
     candidate = gate_run.intakes["candidate"]
     describer = _file_sha(containers_dir() / DESCRIBER) or ""
@@ -386,6 +390,12 @@ def _runtime_as_cached(request: GateRequest, gate_run, recorder: Recorder):
         if dc.name not in gate_run.runtime:
             continue
         image = recorder.images[(dc.name, candidate.sha256)]
+        folder = gate_run.run_dirs.get(("candidate", dc.name))
+        described = None if folder is None else from_run(RunSpec("candidate", dc, candidate, image), folder, True)
+        if described is not None:
+            runtime[dc.name], found = described
+            findings[dc.name] = [f.to_json() for f in found]
+            continue
         graph, found = recorder.builder.describe(dc, candidate, image)
         folder = state.graph_folder(candidate.sha256, graph.get("image_id", ""), describer, dc.cpu_key)
         if graph.get("cached") is not True or not state.folder_verifies(folder):

@@ -79,7 +79,8 @@ GATE_OPTIONS: tuple[Option, ...] = (
            "[evaluation] shards, automatic on emulated classes). Never changes the decision.", minimum=1),
     Option("early_stop", ("--early-stop",), "switch", "request",
            "Decide each tier at the first look (a growing share of the samples) whose verdict is settled, alpha "
-           "spent across looks (docs/policy.md, early_looks); default: the policy's early_stop, off."),
+           "spent across looks (docs/policy.md, early_looks); --no-early-stop: every sample on every tier. Default: "
+           "the policy's early_stop, else on for emulated classes and off for the others."),
     Option("profile", ("--profile",), "flag", "request", "Also record per-op time (op type and node) per run.",
            default=False),
     Option("explain", ("--explain",), "flag", "output",

@@ -21,6 +21,20 @@ from tiergate.fingerprint import Fingerprint, fingerprint
 
 DESCRIBE_FILE = "describe.json"
 LEVELS = ("basic", "extended", "all")
+
+
+def described_level(name: str) -> bool:
+    """A file name the describer writes beside describe.json: the optimized model at one level."""
+    return name.startswith("optimized-") and name.endswith(".onnx")
+
+
+def described_files(folder: Path) -> list[Path]:
+    """The describer's files in a folder (describe.json and the optimized models), none when it has no
+    describe.json."""
+    folder = Path(folder)
+    if not (folder / DESCRIBE_FILE).is_file():
+        return []
+    return [folder / DESCRIBE_FILE] + sorted(p for p in folder.iterdir() if described_level(p.name))
 SCHEMA = 1
 
 

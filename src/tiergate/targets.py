@@ -52,7 +52,12 @@ class RuntimeBuild:
 
 
 def default_evaluation(execution: str) -> Evaluation:
-    return Evaluation(batch=DEFAULT_EMULATED_EVAL_BATCH if execution == "emulated" else 0)
+    """An emulated class batches its outputs and makes few single calls (its latency is never gated: they check
+    that batching changes no output); the others time every call after the usual warm-up."""
+    if execution == "emulated":
+        return Evaluation(batch=DEFAULT_EMULATED_EVAL_BATCH, latency_calls=DEFAULT_EMULATED_LATENCY_CALLS,
+                          warmup=DEFAULT_EMULATED_WARMUP)
+    return Evaluation(batch=0)
 
 
 def requirements_path(name: str) -> Path:
@@ -95,6 +100,9 @@ def memory_bytes(size: str) -> int:
 
 DEFAULT_EMULATED_EVAL_BATCH = 64
 DEFAULT_LATENCY_CALLS = 16
+DEFAULT_EMULATED_LATENCY_CALLS = 4
+DEFAULT_WARMUP = 3
+DEFAULT_EMULATED_WARMUP = 1
 AUTO_SHARD_MIN_SAMPLES = 64     # automatic shards: at least this many samples each
 
 
@@ -107,7 +115,11 @@ class Evaluation:
                    and the batched outputs of those samples must equal their single-call outputs (else
                    every sample runs at batch_size). 0 turns it off: every call is timed. Default: 64 on
                    emulated classes (their latency is never gated), 0 on the others.
-    latency_calls  calls timed for latency when batched, spread over the shards (default 16).
+    latency_calls  calls timed for latency when batched, spread over the shards (default 16; emulated: 4, one
+                   per shard at least: their latency is QEMU time, reported, never gated; the single calls
+                   check that the batched outputs equal single-call outputs).
+    warmup         calls before the timed ones, the cold first call included (default 3; emulated: 1, the
+                   first call only).
     shards         containers a tier's samples are split over, merged in sample order; 0: automatic
                    (emulated: the cores available / threads, at most one per `shard_samples` samples; others: 1).
     shard_samples  automatic shards hold at least this many samples (default 64): a shard pays one interpreter
@@ -117,6 +129,7 @@ class Evaluation:
 
     batch: int = 0
     latency_calls: int = DEFAULT_LATENCY_CALLS
+    warmup: int = DEFAULT_WARMUP
     shards: int = 0
     shard_samples: int = AUTO_SHARD_MIN_SAMPLES
 
@@ -258,7 +271,7 @@ _CPU_FIELDS = {"requires": list, "lacks": list, "on_mismatch": str}
 ON_MISMATCH = ("refuse", "emulate")
 EMULATOR_IN_IMAGE = "/opt/tiergate/emulator/qemu-x86_64"   # in the runtime image of an emulated x86 class
 _BUILD_FIELDS = {"requirements": str, "env": dict}
-_EVALUATION_FIELDS = {"batch": int, "latency_calls": int, "shards": int, "shard_samples": int}
+_EVALUATION_FIELDS = {"batch": int, "latency_calls": int, "warmup": int, "shards": int, "shard_samples": int}
 _LIMIT_FIELDS = {"memory": str, "pids_limit": int, "timeout_s": int}
 _CHOICES = {"arch": ARCHES, "runtime": RUNTIMES, "execution": EXECUTIONS}
 
@@ -383,12 +396,13 @@ def _parse_evaluation(path: Path, execution: str, table: dict) -> Evaluation:
         _check_type(path, f"evaluation.{key}", value, int)
         if value < 0:
             raise _bad(path, f"evaluation.{key}", "must not be negative")
-    for key in ("latency_calls", "shard_samples"):
+    for key in ("latency_calls", "warmup", "shard_samples"):
         if table.get(key, 1) < 1:
             raise _bad(path, f"evaluation.{key}", "must be at least 1")
     default = default_evaluation(execution)
     return Evaluation(batch=table.get("batch", default.batch),
                       latency_calls=table.get("latency_calls", default.latency_calls),
+                      warmup=table.get("warmup", default.warmup),
                       shards=table.get("shards", default.shards),
                       shard_samples=table.get("shard_samples", default.shard_samples))
 

@@ -80,4 +80,9 @@ def test_policy_keys_per_tier(tmp_path):
     assert policy.early_stop_for(x86) == EarlyStop(True, 3, "obrien-fleming")
     assert policy.early_stop_for(arm) == EarlyStop(False, 3, "pocock")
     assert policy.for_target(arm) == load_policy(None).for_target(arm)      # no threshold changed
-    assert load_policy(None).early_stop_for(x86) == EarlyStop()            # off by default
+    default = load_policy(None)
+    assert default.early_stop_for(x86) == EarlyStop(False)                  # off by default on a native class,
+    assert default.early_stop_for(arm) == EarlyStop(True)                   # on for an emulated one
+    off = tmp_path / "off.toml"
+    off.write_text("[defaults]\nearly_stop = false\n")
+    assert load_policy(off).early_stop_for(arm) == EarlyStop(False)       # the policy says so for every class

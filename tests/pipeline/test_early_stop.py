@@ -21,6 +21,7 @@ import modelkit
 from fakes import FakeBackend, FakeBuilder
 
 X86, ARM = "x86_64-cpu-onnxruntime", "arm64-cpu-onnxruntime"
+FOUR = "[defaults]\nearly_looks = 4\n"          # the tests of a plan with a look it does not take
 
 
 def _case(tmp_path, n: int, candidate: str):
@@ -52,20 +53,37 @@ def _chunks_run(backend):
     return collections.Counter((j.role, j.device_class.name, j.data_sha256) for j in backend.jobs)
 
 
-def test_off_by_default_the_decision_is_unchanged(tmp_path, tiergate_home, monkeypatch):
+def test_on_by_default_for_emulated_classes_only_and_off_changes_nothing(tmp_path, tiergate_home, monkeypatch):
     case = _case(tmp_path, 400, "near")
+    whole = evaldata.load_eval_data(case[2]).sha256
     default, backend = _gate(case, load_policy(None), targets=(X86, ARM))
-    assert "early_stop" not in default.decision.to_json()
-    assert not any("early stop" in note for note in default.decision.notes)
-    assert {j.data_sha256 for j in backend.jobs} == {evaldata.load_eval_data(case[2]).sha256}
+    assert default.decision.early_stop[X86].looks == 1                  # native: off (one look, every sample);
+    assert default.decision.early_stop[ARM].looks == 2                  # emulated: on
+    assert [look.taken for look in default.decision.early_stop[ARM].plan] == [True, True]   # 2 looks by default
+    assert {j.data_sha256 for j in backend.jobs if j.device_class.name == X86} == {whole}
+    arm_runs = _chunks_run(backend)
+    arm_data = [d for (_, name, d) in arm_runs if name == ARM]
+    assert whole not in arm_data and len(set(arm_data)) == 2            # half the samples, then the other half
     monkeypatch.setenv("TIERGATE_HOME", str(tmp_path / "home-off"))
-    off, _ = _gate(case, _policy(tmp_path, "[defaults]\nearly_stop = false\nearly_looks = 3\n"),
-                   targets=(X86, ARM), early_stop=None)
+    off, off_backend = _gate(case, _policy(tmp_path, "[defaults]\nearly_stop = false\nearly_looks = 3\n"),
+                             targets=(X86, ARM), early_stop=None)
+    assert {j.data_sha256 for j in off_backend.jobs} == {whole}         # every sample, in file order, one start
+    assert "early_stop" not in off.decision.to_json()
+    assert not any("early stop" in note for note in off.decision.notes)
     monkeypatch.setenv("TIERGATE_HOME", str(tmp_path / "home-flag-off"))
     flag_off, _ = _gate(case, load_policy(None), targets=(X86, ARM), early_stop=False)
-    assert default.decision.dumps() == flag_off.decision.dumps()
-    off.decision.policy_sources = default.decision.policy_sources      # the same but for the file it came from
-    assert off.decision.dumps() == default.decision.dumps()
+    flag_off.decision.policy_sources = off.decision.policy_sources      # the same but for the file it came from
+    assert flag_off.decision.dumps() == off.decision.dumps()
+
+
+def test_too_few_samples_for_any_early_look_is_the_plain_gate(tmp_path, tiergate_home, monkeypatch):
+    case = _case(tmp_path, 32, "near")            # no look before the last can resolve its share: nothing to stop on
+    on, backend = _gate(case, load_policy(None), targets=(X86, ARM), early_stop=True)
+    assert "early_stop" not in on.decision.to_json()
+    assert {j.data_sha256 for j in backend.jobs} == {evaldata.load_eval_data(case[2]).sha256}
+    monkeypatch.setenv("TIERGATE_HOME", str(tmp_path / "home-off"))
+    off, _ = _gate(case, load_policy(None), targets=(X86, ARM), early_stop=False)
+    assert on.decision.dumps() == off.decision.dumps()
 
 
 def test_a_bad_candidate_is_rejected_at_the_first_look(tmp_path, tiergate_home):
@@ -89,7 +107,7 @@ def test_a_bad_candidate_is_rejected_at_the_first_look(tmp_path, tiergate_home):
 
 def test_a_near_identical_candidate_is_promoted_before_the_last_look(tmp_path, tiergate_home):
     case = _case(tmp_path, 2400, "near")
-    run, backend = _gate(case, load_policy(None), early_stop=True)      # 4 looks, O'Brien-Fleming spending
+    run, backend = _gate(case, _policy(tmp_path, FOUR), early_stop=True)      # 4 looks, O'Brien-Fleming spending
     d = run.decision
     tier = d.early_stop[X86]
     assert d.verdict == PROMOTE, d.reasons
@@ -98,15 +116,15 @@ def test_a_near_identical_candidate_is_promoted_before_the_last_look(tmp_path, t
     assert abs(sum(1 - look.confidence for look in tier.plan if look.taken) - 0.05) < 1e-12
     interval = next(c.interval for c in d.checks if c.name == "accuracy_ratio")
     assert interval.method == "score-ratio-paired" and interval.confidence == tier.plan[1].confidence
-    assert len({j.data_sha256 for j in backend.jobs}) == 2                     # chunks 1 and 2, never 3 and 4
+    assert len({j.data_sha256 for j in backend.jobs}) == 1          # chunks 1 and 2 in one start, never 3 and 4
     merged = results.load(run.run_dirs[("candidate", X86)])
-    assert merged.n_samples == 1200 and [s["samples"] for s in merged.extra["shards"]] == [[0, 600], [600, 1200]]
+    assert merged.n_samples == 1200 and merged.extra.get("shards") is None   # one run: nothing merged
     assert state.verified(run.run_dirs[("candidate", X86)])
 
 
 def test_a_borderline_candidate_runs_every_look_and_each_chunk_once(tmp_path, tiergate_home):
     case = _case(tmp_path, 400, "near")
-    policy = _policy(tmp_path, "[defaults]\nearly_stop = true\nmin_accuracy_ratio = 0.999\n")
+    policy = _policy(tmp_path, FOUR + "early_stop = true\nmin_accuracy_ratio = 0.999\n")
     run, backend = _gate(case, policy, targets=(X86, ARM))
     d = run.decision
     assert d.verdict == INCONCLUSIVE
@@ -115,11 +133,14 @@ def test_a_borderline_candidate_runs_every_look_and_each_chunk_once(tmp_path, ti
         assert (tier.look, tier.looks, tier.samples_used, tier.stopped_early) == (4, 4, 400, False)
         assert tier.confidence == tier.plan[-1].confidence > 0.95      # the last look spends only what is left
     counts = _chunks_run(backend)
-    assert len(counts) == 2 * 2 * 4 and set(counts.values()) == {1}    # roles x classes x chunks, once each
-    assert run.containers_started == 16
+    # roles x classes x runs, once each: look 1 is not taken, so its chunk runs with look 2's
+    assert len(counts) == 2 * 2 * 3                                    # (an emulated class shards a run: once
+    shards = collections.Counter((j.role, j.device_class.name, j.data_sha256, j.samples) for j in backend.jobs)
+    assert set(shards.values()) == {1}                                 # per shard of its samples)
+    assert run.containers_started == 12
 
     again, rerun_backend = _gate(case, policy, targets=(X86, ARM))
-    assert not rerun_backend.jobs and again.containers_started == 0 and again.cache_hits == 16
+    assert not rerun_backend.jobs and again.containers_started == 0 and again.cache_hits == 12
     assert again.decision_cached and again.decision.dumps() == d.dumps()
 
 
@@ -140,7 +161,7 @@ def test_early_stop_per_class_from_the_policy(tmp_path, tiergate_home):
 
 def test_the_decision_cache_names_the_early_stop_settings(tmp_path, tiergate_home):
     case = _case(tmp_path, 400, "near")
-    policy = _policy(tmp_path, "[defaults]\nmin_accuracy_ratio = 0.999\n")
+    policy = _policy(tmp_path, FOUR + "min_accuracy_ratio = 0.999\n")
     four, _ = _gate(case, policy, early_stop=True)
     three, _ = _gate(case, _policy(tmp_path, "[defaults]\nmin_accuracy_ratio = 0.999\nearly_looks = 3\n"),
                      early_stop=True)
@@ -234,14 +255,15 @@ def test_early_stop_keys_are_validated(tmp_path, text, problem):
 def test_a_crashing_candidate_is_rejected_at_the_first_chunk(tmp_path, tiergate_home):
     case = _case(tmp_path, 2400, "near")
     backend = FakeBackend(crash={("candidate", X86)})
-    run, _ = _gate(case, load_policy(None), targets=(X86, ARM), backend=backend, early_stop=True)
+    run, _ = _gate(case, _policy(tmp_path, FOUR), targets=(X86, ARM), backend=backend, early_stop=True)
     d = run.decision
     assert d.verdict == REJECT
-    assert (d.early_stop[X86].look, d.early_stop[X86].samples_used) == (1, 600)   # a crash needs no statistics
+    # a crash needs no statistics: settled by the first run (chunks 1 and 2: look 1 is not taken)
+    assert (d.early_stop[X86].look, d.early_stop[X86].samples_used) == (2, 1200)
     assert d.early_stop[ARM].verdict == PROMOTE and d.early_stop[ARM].look == 2
     shas = {name: [j.data_sha256 for j in backend.jobs if j.device_class.name == name] for name in (X86, ARM)}
-    assert len(set(shas[X86])) == 1 and set(shas[X86]) < set(shas[ARM]) and len(set(shas[ARM])) == 2
-    assert len(_chunks_run(backend)) == 2 + 2 * 2      # x86: chunk 1 of both roles; arm64: chunks 1 and 2
+    assert len(set(shas[X86])) == 1 and set(shas[X86]) == set(shas[ARM])
+    assert len(_chunks_run(backend)) == 2 + 2          # one run of both roles on each class
 
 
 def test_the_cli_says_how_many_samples_each_tier_used(tmp_path, tiergate_home, monkeypatch, capsys):
@@ -249,7 +271,9 @@ def test_the_cli_says_how_many_samples_each_tier_used(tmp_path, tiergate_home, m
 
     cand, ref, data = _case(tmp_path, 2400, "near")
     gatekit.fake_cli_seams(monkeypatch, FakeBuilder(), FakeBackend())
-    base = ["gate", "--candidate", str(cand), "--reference", str(ref), "--data", str(data), "--targets", X86]
+    (tmp_path / "four.toml").write_text(FOUR)
+    base = ["gate", "--candidate", str(cand), "--reference", str(ref), "--data", str(data), "--targets", X86,
+            "--policy", str(tmp_path / "four.toml")]
     assert main(base + ["--early-stop"]) == 0
     out = capsys.readouterr().out
     assert f"early stop: {X86}: settled PROMOTE at look 2 of 4, 1200 of 2400 samples used" in out
@@ -265,15 +289,15 @@ def test_gc_keeps_the_chunk_runs_a_kept_decision_names(tmp_path, tiergate_home):
     from tiergate import gc
 
     case = _case(tmp_path, 400, "near")
-    policy = _policy(tmp_path, "[defaults]\nearly_stop = true\nmin_accuracy_ratio = 0.999\n")
+    policy = _policy(tmp_path, FOUR + "early_stop = true\nmin_accuracy_ratio = 0.999\n")
     run, _ = _gate(case, policy)
     plan = gc.plan(tiergate_home, gc.Needs(), None, now=datetime.now(timezone.utc) + timedelta(days=30),
                    pid_alive=lambda pid: False, keep_last=20)     # every decision of the gate kept
     runs = {item.name: item for item in plan.items if item.kind == "run"}
-    assert len(runs) == 2 * 4 + 2 * 3            # chunks, and prefixes of 2, 3 and 4 chunks, per role
+    assert len(runs) == 2 * 3 + 2 * 2            # runs (looks 1+2, 3, 4), and prefixes of 2 and 3 runs, per role
     named = json.loads(state.decision_path(run.decision_key).read_text())["inputs"]["runs"]
     chunks = {v.split(":")[0] for k, v in named.items() if "/chunk-" in k}
-    assert len(chunks) == 8 and all(not runs[c].remove for c in chunks)
+    assert len(chunks) == 6 and all(not runs[c].remove for c in chunks)
     assert all(not runs[v.split(":")[0]].remove for v in named.values())
     again, backend = _gate(case, policy)
     assert not backend.jobs and again.decision_cached

@@ -48,8 +48,11 @@ def case(tmp_path, tiergate_home):
 def _gate(case, candidate="good", backend=None, builder=None, incumbent=None, registry=None):
     backend, builder = backend or FakeBackend(), builder or FakeBuilder()
     seams = orchestrator.Seams(builder=builder, backend_for=backend)
+    # every sample on both tiers (--no-early-stop): these tests are about running, caching and deciding; the
+    # early decision an emulated tier takes by default has its own (test_early_stop.py)
     run = gatekit.gate(case[candidate], case["reference"], case["data"], resolve([X86, ARM]), load_policy(None),
-                        incumbent=case[incumbent] if incumbent else None, seams=seams, registry=registry)
+                       incumbent=case[incumbent] if incumbent else None, seams=seams, registry=registry,
+                       early_stop=False)
     return run, backend, builder
 
 
@@ -201,7 +204,7 @@ def test_device_figures_flow_from_runs_to_the_decision_and_a_ratio_limit(case, t
     policy_file.write_text("[defaults]\nmax_peak_memory_ratio = 1.5\n")
     seams = orchestrator.Seams(builder=FakeBuilder(), backend_for=backend)
     run = gatekit.gate(case["good"], case["reference"], case["data"], resolve([X86, ARM]), load_policy(policy_file),
-                        seams=seams, profile=True)
+                        seams=seams, profile=True, early_stop=False)
     decision = run.decision
     assert sorted(backend.profiled) == sorted((r, c) for r in ("candidate", "reference") for c in (X86, ARM))
     assert decision.metrics[X86].device_ratios["peak_memory_ratio"] == pytest.approx(1.8)

@@ -35,8 +35,9 @@ def case(tmp_path, tiergate_home):
 def _gate(case, shards, backend=None, targets=(X86, ARM)):
     backend = backend or FakeBackend()
     seams = orchestrator.Seams(builder=FakeBuilder(), backend_for=backend)
+    # every sample at once (--no-early-stop): these tests are about shards (early looks: test_early_stop.py)
     run = gatekit.gate(case["candidate"], case["reference"], case["data"], resolve(list(targets)), load_policy(None),
-                        seams=seams, shards=shards)
+                       seams=seams, shards=shards, early_stop=False)
     return run, backend
 
 

@@ -157,6 +157,18 @@ def int8_calibrated(source, folder, calibration: np.ndarray) -> Path:
                       activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
 
 
+def int8_narrow(source, folder, calibration: np.ndarray) -> Path:
+    """The classifier quantized as int8_calibrated, but with activation ranges calibrated narrow: the 1st to 99th
+    percentile of each tensor's histogram (onnxruntime's Percentile method, CalibPercentile 99), so the largest
+    activations saturate. Measured on 400 lines (seed 1): 86.75% top-1 with exact int8 arithmetic (unfused QDQ)
+    and 87.25% on an AVX2 x86 CPU, against FP32's 92.25%: a clear REJECT."""
+    from onnxruntime.quantization import CalibrationMethod, QuantType
+
+    return _quantized(source, folder, calibration, "narrow", pre_process=True, per_channel=True,
+                      activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
+                      calibrate_method=CalibrationMethod.Percentile, extra_options={"CalibPercentile": 99.0})
+
+
 def int8_s8s8(source, folder, calibration: np.ndarray) -> Path:
     """The classifier quantized s8s8 (QDQ, int8 activations, per-tensor int8 weights, no quant_pre_process) in
     `folder`, calibrated on `calibration` by percentile (99.999): the model whose accuracy depends on the x86 CPU's

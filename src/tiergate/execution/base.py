@@ -21,6 +21,7 @@ from tiergate.errors import EnvironmentProblem, InputError
 from tiergate.hashing import file_sha256
 from tiergate.images import LABEL, BuiltImage
 from tiergate.results import OUTPUTS_FILE, RESULT_FILE, TargetResult, failed, over_output_limit
+from tiergate.targets import DEFAULT_WARMUP  # noqa: F401 - the one home of the default; run.py imports it here
 from tiergate.targets import DeviceClass
 
 LOG_TAIL_LINES = 40
@@ -30,7 +31,6 @@ class ImageGone(EnvironmentProblem):
     """A job's image is not on the engine any more (removed while the gate ran): the environment's fault, exit 2,
     never a failed run (hence never a verdict). Backends raise it; the orchestrator lets it through."""
 
-DEFAULT_WARMUP = 3
 # fields of TargetResult the harness itself knows (the host adds the rest)
 HARNESS_FIELDS = ("runtime", "versions", "machine", "cpu", "threads", "batch_size", "n_samples",
                   "latencies_ns", "warmup", "extra", "device")
@@ -55,6 +55,8 @@ class Job:
     samples: tuple[int, int] | None = None              # [start, stop) of the data (a shard); None: all
     eval_batch: int = 0                                 # samples per call for outputs (0: the class's batch size)
     latency_calls: int = 0                              # with eval_batch: calls timed for latency
+    describe: bool = False                              # also describe its runtime graph after the run (harness
+                                                        # --describe: describe.json, optimized-LEVEL.onnx)
     # called with the result when a backend has this job's folder complete before the whole start ends
     # (several artifacts in one container): the orchestrator puts it in place at once
     on_done: Callable[[TargetResult], None] | None = field(default=None, compare=False, repr=False)
@@ -82,6 +84,8 @@ def harness_command(jobs: list[Job], models: list[str], data: str, outs: list[st
         args += ["--eval-batch", str(job.eval_batch), "--latency-calls", str(max(job.latency_calls, 1))]
     args += ["--compare-rounds", str(job.compare_rounds)] if job.compare_rounds else []
     args += ["--timeout", str(dc.limits.timeout_s)] if len(jobs) > 1 else []    # each artifact its own time
+    for n, j in enumerate(jobs):
+        args += ["--describe", str(n)] if j.describe else []
     return args + (["--profile"] if job.profile else [])
 
 

@@ -30,7 +30,7 @@ from tiergate.hashing import file_sha256
 from tiergate.images import DESCRIBER, LABEL, BuiltImage, graph_cache_key
 from tiergate import state
 from tiergate.paths import containers_dir
-from tiergate.runtime_graph import DESCRIBE_FILE, RuntimeGraph, parse_describe
+from tiergate.runtime_graph import DESCRIBE_FILE, RuntimeGraph, described_level, parse_describe
 
 INPUT_DIR = "/data"
 CACHE_DIR = state.GRAPHS
@@ -145,5 +145,4 @@ def _upload(client, image: str, volume: str, files: list[tuple[Path, str]]) -> N
 
 
 def _download(container, work: Path) -> None:
-    download(container, work, lambda name: name == DESCRIBE_FILE or (name.startswith("optimized-")
-                                                                     and name.endswith(".onnx")))
+    download(container, work, lambda name: name == DESCRIBE_FILE or described_level(name))

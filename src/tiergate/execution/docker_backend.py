@@ -47,6 +47,7 @@ from tiergate.execution import janitor
 from tiergate.execution.engine import DEFAULT_ATTEMPTS, DEFAULT_BACKOFF_S, connect, engine_problem, with_retries
 from tiergate.results import OUTPUT_LIMIT_BYTES, OUTPUTS_FILE, RESULT_FILE, TargetResult, failed  # noqa: F401 - re-exported
 from tiergate.results import save as results_save
+from tiergate.runtime_graph import DESCRIBE_FILE, described_level
 
 USER = "65534:65534"  # nobody:nogroup
 _DONE = re.compile(r"^harness: finished artifact (\d+)$", re.MULTILINE)   # the harness's DONE_MARK
@@ -347,7 +348,8 @@ def download(container, out_dir: Path, wanted, folders: dict[str, Path] | None =
 
 
 def _wanted(name: str) -> bool:
-    return name in (RESULT_FILE, OUTPUTS_FILE, FAILED_FILE)
+    """The harness's files: its result (or failure), its outputs, and a runtime graph it described (--describe)."""
+    return name in (RESULT_FILE, OUTPUTS_FILE, FAILED_FILE, DESCRIBE_FILE) or described_level(name)
 
 
 def _download(container, jobs: list[Job], numbers: list[int] | None = None) -> None:

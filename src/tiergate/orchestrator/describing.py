@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import threading
+from pathlib import Path
 from contextlib import nullcontext
 from typing import Any
 
@@ -12,28 +14,61 @@ from tiergate.orchestrator.types import Progress, RunSpec, say
 
 
 class Describing:
-    """Each tier's candidate described once (describe_candidate), in the tier's run step and within the run
-    slots: a tier's runtime graph is made while other tiers run (an emulated tier's describe, seconds under QEMU,
-    beside a native tier's runs), never more containers at once than --max-parallel. `done`: class -> result."""
+    """Each tier's candidate described once, in the tier's run step: by the candidate's own run where it starts
+    one (the harness describes it in the run's container after its result is written: no container, interpreter
+    or runtime import of its own), or read from the candidate's cached run folder when an earlier run described
+    it; else in a container of its own (describe_candidate, within the run slots). `done`: class -> result."""
 
     def __init__(self, builder, progress: Progress | None = None):
         self.builder, self.progress = builder, progress
         self.done: dict[str, Any] = {}
         self._guard = threading.Lock()
 
-    def __call__(self, group: list[RunSpec], slots=None) -> None:
+    def claim(self, group: list[RunSpec]) -> bool:
+        """Whether this step describes the group's class (once per class, by the builder's describer)."""
         name = group[0].device_class.name
         with self._guard:
-            if name in self.done or not any(s.role == "candidate" for s in group):
-                return
+            if (name in self.done or getattr(self.builder, "describe", None) is None
+                    or not any(s.role == "candidate" and s.image is not None for s in group)):
+                return False
             self.done[name] = None                      # claimed: described once, whoever asks again
-        try:
+            return True
+
+    def release(self, group: list[RunSpec]) -> None:
+        """A failed step's claim given back: a retried step describes it again."""
+        with self._guard:
+            self.done.pop(group[0].device_class.name, None)
+
+    def after_runs(self, group: list[RunSpec], done: list, slots=None) -> None:
+        """The claimed class's description: from the candidate's run folder, else in a container of its own."""
+        name = group[0].device_class.name
+        spec, folder = next((s, d.folder) for s, d in zip(group, done) if s.role == "candidate")
+        item = from_run(spec, folder, cached=not any(d.started for s, d in zip(group, done) if s is spec))
+        if item is None:
             with slots if slots is not None else nullcontext():
-                self.done[name] = describe_candidate(group, self.builder, progress=self.progress)
-        except BaseException:
-            with self._guard:
-                del self.done[name]                     # a retried step describes it again
-            raise
+                item = describe_candidate(group, self.builder, progress=self.progress)
+        self.done[name] = item
+
+
+def from_run(spec: RunSpec, folder: Path, cached: bool = False):
+    """(RuntimeGraph JSON, findings) from the describe a run made of its artifact (harness --describe), or None when
+    the folder holds none (a run that failed, or one described apart)."""
+    from tiergate import results
+    from tiergate.lint import lint
+    from tiergate.runtime_graph import DESCRIBE_FILE, parse_describe
+
+    if not (Path(folder) / DESCRIBE_FILE).is_file():
+        return None
+    dc = spec.device_class
+    try:
+        levels = json.loads((Path(folder) / DESCRIBE_FILE).read_text()).get("levels") or {}
+        seconds = sum(float(level.get("seconds", 0.0)) for level in levels.values())   # its sessions, in the run
+        graph = parse_describe(folder, target=dc.name, tier=dc.tier, runtime=dc.runtime, emulated=dc.emulated,
+                               image=spec.image.runtime_tag or spec.image.tag, image_id=results.load(folder).image_id,
+                               artifact_sha256=spec.intake.sha256, seconds=seconds, cached=cached)
+    except (TiergateError, OSError, ValueError, KeyError, TypeError):
+        return None                                    # unreadable: described apart instead
+    return graph.to_json(), lint(spec.intake.artifact, dc, runtime=graph)
 
 
 def describe_candidate(group: list[RunSpec], builder, *, progress: Progress | None = None):

@@ -1,11 +1,14 @@
-"""Early decision: sequential looks at growing shares of the samples (off by default; docs/policy.md).
+"""Early decision: sequential looks at growing shares of the samples (on by default for emulated classes;
+docs/policy.md).
 
 A class with early stop on splits the samples into `looks` chunks, a seeded random partition stratified by label
 (spans.sample_order: made from the seed and the samples' own bytes, so the file's order decides nothing); after
 chunk k its runs of chunks 1..k are merged (spans.merge_shards) into prefix folders and judged on those m_k
 samples (deciding.decide_saved, at the look's confidence, tiergate.stats.look_plan). A class stops at the first
 look whose verdict is settled (tiergate.gate.settled), or at its last; only classes still undecided run the next
-chunk. A class with early stop off runs all samples at once, in file order (one look at the policy's confidence).
+chunk. A look the plan does not take (too few samples for its share) is not judged, and its chunk runs with the
+next taken look's, in one start. A class with early stop off, or whose plan takes no look before its last, runs
+all samples at once, in file order (one look at the policy's confidence).
 Every chunk is an ordinary run (its own content-hashed .npz, cached by the run cache); every look's decision is
 cached.
 """
@@ -26,20 +29,37 @@ from tiergate.evaldata import EvalData, sample_keys, select
 from tiergate.gate import EARLY_METHOD, RunOutcome, TierLooks, combine_tiers, cross_tier_drift, settled, verdict_of
 from tiergate.orchestrator.deciding import cached_decision, decide_saved, deciding_code_hash, named_runs
 from tiergate.orchestrator.running import Running, load_outcomes, run_checking_labels
-from tiergate.orchestrator.spans import merge_shards, partition, sample_order
+from tiergate.orchestrator.spans import merge_shards, partition, sample_order, shard_ranges
 from tiergate.orchestrator.types import Basis, RunSpec, say
 from tiergate.policy import EarlyStop, Policy
 from tiergate.stats import CUSTOM_MAX_RESAMPLES, Look, look_plan
 from tiergate.targets import DeviceClass
 
 
-def early_settings(policy: Policy, device_classes, early_stop: bool | None) -> dict[str, EarlyStop]:
-    """Each class's early-decision settings when any class has it on (`early_stop` True/False: every class);
-    {} when it is off everywhere (the gate as it always was)."""
+def early_settings(policy: Policy, device_classes, early_stop: bool | None, n_samples: int | None = None,
+                   metrics=()) -> dict[str, EarlyStop]:
+    """Each class's early-decision settings when any class has it on (`early_stop` True/False: every class; None:
+    the policy's, by default on for emulated classes); {} when it is off everywhere (the gate as it always was).
+    With `n_samples`, a class whose look plan takes no look before its last (too few samples to resolve any
+    earlier share) is off: it runs every sample at once, in file order, as without early stop."""
     settings = {dc.name: policy.early_stop_for(dc) for dc in device_classes}
     if early_stop is not None:
         settings = {name: dataclasses.replace(e, enabled=early_stop) for name, e in settings.items()}
+    if n_samples is not None:
+        for dc in device_classes:
+            e = settings[dc.name]
+            if e.enabled and not any(look.taken for look in _plan(policy, dc, e, n_samples, metrics)[:-1]):
+                settings[dc.name] = dataclasses.replace(e, enabled=False)
     return settings if any(e.enabled for e in settings.values()) else {}
+
+
+def _plan(policy: Policy, dc: DeviceClass, setting: EarlyStop, n: int, metrics=()) -> list[Look]:
+    """The look plan of one class on n samples (it depends on the design only, never on the data)."""
+    t = policy.for_target(dc)
+    custom = any(getattr(m, "kind", "") == "custom" for m in metrics or ())
+    count = min(setting.looks if setting.enabled else 1, n)
+    resamples = min(t.bootstrap_resamples, CUSTOM_MAX_RESAMPLES) if custom else t.bootstrap_resamples
+    return look_plan([b for _, b in shard_ranges(n, count)], t.confidence, setting.spending, resamples)
 
 
 @dataclass
@@ -54,13 +74,14 @@ class _Tier:
     rows: list[np.ndarray]              # each chunk's samples: their positions in the file
     plan: list[Look]
     chunks: dict[str, list[Path]] = field(default_factory=dict)     # role -> its ok chunk folders, in order
+    spans: dict[str, list[tuple[int, int]]] = field(default_factory=dict)   # role -> each folder's positions
+    ran: int = 0                        # chunks run so far: a look the plan does not take runs with the next
     failed: dict[str, Path] = field(default_factory=dict)           # role -> the chunk run that failed
     decided: GateRun | None = None
     look: int = 0                       # the look it was decided at (1-based)
 
 
 def _tiers(specs: list[RunSpec], basis: Basis, early: dict[str, EarlyStop]) -> dict[str, _Tier]:
-    custom = any(getattr(m, "kind", "") == "custom" for m in basis.metrics or ())
     data, orders = basis.data, {}
     tiers: dict[str, _Tier] = {}
     for dc in basis.device_classes:
@@ -69,8 +90,7 @@ def _tiers(specs: list[RunSpec], basis: Basis, early: dict[str, EarlyStop]) -> d
         if count > 1 and setting.seed not in orders:
             orders[setting.seed] = sample_order(sample_keys(data, setting.seed), data.labels, setting.seed)
         ranges, rows = partition(orders.get(setting.seed, np.arange(data.n_samples)), count)
-        resamples = min(t.bootstrap_resamples, CUSTOM_MAX_RESAMPLES) if custom else t.bootstrap_resamples
-        plan = look_plan([b for _, b in ranges], t.confidence, setting.spending, resamples)
+        plan = _plan(basis.policy, dc, setting, data.n_samples, basis.metrics)
         tiers[dc.name] = _Tier(dc, [s for s in specs if s.device_class.name == dc.name], setting, t.confidence,
                                ranges, rows, plan)
     return tiers
@@ -92,13 +112,17 @@ def gate_early(specs: list[RunSpec], basis: Basis, early: dict[str, EarlyStop], 
         active = [t for t in tiers.values() if t.decided is None and k < len(t.ranges)]
         if not active:
             break
+        # a look the plan does not take is not judged: its chunk runs with the next taken look's (one start)
+        due = [t for t in active if t.plan[k].taken or k == len(t.ranges) - 1]
+        if not due:
+            continue
         datas = {}
-        for t in active:
-            rows = t.rows[k]
+        for t in due:
+            rows = np.concatenate(t.rows[t.ran:k + 1])
             if rows.tobytes() not in chunk_data:
                 chunk_data[rows.tobytes()] = select(data, rows)
             datas[t.dc.name] = chunk_data[rows.tobytes()]
-        todo = [s for t in active for s in t.specs if s.role not in t.failed]
+        todo = [s for t in due for s in t.specs if s.role not in t.failed]
         todo, done = run_checking_labels(todo, datas, data, labels_known or k > 0, how)
         counts[0] += sum(d.cached for d in done)
         counts[1] += sum(d.started for d in done)
@@ -106,9 +130,11 @@ def gate_early(specs: list[RunSpec], basis: Basis, early: dict[str, EarlyStop], 
             t = tiers[spec.device_class.name]
             if results.load(d.folder).ok:
                 t.chunks.setdefault(spec.role, []).append(d.folder)
+                t.spans.setdefault(spec.role, []).append((t.ranges[t.ran][0], t.ranges[k][1]))
             else:
                 t.failed[spec.role] = d.folder
-        for t in active:
+        for t in due:
+            t.ran = k + 1
             _look(t, k, basis, how)
     return _early_decision(tiers, basis, counts)
 
@@ -133,7 +159,7 @@ def _look(t: _Tier, k: int, basis: Basis, how: Running) -> None:
 def _judge_look(t: _Tier, k: int, basis: Basis, root: Path) -> GateRun:
     """One class's decision on its first m_k samples (at the look's confidence), from prefix folders."""
     look = t.plan[k]
-    folders = {(s.role, t.dc.name): t.failed.get(s.role) or _prefix_folder(t.chunks[s.role], t.ranges[:k + 1], root)
+    folders = {(s.role, t.dc.name): t.failed.get(s.role) or _prefix_folder(t.chunks[s.role], t.spans[s.role], root)
                for s in t.specs}
     confidence = look.confidence if look.taken else t.confidence
     extra = {"early_stop": {"look": k + 1, "looks": len(t.ranges), "spending": t.setting.spending,

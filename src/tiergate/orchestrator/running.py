@@ -56,14 +56,16 @@ def run_one(spec: RunSpec, data: EvalData, backend, options: RunOptions | None =
     return run_tier([spec], data, backend, options or RunOptions())[0]
 
 
-def run_tier(specs: list[RunSpec], data: EvalData, backend, options: RunOptions, slots=None) -> list[RunDone]:
+def run_tier(specs: list[RunSpec], data: EvalData, backend, options: RunOptions, slots=None,
+             describe: bool = False) -> list[RunDone]:
     """Run the specs of one device class, reusing each verified saved (or recorded) result; a RunDone each.
 
     What must run runs together: the pending artifacts (candidate, reference, incumbent) in one harness
     start per shard (`backend.run_many`), each shard a range of the samples (`options.shards`, else the class's
     `[evaluation] shards`), in parallel within `slots`. Each artifact's run is still saved (and cached) on
     its own, under its run key. Never two runs of one key at once. A failed run whose backend then reports its
-    engine gone raises InfrastructureFault: never a verdict.
+    engine gone raises InfrastructureFault: never a verdict. `describe`: a candidate run that starts also
+    describes its runtime graph in its first span (describing.Describing reads it from the run's folder).
     """
     dc = specs[0].device_class
     root = options.root or state.runs_root()
@@ -93,7 +95,7 @@ def run_tier(specs: list[RunSpec], data: EvalData, backend, options: RunOptions,
                 done[i] = RunDone(spec.role, dc.name, root / key, cached=True, started=False)
             else:
                 pending[key] = spec
-        started = PendingRuns(pending, data, backend, options, slots).run() if pending else {}
+        started = PendingRuns(pending, data, backend, options, slots, describe).run() if pending else {}
         for key, ran in started.items():
             if ran:
                 _stamp_key(root / key, key)
@@ -144,8 +146,8 @@ def _fetch_recorded(registry, spec: RunSpec, data: EvalData, folder: Path) -> bo
 
 @dataclass
 class Running:
-    """How a gate's runs are done: its seams, its run options, and the tiers' describer (describing.py),
-    which describes each tier's candidate in the tier's run step, within the same slots."""
+    """How a gate's runs are done: its seams, its run options, and the tiers' describer (describing.py), which
+    describes each tier's candidate in the tier's run step: in the candidate's own run where it can."""
 
     seams: Seams
     options: RunOptions
@@ -162,10 +164,18 @@ def run_specs(specs: list[RunSpec], data: EvalData | dict[str, EvalData], how: R
     slots = threading.BoundedSemaphore(max(1, how.options.max_parallel))
 
     def one(group: list[RunSpec]) -> list[RunDone]:
-        if how.describe is not None:
-            how.describe(group, slots)
+        describing = how.describe is not None and how.describe.claim(group)
         tier_data = data if isinstance(data, EvalData) else data[group[0].device_class.name]
-        return run_tier(group, tier_data, how.seams.backend_for(group[0].device_class), how.options, slots)
+        try:
+            done = run_tier(group, tier_data, how.seams.backend_for(group[0].device_class), how.options, slots,
+                            describe=describing)
+            if describing:
+                how.describe.after_runs(group, done, slots)
+        except BaseException:
+            if describing:
+                how.describe.release(group)
+            raise
+        return done
 
     groups = list(tiers.values())
     ran = how.seams.steps.map("run", one, groups, limit=len(groups), name=lambda g: g[0].device_class.name)

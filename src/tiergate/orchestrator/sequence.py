@@ -49,7 +49,7 @@ def gate(request: GateRequest, seams: Seams | None = None, options: RunOptions |
              for dc in device_classes]
     _build(specs, seams, options)
     how = Running(seams, options, Describing(builder, options.progress))
-    early = early_settings(request.policy, device_classes, request.early_stop)
+    early = early_settings(request.policy, device_classes, request.early_stop, basis.data.n_samples, basis.metrics)
     if early:
         run = gate_early(specs, basis, early, how, labels_known)
     else:

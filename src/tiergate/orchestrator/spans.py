@@ -28,6 +28,7 @@ from tiergate.evaldata import EvalData
 from tiergate.execution import janitor
 from tiergate.hashing import file_sha256
 from tiergate.orchestrator.types import RunSpec, say
+from tiergate.runtime_graph import described_files
 from tiergate.request import RunOptions
 
 Span = tuple[int, int]
@@ -74,8 +75,10 @@ class PendingRuns:
     """The pending keys of one tier, run over shards of the samples; `run()` -> key -> whether a run started
     (False: the backend's far side reused a recorded run), None for a key with nothing left to run."""
 
-    def __init__(self, pending: dict[str, RunSpec], data: EvalData, backend, options: RunOptions, slots=None):
+    def __init__(self, pending: dict[str, RunSpec], data: EvalData, backend, options: RunOptions, slots=None,
+                 describe: bool = False):
         self.pending, self.data, self.options, self.slots = pending, data, options, slots
+        self.describe = describe            # the candidate's first span also describes its runtime graph
         self.backend = _HostFaults(backend)
         self.raw_backend = backend
         self.root = options.root or state.runs_root()
@@ -85,7 +88,9 @@ class PendingRuns:
                                                                                    False) else 1
         self.ranges = shard_ranges(data.n_samples, count)
         self.sharded = len(self.ranges) > 1
-        self.latency_calls = max(-(-ev.latency_calls // len(self.ranges)), min(4, ev.latency_calls))
+        per_shard = -(-ev.latency_calls // len(self.ranges))
+        # a native class times at least 4 calls per shard (its percentiles); an emulated one's are never gated
+        self.latency_calls = per_shard if self.dc.emulated else max(per_shard, min(4, ev.latency_calls))
         self.tag = state.part_tag()            # one writer: the spans' threads write under the tier's tag
         self.works = {key: state.part_path(self.root / key, self.tag) for key in pending}
         todo = [(span, [key for key in pending
@@ -139,6 +144,8 @@ class PendingRuns:
                    artifact_sha256=spec.intake.sha256, data_sha256=self.data.sha256, role=spec.role,
                    profile=spec.profile, samples=span if self.sharded else None,
                    eval_batch=self.dc.evaluation.batch, latency_calls=self.latency_calls,
+                   warmup=self.dc.evaluation.warmup,
+                   describe=self.describe and spec.role == "candidate" and span == self.ranges[0],
                    on_done=lambda result: self.place(key, span, out, stamp))
 
     def place(self, key: str, span: Span, out: Path, stamp: dict) -> None:
@@ -319,6 +326,8 @@ def merge_shards(parts: list[Path], work: Path, spans: list[Span] | None = None)
         started_at=min(r.started_at for r in loaded), wall_s=max(r.wall_s for r in loaded),
         extra={**first.extra, "evaluation": _merged_evaluation(loaded), "shards": shards}, outputs_sha256="")
     results.concat_outputs(parts, work)       # streamed: one shard's array in memory at a time
+    for path in described_files(parts[0]):    # the runtime graph the first shard described (harness --describe)
+        shutil.copyfile(path, work / path.name)
     result.outputs_sha256 = file_sha256(work / state.OUTPUTS_FILE)
     results.save(result, work)
     return result

@@ -86,3 +86,34 @@ def test_noop_clip_is_seen_on_the_file_too():
             t.raw_data = (m.np.float32(0.0 if t.name == "clip_lo" else 6.0)).tobytes()
     relu6 = load_artifact(m.save(model, "clip_relu6.onnx"))
     assert [f for f in lint(relu6) if f.rule == "unfolded-batchnorm"] == []
+
+
+# ---------------------------------------------------------------- layout-reorder (x86's NCHWc)
+
+def test_layout_reorders_around_every_conv(tmp_path):
+    """4 channels (not a multiple of the NCHWc block): onnxruntime converts the layout back after every
+    convolution. 16 channels: the three convolutions share one NCHWc region, one reorder on the way out."""
+    _, clean, none = _on_tier(m.save(m.conv_net(channels=16), "c16.onnx", tmp_path), tmp_path, "layout-reorder")
+    if not clean.levels["all"].ops.get("com.microsoft.nchwc:Conv"):
+        pytest.skip("this CPU gives onnxruntime no NCHWc kernels (no AVX2): no blocked layout to judge")
+    assert none == [] and clean.levels["all"].ops["com.microsoft.nchwc:ReorderOutput"] == 1
+    art, graph, (f,) = _on_tier(m.save(m.conv_net(channels=4), "c4.onnx", tmp_path), tmp_path, "layout-reorder")
+    runs = graph.runtime_artifact
+    assert f.severity == "warning" and f.basis == "runtime" and f.target == X86
+    assert [runs.nodes[i].op for i in f.nodes] == ["ReorderOutput"] * 3      # one after each of the 3 convolutions
+    assert len(f.node_names) == 3 and all(name.startswith("ReorderOutput") for name in f.node_names)
+    assert "3 NCHWc convolution(s) in 3 separate NCHWc regions (3 holding a single convolution)" in f.message
+    # judged on the file (no runtime graph): nothing, a file has no reorders
+    assert [x for x in lint(art, resolve(X86)[0]) if x.rule == "layout-reorder"] == []
+
+
+def test_layout_reorder_names_the_op_without_an_nchwc_kernel(tmp_path):
+    """Conv -> Clip(float range) -> BN -> LeakyRelu: the normalization's depthwise conv cannot take the LeakyRelu,
+    which leaves NCHWc and comes back: one round trip, fewer reorders than convolutions (information)."""
+    _, graph, found = _on_tier(m.save(m.conv_net(batchnorm=True, noop_clip=True, channels=16), "rt.onnx", tmp_path),
+                               tmp_path, "layout-reorder")
+    if not graph.levels["all"].ops.get("com.microsoft.nchwc:Conv"):
+        pytest.skip("this CPU gives onnxruntime no NCHWc kernels (no AVX2): no blocked layout to judge")
+    (f,) = found
+    assert f.severity == "info" and "between the regions run ops without an NCHWc kernel here: LeakyRelu x1" in f.message
+    assert sorted(graph.runtime_artifact.nodes[i].op for i in f.nodes) == ["ReorderInput", "ReorderOutput", "ReorderOutput"]

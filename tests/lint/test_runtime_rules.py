@@ -117,3 +117,25 @@ def test_layout_reorder_names_the_op_without_an_nchwc_kernel(tmp_path):
     (f,) = found
     assert f.severity == "info" and "between the regions run ops without an NCHWc kernel here: LeakyRelu x1" in f.message
     assert sorted(graph.runtime_artifact.nodes[i].op for i in f.nodes) == ["ReorderInput", "ReorderOutput", "ReorderOutput"]
+
+
+# ---------------------------------------------------------------- provider-fallback: the nodes named
+
+def test_provider_fallback_names_the_nodes_of_the_graph_the_tier_runs(tmp_path):
+    """The levels are onnxruntime's own (host describer); the placement is written as the describer writes it on a
+    CUDA tier (no GPU here): two of the runtime graph's nodes left to the CPU are named, with their positions."""
+    art = load_artifact(m.save(m.conv_net(channels=16), "gpu.onnx", tmp_path))
+    graph, done = host_runtime_graph(art.path, tmp_path / "d")
+    assert done.returncode == 0, done.stderr
+    gpu = resolve("cuda-gpu-onnxruntime")[0]
+    runs = graph.runtime_artifact
+    graph.runtime, graph.target = "onnxruntime-gpu", gpu.name
+    graph.providers = ["CUDAExecutionProvider", "CPUExecutionProvider"]
+    left = {runs.nodes[0].name, runs.nodes[-1].name}
+    graph.nodes = [[n.name, f"{n.domain}:{n.op}", "CPUExecutionProvider" if n.name in left else "CUDAExecutionProvider"]
+                   for n in runs.nodes]
+    (f,) = [f for f in lint(art, gpu, runtime=graph) if f.rule == "provider-fallback"]
+    assert f.basis == "runtime" and f.target == gpu.name and "2 node(s) fall back" in f.message
+    assert set(f.node_names) == left and [runs.nodes[i].name for i in f.nodes] == list(f.node_names)
+    graph.nodes = [[n[0], n[1], "CUDAExecutionProvider"] for n in graph.nodes]
+    assert [f for f in lint(art, gpu, runtime=graph) if f.rule == "provider-fallback"] == []

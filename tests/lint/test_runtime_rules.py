@@ -5,6 +5,7 @@ graph, with the nodes named, and a clean twin."""
 
 from __future__ import annotations
 
+import onnx
 import pytest
 
 import modelkit as m
@@ -139,3 +140,82 @@ def test_provider_fallback_names_the_nodes_of_the_graph_the_tier_runs(tmp_path):
     assert set(f.node_names) == left and [runs.nodes[i].name for i in f.nodes] == list(f.node_names)
     graph.nodes = [[n[0], n[1], "CUDAExecutionProvider"] for n in graph.nodes]
     assert [f for f in lint(art, gpu, runtime=graph) if f.rule == "provider-fallback"] == []
+
+
+# ---------------------------------------------------------------- LiteRT: nodes left to the default kernels
+
+@pytest.mark.tflite_extra
+def test_litert_default_kernels_are_named_on_the_tier(tmp_path):
+    """The describer under the host's LiteRT (the tier's pinned ai-edge-litert): ARG_MAX and the CAST after it are
+    not taken by XNNPACK; each is a runtime finding naming the node. The all-CONV_2D twin: nothing."""
+    import subprocess
+    import sys
+
+    from tiergate.paths import containers_dir
+    from tiergate.runtime_graph import parse_describe
+
+    m.require_tflite_extra()
+    tier = resolve("x86_64-cpu-tflite")[0]
+
+    def judged(kind):
+        art = load_artifact(m.save_tflite(m.tflite_bytes(kind), f"{kind}.tflite", tmp_path))
+        out = tmp_path / f"d-{kind}"
+        done = subprocess.run([sys.executable, str(containers_dir() / "harness" / "tiergate_describe.py"),
+                               "--runtime", "tflite", "--model", str(art.path), "--out", str(out)],
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        graph = parse_describe(out, target=tier.name, tier=tier.tier, runtime=tier.runtime, emulated=False,
+                               image="host", image_id="host", artifact_sha256="")
+        return art, graph, [f for f in lint(art, tier, runtime=graph) if f.rule == "unsupported-op"]
+
+    art, graph, found = judged("argmax")
+    assert graph.placement["default"] == 2
+    assert sorted(art.nodes[f.nodes[0]].op for f in found) == ["ARG_MAX", "CAST"]
+    assert all(f.basis == "runtime" and f.target == tier.name and f.severity == "warning"
+               and "LiteRT's default CPU kernel" in f.message and len(f.node_names) == 1 for f in found)
+    _, clean, none = judged("float")
+    assert none == [] and set(clean.placement) == {"xnnpack"}
+
+
+# ---------------------------------------------------------------- float-island in an INT8 region at runtime
+
+def _with_float_sin(quantized):
+    """The quantized conv_net with a float Sin (no integer kernel) after act1's DequantizeLinear, quantized again
+    with act1's parameters before conv2: DQ -> Sin -> Q -> DQ -> conv2."""
+    from onnx import helper
+
+    model = onnx.load(quantized)
+    nodes = list(model.graph.node)
+    at = next(k for k, n in enumerate(nodes) if n.name == "conv2")
+    fed = nodes[at].input[0]
+    dq = next(n for n in nodes if n.output[0] == fed)
+    scale, zero = dq.input[1], dq.input[2]
+    nodes[at].input[0] = "sin_dq"
+    nodes[at:at] = [helper.make_node("Sin", [fed], ["sin"], name="float_sin"),
+                    helper.make_node("QuantizeLinear", ["sin", scale, zero], ["sin_q"], name="sin_q"),
+                    helper.make_node("DequantizeLinear", ["sin_q", scale, zero], ["sin_dq"], name="sin_dq")]
+    del model.graph.node[:]
+    model.graph.node.extend(nodes)
+    return model
+
+
+def test_float_op_between_int8_convs_is_a_runtime_island(tmp_path):
+    """A float Sin between two QLinearConv: onnxruntime has no integer kernel for it, so the tier runs it in float
+    between integer kernels; the island names it. The fully quantized twin has no island at runtime."""
+    path = m.save(_with_float_sin(m.quantized_path()), "sin_island.onnx", tmp_path)
+    art, graph, (f,) = _on_tier(path, tmp_path, "float-island")
+    runs = graph.runtime_artifact
+    assert sum(n for op, n in graph.levels["all"].ops.items() if op.endswith("QLinearConv")) == 3
+    assert f.basis == "runtime" and f.target == X86 and "between quantized regions" in f.message
+    assert f.node_names == ("float_sin",) and runs.nodes[f.nodes[0]].op == "Sin"
+    clean = m.save(onnx.load(m.quantized_path()), "int8.onnx", tmp_path)
+    assert _on_tier(clean, tmp_path, "float-island")[2] == []
+
+
+def test_a_float_conv_onnxruntime_quantizes_itself_is_no_island_at_runtime(tmp_path):
+    """conv2 left in float by the quantizer (DQ -> Conv(float weights) -> Q): an island in the file, but
+    onnxruntime 1.31 quantizes its weights and runs a QLinearConv (conv2_weight_q): none on the tier."""
+    path = m.save(onnx.load(m.quantized_path(exclude_middle=True)), "island.onnx", tmp_path)
+    assert [f for f in lint(load_artifact(path)) if f.rule == "float-island"] != []
+    _, graph, found = _on_tier(path, tmp_path, "float-island")
+    assert found == [] and graph.levels["all"].ops.get(":Conv", 0) == 0

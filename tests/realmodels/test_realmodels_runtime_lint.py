@@ -58,6 +58,12 @@ def test_unfused_batchnorm_on_the_x86_tier(real_model, realmodels_home, tmp_path
     convs = [r["runtime"][X86]["ops"]["all"]["com.microsoft.nchwc:Conv"] for r in (report, original)]
     assert convs[0] == convs[1] + BATCHNORMS
     assert code == 0    # a warning: the gate still decides on the outputs
+    # both convert layouts between NCHWc regions (the decomposed hard-swish has no NCHWc kernel): information,
+    # naming every reorder node the tier runs
+    ops = original["runtime"][X86]["ops"]["all"]
+    (layout,) = [f for f in original["findings"] if f["rule"] == "layout-reorder"]
+    assert layout["severity"] == "info" and layout["target"] == X86
+    assert len(layout["node_names"]) == ops["com.microsoft.nchwc:ReorderInput"] + ops["com.microsoft.nchwc:ReorderOutput"]
 
 
 @pytest.mark.docker

@@ -5,8 +5,8 @@ onnxruntime's NCHWc transformer (x86_64) runs convolutions on a blocked layout a
 ReorderInput (NCHW -> NCHWc) and ReorderOutput (NCHWc -> NCHW) where the graph leaves the ops it
 has an NCHWc kernel for. Judged by the graph's edges: the NCHWc regions (nodes joined by blocked
 tensors) that hold convolutions. One region is the cost of the layout; several mean a reorder
-round trip between them, paid for every inference. A warning when there are at least as many
-reorders as convolutions (reorders around every conv), else information. Names the reorder nodes
+round trip between them, paid for every inference. A warning when every convolution is a region
+of its own (reorders around every conv), else information. Names the reorder nodes
 and says which ops, between the regions, have no NCHWc kernel. Only a runtime graph has such
 nodes; a file without them gets nothing.
 """
@@ -38,7 +38,7 @@ def check(ctx) -> list:
     alone = Counter(region[i] for i in convs)
     single = sum(1 for r in holding if alone[r] == 1)
     between, plain = _between(ctx, reorders)
-    severity = SEVERITY if len(reorders) >= len(convs) else "info"
+    severity = SEVERITY if single == len(convs) else "info"
     message = (f"{len(reorders)} layout reorder(s) ({', '.join(f'{op} x{n}' for op, n in sorted(counts.items()))}) "
                f"for {len(convs)} NCHWc convolution(s) in {len(holding)} separate NCHWc regions "
                f"({single} holding a single convolution): the activations are converted between NCHW and NCHWc "

@@ -135,9 +135,8 @@ def _constant(ctx, tensor: str) -> float | None:
 
 def _constants(ctx) -> dict:
     """Scalar constants of an ONNX graph, read once per context."""
-    cached = getattr(ctx, "_scalar_constants", None)
-    if cached is not None:
-        return cached
+    if "scalar_constants" in ctx.memo:
+        return ctx.memo["scalar_constants"]
     from onnx import numpy_helper
 
     found = {}
@@ -152,7 +151,7 @@ def _constants(ctx) -> dict:
                 for a in n.attribute:
                     if a.name == "value" and a.t.ByteSize() and len(a.t.dims) <= 1:
                         found[n.output[0]] = numpy_helper.to_array(a.t)
-    ctx._scalar_constants = found
+    ctx.memo["scalar_constants"] = found
     return found
 
 

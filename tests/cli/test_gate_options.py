@@ -103,3 +103,18 @@ def test_a_ca_bundle_that_is_not_pem_is_refused(models, capsys, tiergate_home, t
     bundle.write_text("not a certificate")
     code, _, err = _gate(capsys, models, "good", "--ca-bundle", str(bundle))
     assert code == 2 and "not a PEM CA bundle" in err
+
+
+def test_runtime_lint_of_the_candidate_is_shown_with_its_tier(capsys, tiergate_home, tmp_path):
+    """A no-op Clip before a BatchNormalization (issue 24): the outputs are the same, so the gate promotes, and it
+    says that the tier's runtime runs the normalization as its own kernel, naming the tier and its level."""
+    ref = modelkit.save(modelkit.conv_net(batchnorm=True, channels=16), "ref.onnx", tmp_path)
+    cand = modelkit.save(modelkit.conv_net(batchnorm=True, noop_clip=True, channels=16), "cand.onnx", tmp_path)
+    np.savez(tmp_path / "eval.npz", x=np.random.default_rng(0).standard_normal((40, 3, 8, 8)).astype(np.float32))
+    code = main(["gate", "--candidate", str(cand), "--reference", str(ref), "--data", str(tmp_path / "eval.npz"),
+                 "--targets", X86])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    text = " ".join(out.split())        # rich wraps at the console's width
+    assert text.count("unfolded-batchnorm") == 1
+    assert f"warning {X86}: unfolded-batchnorm: [{X86}: onnxruntime level all] 1 normalization(s)" in text

@@ -15,6 +15,9 @@
   TensorFlow Lite's own calibrator and quantizer, its float16 weights widened to float32 first.
 - `int8_reduced_range(source, folder, calibration)`: as `int8_calibrated` with weights within 7 bits (reduce_range):
   no x86 CPU's int8 kernels saturate on it (explain's real-model check wants one loss only: the one it injects).
+- `unfused_batchnorm(source, folder)`: the classifier with a no-op slipped between each Conv and the
+  BatchNormalization after it (a Clip over float32's whole range): the same outputs, but onnxruntime fuses the
+  Clip into the Conv and no longer folds the normalization (issue 24's regression on a real model).
 - `vad_chunks(n, seed)`, `vad_feeds(source, chunks)`: silero VAD's 512-sample chunks of synthetic 16 kHz audio (near
   silence, noise, voiced sounds), each with the state the FP32 model carries into it.
 - `silero_int8(source, folder, calibration)`: silero VAD specialized to 16 kHz (its If branches inlined) and quantized
@@ -241,6 +244,36 @@ def int8_reduced_range(source, folder, calibration: np.ndarray) -> Path:
 
     return _quantized(source, folder, calibration, "int8rr", pre_process=True, per_channel=True, reduce_range=True,
                       activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+
+
+def unfused_batchnorm(source, folder) -> Path:
+    """The ONNX model at `source` with `Clip(x, -FLT_MAX, FLT_MAX)` between every Conv and the BatchNormalization
+    reading it: `folder`/NAME_unfused_bn.onnx. The Clip changes no value; onnxruntime fuses it into the Conv
+    (FusedConv's activation), so its Conv + BatchNormalization fusion no longer applies."""
+    import onnx
+    from onnx import helper, numpy_helper
+
+    model = onnx.load(str(source))
+    graph = model.graph
+    producer = {out: node for node in graph.node for out in node.output}
+    big = float(np.finfo(np.float32).max)
+    graph.initializer.extend([numpy_helper.from_array(np.array(-big, np.float32), "unfused_clip_min"),
+                              numpy_helper.from_array(np.array(big, np.float32), "unfused_clip_max")])
+    nodes, k = [], 0
+    for node in graph.node:
+        source_node = producer.get(node.input[0]) if node.input else None
+        if node.op_type == "BatchNormalization" and source_node is not None and source_node.op_type == "Conv":
+            clipped = f"{node.input[0]}_unfused_clip"
+            nodes.append(helper.make_node("Clip", [node.input[0], "unfused_clip_min", "unfused_clip_max"], [clipped],
+                                          name=f"unfused_clip_{k}"))
+            node.input[0] = clipped
+            k += 1
+        nodes.append(node)
+    del graph.node[:]
+    graph.node.extend(nodes)
+    out = Path(folder) / f"{Path(source).stem}_unfused_bn.onnx"
+    onnx.save(model, str(out))
+    return out
 
 
 # --- silero VAD: 512-sample chunks of 16 kHz audio ---------------------------------------------------------

@@ -156,6 +156,7 @@ def _print_runtime(console, run) -> None:
     summary = run.runtime_summary()
     if not summary:
         return
+    from rich.markup import escape
     from rich.table import Table
 
     table = Table(title="runtime graph of the candidate (what each tier executes)")
@@ -174,7 +175,7 @@ def _print_runtime(console, run) -> None:
     for name, found in run.runtime_findings.items():
         for f in found:
             if f.severity != "info":
-                console.print(f"[yellow]{f.severity}[/] {name}: {f.rule}: {f.message}", highlight=False)
+                console.print(f"[yellow]{f.severity}[/] {name}: {f.rule}: {escape(f.message)}", highlight=False)
 
 
 def _fmt(value) -> str:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from tiergate.decision import cpu_text
@@ -238,7 +239,8 @@ def _print_findings(console: Console, report: dict) -> None:
         style = _SEVERITY_STYLE[f["severity"]]
         on = f["target"] if f["basis"] == "runtime" else "file"
         names = ", ".join(f["node_names"][:6]) + (f" (+{len(f['node_names']) - 6})" if len(f["node_names"]) > 6 else "")
-        table.add_row(f"[{style}]{f['severity']}[/]", f["rule"], on, names, f["message"])
+        # escaped: a runtime finding starts with "[tier: level]", which rich would take for markup and drop
+        table.add_row(f"[{style}]{f['severity']}[/]", f["rule"], on, escape(names), escape(f["message"]))
     console.print(table)
     s = report["summary"]
     console.print(f"{s['error']} error(s), {s['warning']} warning(s), {s['info']} info")

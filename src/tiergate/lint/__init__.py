@@ -14,7 +14,8 @@ __all__ = ["Finding", "lint", "rule_ids", "SEVERITIES"]
 
 
 # rules whose answer lies in the graph the runtime executes: judged there when it is known
-GRAPH_RULES = frozenset({"unfused-activation", "unfolded-batchnorm", "float-island"})
+GRAPH_RULES = frozenset({"unfused-activation", "unfolded-batchnorm", "float-island", "layout-reorder",
+                         "provider-fallback"})
 
 
 def lint(artifact: Artifact, device_class=None, *, only: list[str] | None = None, runtime=None) -> list[Finding]:

@@ -39,6 +39,7 @@ class LintContext:
     runtime: object | None = None       # tiergate.runtime_graph.RuntimeGraph of the device class, if described
     basis: str = "file"                 # "runtime": `artifact` is the graph the tier's runtime runs
     where: str = ""                     # "x86_64-cpu-onnxruntime, onnxruntime level all" (runtime basis)
+    memo: dict = field(default_factory=dict)   # what a rule reads once per graph (unfolded-batchnorm's constants)
 
     def finding(self, rule: str, severity: str, message: str, nodes=()) -> Finding:
         nodes = tuple(nodes)

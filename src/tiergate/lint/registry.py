@@ -15,6 +15,7 @@ RULE_MODULES = (
     "unsupported_op",
     "external_data_escape",
     "provider_fallback",
+    "layout_reorder",
 )
 
 

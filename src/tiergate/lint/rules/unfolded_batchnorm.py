@@ -1,38 +1,158 @@
-"""unfolded-batchnorm: a Conv followed by BatchNormalization left in an inference graph
-(TFLite: a conv followed by a MUL, and optionally ADD, with constant per-channel operands),
-where the normalization should have been folded into the conv's weights and bias."""
+"""unfolded-batchnorm: a per-channel scale and shift computed as its own kernel after a convolution,
+where it could have been folded into the convolution's weights and bias.
+
+Judged by the graph's edges and op types, in the file or in the graph a tier's runtime runs:
+the normalization is a BatchNormalization, a depthwise 1x1 convolution (onnxruntime's NCHWc
+transformer turns a BatchNormalization it did not fold into one), or in TFLite a MUL (and ADD)
+with constant operands. It reads a convolution's output (its only reader) directly or through
+no-ops (Identity, Dropout, a Clip over the whole float range), and the convolution carries no
+activation that is not a no-op (a FusedConv's fused Clip over the float range is one): a real
+activation in between makes the fold wrong, so that is never flagged. One finding per graph,
+naming every convolution, no-op and normalization it found.
+"""
 
 from __future__ import annotations
 
+from collections import Counter
+
 RULE = "unfolded-batchnorm"
 SEVERITY = "warning"
-DESCRIPTION = "Conv followed by BatchNormalization not folded for inference"
+DESCRIPTION = "per-channel normalization left as its own kernel after a convolution (not folded)"
 
-CONVS = {"Conv", "ConvTranspose", "QLinearConv", "CONV_2D", "DEPTHWISE_CONV_2D", "TRANSPOSE_CONV"}
+CONVS = {"Conv", "ConvTranspose", "QLinearConv", "FusedConv", "NhwcFusedConv",
+         "CONV_2D", "DEPTHWISE_CONV_2D", "TRANSPOSE_CONV"}
+NOOPS = {"Identity", "Dropout"}
+FLOAT_MAX = 3.4028234663852886e38   # float32's largest finite value: a Clip at or beyond it clips nothing
+SHOWN = 4
 
 
 def check(ctx) -> list:
-    findings = []
     nodes = ctx.artifact.nodes
+    pairs = []          # (conv, no-ops, normalization nodes, what the normalization is)
     for node in nodes:
-        if node.op not in CONVS:
+        norm = _normalization(ctx, node)
+        if norm is None:
             continue
-        nxt = ctx.index.sole_consumer(node)
-        if nxt is None:
+        conv, noops = _conv_before(ctx, node)
+        if conv is None or not _foldable_activation(conv):
             continue
-        follower = nodes[nxt]
-        if follower.op == "BatchNormalization" and follower.inputs[:1] == node.outputs[:1]:
-            pointed = [node.index, nxt]
-        elif follower.op == "MUL" and _constant_operand(ctx, follower):
-            pointed = [node.index, nxt] + _constant_add_after(ctx, follower)
-        else:
-            continue
-        findings.append(ctx.file_finding(
-            RULE, SEVERITY,
-            f"{node.op} -> {' -> '.join(nodes[i].op for i in pointed[1:])}: batch normalization is not "
-            f"folded into the convolution (an extra pass over the activations at inference)",
-            pointed))
-    return findings
+        pairs.append((conv, noops, [node.index] + norm[1], norm[0]))
+    if not pairs:
+        return []
+    pointed = sorted({i for conv, noops, norm, _ in pairs for i in (conv.index, *noops, *norm)})
+    shapes = Counter(_shape(ctx, conv, noops, norm, kind) for conv, noops, norm, kind in pairs)
+    examples = ", ".join(f"{conv.label} -> {nodes[norm[0]].label}" for conv, _, norm, _ in pairs[:SHOWN])
+    more = f" and {len(pairs) - SHOWN} more" if len(pairs) > SHOWN else ""
+    why = _blockers(ctx, pairs)
+    message = (f"{len(pairs)} normalization(s) run as their own kernel after a convolution, not folded into its "
+               f"weights (an extra pass over the activations at inference): "
+               f"{'; '.join(f'{s} x{n}' for s, n in shapes.most_common())}: {examples}{more}"
+               + (f"; {why}" if why else ""))
+    return [ctx.file_finding(RULE, SEVERITY, message, pointed)]
+
+
+def _normalization(ctx, node) -> tuple[str, list[int]] | None:
+    """What kind of per-channel normalization `node` is (and the nodes after it that belong to it), or None."""
+    if node.op == "BatchNormalization":
+        return "BatchNormalization", []
+    if node.op == "Conv" and _depthwise_1x1(ctx, node):
+        return "BatchNormalization as a depthwise 1x1 " + ("NCHWc " if "nchwc" in node.domain else "") + "Conv", []
+    if node.op == "MUL" and _constant_operand(ctx, node):
+        return "MUL" + (" + ADD" if _constant_add_after(ctx, node) else ""), _constant_add_after(ctx, node)
+    return None
+
+
+def _depthwise_1x1(ctx, node) -> bool:
+    """A Conv that scales each channel by a constant (and adds one): group == channels, 1x1 weights, no stride,
+    no padding."""
+    weights = ctx.artifact.initializers.get(node.inputs[1]) if len(node.inputs) > 1 else None
+    group = node.attributes.get("group", 1)
+    if weights is None or group <= 1 or len(weights[0]) != 4 or tuple(weights[0][1:]) != (1, 1, 1):
+        return False
+    plain = all(s == 1 for s in node.attributes.get("strides", [1])) and not any(node.attributes.get("pads", [0]))
+    return weights[0][0] == group and plain and node.attributes.get("kernel_shape", [1, 1]) == [1, 1]
+
+
+def _conv_before(ctx, node):
+    """The convolution whose only reader leads (through no-ops, each the only reader of the one before) to `node`."""
+    noops = []
+    current = node
+    while True:
+        data = next((t for t in current.inputs if t and t not in ctx.artifact.initializers), "")
+        source = ctx.index.producer.get(data)
+        if source is None:
+            return None, []
+        before = ctx.artifact.nodes[source]
+        if ctx.index.sole_consumer(before) != current.index:
+            return None, []
+        if before.op in CONVS:
+            return before, noops[::-1]
+        if not _is_noop(ctx, before):
+            return None, []
+        noops.append(before.index)
+        current = before
+
+
+def _is_noop(ctx, node) -> bool:
+    if node.op in NOOPS:
+        return True
+    return node.op == "Clip" and _whole_range(_clip_bounds(ctx, node))
+
+
+def _clip_bounds(ctx, node) -> tuple[float | None, float | None]:
+    """A Clip's bounds (opset 6's attributes or opset 11's constant inputs); None where absent (no bound), a
+    non-constant bound as NaN (unknown)."""
+    if "min" in node.attributes or "max" in node.attributes:
+        return node.attributes.get("min"), node.attributes.get("max")
+    return tuple(_constant(ctx, node.inputs[k]) if len(node.inputs) > k and node.inputs[k] else None
+                 for k in (1, 2))
+
+
+def _whole_range(bounds) -> bool:
+    low, high = bounds
+    return (low is None or low <= -FLOAT_MAX) and (high is None or high >= FLOAT_MAX)
+
+
+def _foldable_activation(conv) -> bool:
+    """The convolution applies no activation, or one that changes nothing (a Clip over the float range)."""
+    activation = conv.attributes.get("activation") or conv.attributes.get("fused_activation_function")
+    if activation in (None, "", "NONE"):
+        return True
+    params = conv.attributes.get("activation_params") or []
+    return activation == "Clip" and len(params) == 2 and _whole_range(params)
+
+
+def _constant(ctx, tensor: str) -> float | None:
+    """The value of a scalar constant tensor (an initializer or a Constant node's output), NaN when unknown."""
+    import numpy as np
+
+    values = _constants(ctx)
+    value = values.get(tensor)
+    if value is None or value.size != 1:
+        return float("nan")
+    return float(np.asarray(value, np.float64).reshape(()))
+
+
+def _constants(ctx) -> dict:
+    """Scalar constants of an ONNX graph, read once per context."""
+    if "scalar_constants" in ctx.memo:
+        return ctx.memo["scalar_constants"]
+    from onnx import numpy_helper
+
+    found = {}
+    model = ctx.artifact.handle
+    graph = getattr(model, "graph", None)
+    if graph is not None:
+        for t in graph.initializer:
+            if len(t.dims) == 0 or (len(t.dims) == 1 and t.dims[0] == 1):
+                found[t.name] = numpy_helper.to_array(t)
+        for n in graph.node:
+            if n.op_type == "Constant" and n.output:
+                for a in n.attribute:
+                    if a.name == "value" and a.t.ByteSize() and len(a.t.dims) <= 1:
+                        found[n.output[0]] = numpy_helper.to_array(a.t)
+    ctx.memo["scalar_constants"] = found
+    return found
 
 
 def _constant_operand(ctx, node) -> bool:
@@ -44,3 +164,27 @@ def _constant_add_after(ctx, node) -> list[int]:
     if nxt is not None and ctx.artifact.nodes[nxt].op == "ADD" and _constant_operand(ctx, ctx.artifact.nodes[nxt]):
         return [nxt]
     return []
+
+
+def _op(node) -> str:
+    short = {"com.microsoft": "", "com.microsoft.nchwc": "NCHWc "}.get(node.domain, "")
+    return short + node.op
+
+
+def _shape(ctx, conv, noops, norm, kind) -> str:
+    between = [_op(ctx.artifact.nodes[i]) for i in noops]
+    return " -> ".join([_op(conv), *between, kind])
+
+
+def _blockers(ctx, pairs) -> str:
+    """Why the runtime (or a converter) did not fold them: the no-ops in between, a no-op activation fused."""
+    said = []
+    noops = Counter(ctx.artifact.nodes[i].op for _, noops, _, _ in pairs for i in noops)
+    if noops:
+        said.append("the no-op(s) between them (" + ", ".join(f"{op} x{n}" for op, n in noops.most_common())
+                    + ", a Clip over the whole float range clips nothing) stop the fold: remove them")
+    fused = sum(1 for conv, _, _, _ in pairs if conv.attributes.get("activation") == "Clip")
+    if fused:
+        said.append(f"{fused} convolution(s) carry a fused Clip over the whole float range (a no-op between "
+                    "the convolution and its normalization, fused in) that stopped the fold: remove it from the model")
+    return "; ".join(said)

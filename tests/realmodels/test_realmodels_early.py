@@ -1,0 +1,63 @@
+"""Early decision on a real model: PaddleOCR's text-direction classifier, INT8 candidates of three calibrations
+against FP32 on 400 rendered lines. With early decision on, every verdict is the full gate's (and a failing
+check fails in both); a clear REJECT stops at the first look, on half the samples, on the emulated arm64 tier
+where early decision is on by default."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import gatekit
+from tiergate.gate import REJECT
+from tiergate.policy import load_policy
+from tiergate.targets import resolve
+
+from .kit import int8_calibrated, int8_narrow, text_lines
+
+pytestmark = [pytest.mark.realmodels, pytest.mark.docker, pytest.mark.slow]
+
+X86 = "x86_64-cpu-onnxruntime"
+ARM = "arm64-cpu-onnxruntime"
+
+
+@pytest.fixture(scope="module")
+def lines(real_model, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("early-lines")
+    source = real_model("paddleocr_cls")
+    x, labels = text_lines(400, seed=1)
+    data = folder / "lines.npz"
+    np.savez(data, x=x, labels=labels)
+    calibration = text_lines(64, seed=2)[0]
+    candidates = {"calibrated": int8_calibrated(source, folder, calibration),
+                  "narrow": int8_narrow(source, folder, calibration),
+                  "clear": int8_narrow(source, folder, calibration, percentile=97.0)}
+    return source, data, candidates
+
+
+def _failing(decision) -> set:
+    return {(c.device_class, c.name) for c in decision.checks if not c.passed}
+
+
+def test_early_decision_gives_the_full_gates_verdict(lines, realmodels_home):
+    source, data, candidates = lines
+    for name, candidate in candidates.items():
+        full = gatekit.gate(candidate, source, data, resolve([X86]), load_policy(), early_stop=False).decision
+        early = gatekit.gate(candidate, source, data, resolve([X86]), load_policy(), early_stop=True).decision
+        tier = early.early_stop[X86]
+        print(f"PaddleOCR cls INT8 ({name}) on {X86}: full {full.verdict}, early {early.verdict} at look {tier.look} "
+              f"of {tier.looks} on {tier.samples_used} samples")
+        assert early.verdict == full.verdict, (name, full.reasons, early.reasons)
+        assert _failing(early) == _failing(full), name
+    assert early.verdict == REJECT and tier.stopped_early and tier.samples_used == 200     # the clear one
+
+
+@pytest.mark.emulated
+def test_a_clear_reject_stops_at_half_the_samples_on_the_emulated_tier_by_default(lines, realmodels_home):
+    source, data, candidates = lines
+    run = gatekit.gate(candidates["clear"], source, data, resolve([ARM]), load_policy())
+    tier = run.decision.early_stop[ARM]
+    print(f"PaddleOCR cls clear INT8 on {ARM}: {run.decision.verdict} at look {tier.look} of {tier.looks}, "
+          f"{tier.samples_used} samples, containers started {run.containers_started}")
+    assert run.decision.verdict == REJECT and tier.stopped_early and (tier.look, tier.samples_used) == (1, 200)
+    assert _failing(run.decision) == {(ARM, "accuracy_ratio")}

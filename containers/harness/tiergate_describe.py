@@ -11,7 +11,7 @@ emulated arm64 class describes arm64's graph) and writes to the output folder:
 describe.json: {"ok", "runtime", "versions", "machine", "error" (the runtime's own message when it
 refuses the model), and per runtime:
   onnxruntime: "default_level" (the level a plain SessionOptions uses: what the harness runs),
-    "providers", "levels": {LEVEL: {"file", "placement" {ep: n}, "nodes" [[name, "domain:op_type", ep],
+    "providers", "levels" (every level; in a run's describe, its own level only): {LEVEL: {"file", "placement" {ep: n}, "nodes" [[name, "domain:op_type", ep],
     ...] (the provider assignment, made when the graph is partitioned), "seconds"}}; op counts are
     read from the optimized files by the host (they need the onnx package)
   tflite: "ops" {"op": n}, "nodes" [[index, op, "xnnpack"|"default"]], "delegated" (count),
@@ -73,7 +73,7 @@ def describe_onnx(args, doc):
     doc["versions"] = {"onnxruntime": ort.__version__}
     doc["default_level"] = next((name for name, value in level_enum.items() if value == default), str(default))
     doc["levels"] = {}
-    for level in LEVELS:
+    for level in (doc["default_level"],) if getattr(args, "own_level", False) else LEVELS:
         opts = ort.SessionOptions()
         opts.graph_optimization_level = level_enum[level]
         opts.intra_op_num_threads = args.threads
@@ -157,10 +157,11 @@ def _delegated(details, count):
     return covered
 
 
-def describe(runtime, model, out, threads=1):
+def describe(runtime, model, out, threads=1, own_level=False):
     """Describe `model` on this runtime into `out` (describe.json, optimized-LEVEL.onnx): the exit code.
-    The harness calls it too, in a run's own container after the candidate's run (`--describe`)."""
-    args = argparse.Namespace(runtime=runtime, model=model, out=out, threads=threads)
+    `own_level`: onnxruntime's default level only, the one a run executes (not basic and extended too). The
+    harness calls it so, in a run's own container after the candidate's run (`--describe`)."""
+    args = argparse.Namespace(runtime=runtime, model=model, out=out, threads=threads, own_level=own_level)
     os.makedirs(out, exist_ok=True)
     doc = {"ok": True, "runtime": runtime, "machine": platform.machine(), "cpu": cpu_info(), "error": ""}
     code = (describe_tflite if runtime == "tflite" else describe_onnx)(args, doc)

@@ -122,8 +122,8 @@ def parse_args(argv=None):
     p.add_argument("--timeout", type=float, default=0.0,
                    help="seconds each artifact's child may take (several artifacts); 0: no limit")
     p.add_argument("--describe", type=int, action="append", default=[], metavar="N",
-                   help="after artifact N's run (0-based, repeatable), describe its runtime graph into its --out "
-                        "(tiergate_describe.py: describe.json, optimized-LEVEL.onnx)")
+                   help="after artifact N's run (0-based, repeatable), describe its runtime graph at the level it "
+                        "ran into its --out (tiergate_describe.py: describe.json, optimized-LEVEL.onnx)")
     args = p.parse_args(argv)
     if len(args.models) != len(args.outs):
         p.error("give one --out per --model")
@@ -572,13 +572,13 @@ def run_child(args, loaded):
 
 
 def describe_after(args, wanted):
-    """The artifact's runtime graph beside its finished result (the describer's own files), when asked: the
-    run's figures are written first, so the describe's sessions change none of them. A describe that fails
+    """The artifact's runtime graph at the level it ran beside its finished result (the describer's own files),
+    when asked: the run's figures are written first, so the describe's session changes none of them. A describe that fails
     leaves no describe.json: the host then describes the artifact in a container of its own."""
     if not wanted:
         return
     try:
-        _plugin("tiergate_describe").describe(args.runtime, args.model, args.out, args.threads)
+        _plugin("tiergate_describe").describe(args.runtime, args.model, args.out, args.threads, own_level=True)
     except Exception as exc:  # noqa: BLE001 - the run is done and stays a result; the host describes it apart
         print(f"harness: describing {args.model} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         try:

@@ -1,6 +1,6 @@
 """A gate describes each tier's candidate in the candidate's own run (harness --describe): no describe container,
-and the runtime graph is the one the describer gives in a container of its own (same levels, same op counts, same
-placement). Real Docker, a tiny generated model on x86_64."""
+and the runtime graph at the level the run executes is the one the describer gives in a container of its own
+(same op counts, fingerprint and placement). Real Docker, a tiny generated model on x86_64."""
 
 from __future__ import annotations
 
@@ -48,8 +48,12 @@ def test_the_candidate_run_describes_its_tier(models, tiergate_home, capsys):
 
     dc = resolve(X86)[0]
     own = describe_runtime(load_artifact(models["cand"]), dc, gate_graph["image"]).to_json()
-    for field in ("default_level", "providers", "levels", "ops", "fingerprints", "machine", "versions"):
+    for field in ("default_level", "providers", "machine", "versions"):
         assert gate_graph[field] == own[field], field
+    level = own["default_level"]                           # a run describes the level it ran, the describer all
+    assert set(own["levels"]) == {"basic", "extended", "all"} and list(gate_graph["levels"]) == [level]
+    for field in ("levels", "ops", "fingerprints"):
+        assert gate_graph[field] == {level: own[field][level]}, field
 
     # a re-run reads it from the cached run (the fast path is off: an entry of the quick cache removed)
     for entry in (tiergate_home / state.QUICK).glob("*.json"):

@@ -48,7 +48,7 @@ def test_good_calibration_promoted_bad_rejected_on_both_tiers(demo_set, larger_e
     for dc in ONNX_TARGETS.split(","):
         graph = runtime[dc]
         assert graph["ok"] and graph["default_level"] == "all"
-        assert sum(graph["ops"]["all"].values()) < sum(graph["ops"]["basic"].values()) + 50
+        assert list(graph["ops"]) == ["all"]                 # the level the run executes (inspect: every level)
         assert any(op.endswith("QLinearConv") or op.endswith("FusedConv") or op.endswith(":Conv")
                    for op in graph["ops"]["all"])
     assert "What each tier's runtime executes" in (tmp_path / "good" / "gate-summary.md").read_text()

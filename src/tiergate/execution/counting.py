@@ -1,0 +1,57 @@
+"""The counting QEMU: instructions per inference on emulated classes (docs/execution.md, docs/policy.md).
+
+scripts/setup builds a dynamic qemu-user (aarch64, x86_64) with TCG plugins from Debian's QEMU source package,
+and tiergate's plugin (containers/qemu-count/tiergate_count.c), into COUNT_DIR with the x86_64 loader and the
+libraries they need (lib/). A container of an emulated class on the local engine then gets that folder mounted
+read-only at IN_CONTAINER and is started under it: the loader is an x86_64 ELF the host's kernel runs natively in
+the container's mount namespace, whatever the image's architecture, and it runs the class's emulator with the
+plugin, which counts the guest instructions between the harness's markers (containers/harness/harness_insn.py).
+Without the folder (or on a remote engine) runs are not counted, and an instructions limit fails as not measured.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from tiergate.targets import DeviceClass
+
+COUNT_DIR = Path(os.environ.get("TIERGATE_SYSTEM_DIR", "/opt/tiergate")) / "qemu-plugins"
+IN_CONTAINER = "/opt/tiergate-count"
+STAMP = "STAMP"               # the build's identity: QEMU source version and the plugin's source hash
+OUT_PREFIX = "/tmp/tiergate-insn"
+COUNT_ENV = "TIERGATE_COUNT_OUT"    # harness_insn.COUNT_ENV
+EMULATOR = {"arm64": "qemu-aarch64", "amd64": "qemu-x86_64"}
+
+
+@dataclass(frozen=True)
+class Counter:
+    folder: Path
+    stamp: str
+
+    def launcher(self, dc: DeviceClass) -> list[str]:
+        """The command a class's harness is started under (then its Python and the script)."""
+        q = IN_CONTAINER
+        cpu = ["-cpu", dc.emulated_cpu] if dc.emulated_cpu else ([] if dc.arch == "arm64" else ["-cpu", "qemu64"])
+        return [f"{q}/ld-linux-x86-64.so.2", "--library-path", f"{q}/lib", f"{q}/{EMULATOR[dc.arch]}", *cpu,
+                "-plugin", f"{q}/libtiergate_count.so,out={OUT_PREFIX}"]
+
+    def mount(self) -> dict:
+        return {str(self.folder): {"bind": IN_CONTAINER, "mode": "ro"}}
+
+
+def counter(folder: Path | None = None) -> Counter | None:
+    """The counting QEMU set up on this machine, or None."""
+    folder = folder or COUNT_DIR
+    needed = ["ld-linux-x86-64.so.2", "qemu-aarch64", "qemu-x86_64", "libtiergate_count.so", STAMP]
+    if not all((folder / name).is_file() for name in needed):
+        return None
+    return Counter(folder, (folder / STAMP).read_text().strip())
+
+
+def counts(dc: DeviceClass, docker_host: str = "local") -> Counter | None:
+    """The counter for this class's runs: emulated classes on the local engine, where it is set up."""
+    if not dc.emulated or docker_host != "local" or dc.arch not in EMULATOR:
+        return None
+    return counter()

@@ -20,8 +20,8 @@ class Figure:
     base: str            # the ratio keys' stem: peak_memory
     unit: str
     emulation_bound: bool   # measured under QEMU it says nothing of a device: not gated on emulated classes
-    counted: bool = False   # counted by the counting QEMU: measured on emulated classes only, never natively
     meaning: str
+    counted: bool = False   # counted by the counting QEMU: measured on emulated classes only, never natively
 
     def value(self, figures: DeviceFigures | None) -> float | None:
         if figures is None:

@@ -220,12 +220,13 @@ def test_report_metrics_read_the_flat_shape_the_gate_records():
     assert report_metrics(recorded) == {"accuracy": 0.75, "cosine": None, "sqnr_db": None, "max_abs_error": 3.0,
                                         "latency_p50_ms": None, "latency_p99_ms": None, "cost_per_1k": None,
                                         "peak_memory_mb": None, "load_ms": None, "first_inference_ms": None,
-                                        "artifact_mb": None}
+                                        "artifact_mb": None, "instructions_per_inference": None}
     figures = {"device": {"candidate": {"peak_memory_bytes": 3 * 1024 * 1024, "load_ms": 4.5,
-                                        "first_inference_ms": 0.5, "artifact_bytes": 1024 * 1024}}}
+                                        "first_inference_ms": 0.5, "artifact_bytes": 1024 * 1024,
+                                        "instructions_per_inference": 4.8e7}}}
     flat = flat_metrics(figures)
-    assert (flat["peak_memory_mb"], flat["load_ms"], flat["first_inference_ms"], flat["artifact_mb"]) == \
-        (3.0, 4.5, 0.5, 1.0)
+    assert (flat["peak_memory_mb"], flat["load_ms"], flat["first_inference_ms"], flat["artifact_mb"],
+            flat["instructions_per_inference"]) == (3.0, 4.5, 0.5, 1.0, 4.8e7)
     assert report_metrics(flat)["peak_memory_mb"] == 3.0
 
 

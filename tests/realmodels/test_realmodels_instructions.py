@@ -20,15 +20,15 @@ import numpy as np
 import pytest
 
 from tiergate.cli.main import main
-from tiergate.execution.counting import COUNT_DIR, counter
+from tiergate.execution.counting import count_dir, counter
 
 from . import kit
 
 pytestmark = [pytest.mark.realmodels, pytest.mark.docker, pytest.mark.emulated, pytest.mark.slow,
-              pytest.mark.skipif(counter() is None, reason=f"no counting QEMU in {COUNT_DIR}: run "
+              pytest.mark.skipif(counter() is None, reason=f"no counting QEMU in {count_dir()}: run "
                                                            f"scripts/build-counting-qemu (scripts/setup does)")]
 ARM = "arm64-cpu-onnxruntime"
-LINES = 8
+LINES = 20
 
 
 def unfused_bn_variant(source, folder) -> Path:
@@ -65,7 +65,8 @@ def models(real_model, tmp_path_factory):
     x, y = kit.text_lines(LINES, seed=0)
     np.savez(folder / "lines.npz", x=x, labels=y)
     policy = folder / "policy.toml"
-    policy.write_text("[defaults]\nmax_instructions_ratio = 1.05\n")
+    # accuracy off (20 lines cannot resolve it: inconclusive): these gates decide on instructions alone
+    policy.write_text("[defaults]\nmax_instructions_ratio = 1.05\nmin_accuracy_ratio = 0.0\n")
     return {"reference": source, "unfused": unfused_bn_variant(source, folder), "data": folder / "lines.npz",
             "policy": policy}
 

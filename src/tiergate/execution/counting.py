@@ -1,7 +1,7 @@
 """The counting QEMU: instructions per inference on emulated classes (docs/execution.md, docs/policy.md).
 
 scripts/setup builds a dynamic qemu-user (aarch64, x86_64) with TCG plugins from Debian's QEMU source package,
-and tiergate's plugin (containers/qemu-count/tiergate_count.c), into COUNT_DIR with the x86_64 loader and the
+and tiergate's plugin (containers/qemu-count/tiergate_count.c), into count_dir() with the x86_64 loader and the
 libraries they need (lib/). A container of an emulated class on the local engine then gets that folder mounted
 read-only at IN_CONTAINER and is started under it: the loader is an x86_64 ELF the host's kernel runs natively in
 the container's mount namespace, whatever the image's architecture, and it runs the class's emulator with the
@@ -17,7 +17,13 @@ from pathlib import Path
 
 from tiergate.targets import DeviceClass
 
-COUNT_DIR = Path(os.environ.get("TIERGATE_SYSTEM_DIR", "/opt/tiergate")) / "qemu-plugins"
+
+
+def count_dir() -> Path:
+    """Where scripts/setup puts the counting QEMU: TIERGATE_SYSTEM_DIR/qemu-plugins (default /opt/tiergate)."""
+    return Path(os.environ.get("TIERGATE_SYSTEM_DIR") or "/opt/tiergate") / "qemu-plugins"
+
+
 IN_CONTAINER = "/opt/tiergate-count"
 STAMP = "STAMP"               # the build's identity: QEMU source version and the plugin's source hash
 OUT_PREFIX = "/tmp/tiergate-insn"
@@ -43,7 +49,7 @@ class Counter:
 
 def counter(folder: Path | None = None) -> Counter | None:
     """The counting QEMU set up on this machine, or None."""
-    folder = folder or COUNT_DIR
+    folder = folder or count_dir()
     needed = ["ld-linux-x86-64.so.2", "qemu-aarch64", "qemu-x86_64", "libtiergate_count.so", STAMP]
     if not all((folder / name).is_file() for name in needed):
         return None

@@ -29,12 +29,23 @@ STAMP = "STAMP"               # the build's identity: QEMU source version and th
 OUT_PREFIX = "/tmp/tiergate-insn"
 COUNT_ENV = "TIERGATE_COUNT_OUT"    # harness_insn.COUNT_ENV
 EMULATOR = {"arm64": "qemu-aarch64", "amd64": "qemu-x86_64"}
+# what a counted run's environment adds: Python's string hashes seeded alike in every run (a random seed changes
+# dict probing, hence the interpreter's instructions, from run to run)
+COUNTED_ENV = {"PYTHONHASHSEED": "0"}
+
+
+PROTOCOL = "2"     # how a counted run is made (markers, environment): a change here is another run (the run key)
 
 
 @dataclass(frozen=True)
 class Counter:
     folder: Path
     stamp: str
+
+    @property
+    def key(self) -> str:
+        """What a counted run's key names: the build (QEMU version, plugin source) and the protocol."""
+        return f"{self.stamp}/{PROTOCOL}"
 
     def launcher(self, dc: DeviceClass) -> list[str]:
         """The command a class's harness is started under (then its Python and the script)."""

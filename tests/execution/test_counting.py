@@ -1,0 +1,72 @@
+"""The counting QEMU and the harness's markers, without Docker: the host's own Python under the counting
+qemu-x86_64 with tiergate's plugin (execution/counting.py), as an emulated x86 class's container runs it.
+
+Skips only where scripts/setup did not build the counting QEMU (scripts/build-counting-qemu)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tiergate.execution.counting import COUNT_ENV, COUNTED_ENV, count_dir, counter
+from tiergate.targets import resolve
+
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(counter() is None, reason=f"no counting QEMU in {count_dir()}: "
+                                                   "run scripts/build-counting-qemu (scripts/setup does)")]
+HARNESS = Path(__file__).resolve().parents[2] / "containers" / "harness"
+
+# the harness's markers around a pure-Python loop of N iterations, called three times per N
+PROGRAM = """
+import json, sys
+sys.path.insert(0, {harness!r})
+import harness_insn
+mark = harness_insn.marker()
+mark(harness_insn.LOAD); import fractions; mark(harness_insn.LOADED)
+for n in {sizes!r}:
+    mark(harness_insn.CALL)
+    total = 0
+    for i in range(n):
+        total += i * i
+    mark(harness_insn.CALLED)
+print(json.dumps(harness_insn.figures()))
+"""
+
+
+def counted_run(tmp_path: Path, sizes: list[int]) -> dict:
+    c = counter()
+    tmp_path.mkdir()
+    (dc,) = resolve("x86_64-avx2-onnxruntime")
+    launcher = [part.replace("/opt/tiergate-count", str(c.folder)) for part in c.launcher(dc)]
+    launcher[-1] = launcher[-1].replace("out=/tmp/tiergate-insn", f"out={tmp_path}/insn")
+    env = {**os.environ, COUNT_ENV: f"{tmp_path}/insn", **COUNTED_ENV}
+    done = subprocess.run([*launcher, sys.executable, "-S", "-c",
+                           PROGRAM.format(harness=str(HARNESS), sizes=sizes)],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_a_call_counts_its_own_instructions_and_repeats(tmp_path):
+    small = counted_run(tmp_path / "a", [20000] * 5)
+    again = counted_run(tmp_path / "b", [20000] * 5)
+    large = counted_run(tmp_path / "c", [40000] * 5)
+    assert small["instructions_calls"] == 5 and small["instructions_source"] == "qemu-tcg-plugin"
+    assert small["instructions_spread"] < 0.01                    # five identical calls count alike
+    assert abs(small["instructions_per_inference"] - again["instructions_per_inference"]) \
+        <= 0.005 * small["instructions_per_inference"]            # two processes: the same count
+    ratio = large["instructions_per_inference"] / small["instructions_per_inference"]
+    assert 1.9 < ratio < 2.1, ratio                               # twice the loop, twice the instructions
+    assert small["load_instructions"] > 0 and small["reads_per_inference"] > 0
+
+
+def test_the_plugin_refuses_an_unknown_argument():
+    c = counter()
+    done = subprocess.run([str(c.folder / "ld-linux-x86-64.so.2"), "--library-path", str(c.folder / "lib"),
+                           str(c.folder / "qemu-x86_64"), "-plugin", f"{c.folder}/libtiergate_count.so,bogus=1",
+                           "/bin/true"], capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0 and "unknown argument bogus=1" in done.stderr

@@ -11,7 +11,9 @@ monotonic nanosecond clock and writes to the output folder:
   result.json   what it can know: machine, runtime versions, threads, batch size,
                 n_samples, warmup, latencies_ns (one per inference call), extra,
                 device (the device figures: load_ms, first_inference_ms,
-                artifact_bytes, peak memory and its shares, op_profile)
+                artifact_bytes, peak memory and its shares, op_profile; under the
+                counting QEMU, TIERGATE_COUNT_OUT set: instructions per inference
+                and the load's, from marker syscalls: harness_insn.py)
 
 Usage:
   python tiergate_harness.py --runtime onnxruntime --model M.onnx --out DIR [--model M2 --out DIR2 ...]

@@ -70,3 +70,31 @@ def test_the_plugin_refuses_an_unknown_argument():
                            str(c.folder / "qemu-x86_64"), "-plugin", f"{c.folder}/libtiergate_count.so,bogus=1",
                            "/bin/true"], capture_output=True, text=True, timeout=60)
     assert done.returncode != 0 and "unknown argument bogus=1" in done.stderr
+
+
+def test_an_emulated_class_container_starts_under_the_counting_qemu_and_a_native_one_does_not(monkeypatch):
+    from tiergate.execution import Job
+    from tiergate.execution.counting import IN_CONTAINER, OFF_ENV
+    from tiergate.execution.docker_backend import HARNESS_IN_IMAGE, DockerBackend
+    from tiergate.images import LABEL, BuiltImage
+
+    image = BuiltImage("tiergate/x:1", "sha256:1", {f"{LABEL}.model.path": "/opt/tiergate/model/m.onnx"}, True)
+
+    def spec(name, backend=None):
+        (dc,) = resolve(name)
+        return (backend or DockerBackend()).spec(Job(dc, Path("d.npz"), Path("/unused"), image=image), "in", "out")
+
+    arm = spec("arm64-cpu-onnxruntime")
+    assert arm["entrypoint"][:4] == [f"{IN_CONTAINER}/ld-linux-x86-64.so.2", "--library-path", f"{IN_CONTAINER}/lib",
+                                     f"{IN_CONTAINER}/qemu-aarch64"]
+    assert arm["entrypoint"][-3:] == ["/usr/bin/python3", "-s", HARNESS_IN_IMAGE]
+    assert arm["volumes"][str(counter().folder)] == {"bind": IN_CONTAINER, "mode": "ro"}
+    assert arm["environment"][COUNT_ENV] and arm["environment"]["PYTHONHASHSEED"] == "0"
+    assert arm["environment"]["QEMU_CPU"] == "cortex-a76"
+    avx2 = spec("x86_64-avx2-onnxruntime")
+    assert f"{IN_CONTAINER}/qemu-x86_64" in avx2["entrypoint"] and "Haswell-noTSX" in avx2["entrypoint"]
+    native = spec("x86_64-cpu-onnxruntime")
+    assert "entrypoint" not in native and COUNT_ENV not in native["environment"]
+    assert COUNT_ENV not in spec("arm64-cpu-onnxruntime", DockerBackend("ssh://edge"))["environment"]   # remote
+    monkeypatch.setenv(OFF_ENV, "1")
+    assert "entrypoint" not in spec("arm64-cpu-onnxruntime")

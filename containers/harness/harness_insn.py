@@ -2,8 +2,8 @@
 
 Only where the host started the harness under that QEMU: it sets COUNT_ENV to the plugin's output prefix. The
 harness then makes the marker syscall (MARK_NR, which no Linux architecture has: ENOSYS, nothing else) at four
-points: before and after the model's load, before and after each timed call. The plugin appends
-"code instructions reads" (running totals of this process) at each, to PREFIX.PID; a call's instructions are the
+points: before and after the model's load, before and after each timed call. The plugin appends the running
+totals at each (the marking thread's and the whole process's) to PREFIX.PID; a call's instructions are the
 difference of its two markers. The counts are exact: the same on a loaded host as on an idle one.
 """
 
@@ -28,7 +28,7 @@ def marker():
     return mark
 
 
-def figures():
+def figures(threads=1):
     """The device figures of this process's markers: instructions per inference (median over the timed calls),
     their relative spread, memory reads per inference, and the load's instructions; {} if the plugin wrote none
     (the harness not under the counting QEMU after all)."""
@@ -38,8 +38,11 @@ def figures():
             rows = [tuple(int(x) for x in line.split()) for line in fh if line.strip()]
     except OSError:
         return {}
-    load = [(b[1] - a[1]) for a, b in zip(rows, rows[1:]) if a[0] == LOAD and b[0] == LOADED]
-    calls = [(b[1] - a[1], b[2] - a[2]) for a, b in zip(rows, rows[1:]) if a[0] == CALL and b[0] == CALLED]
+    # the marking thread's counts for a single-threaded runtime (another thread's work in the window depends on
+    # timing); every thread's for a runtime with worker threads (their work is the call's)
+    i, r = (1, 2) if threads <= 1 else (3, 4)
+    load = [(b[i] - a[i]) for a, b in zip(rows, rows[1:]) if a[0] == LOAD and b[0] == LOADED]
+    calls = [(b[i] - a[i], b[r] - a[r]) for a, b in zip(rows, rows[1:]) if a[0] == CALL and b[0] == CALLED]
     if not calls:
         return {}
     insns = sorted(c[0] for c in calls)
@@ -50,7 +53,7 @@ def figures():
             "instructions_calls": len(insns),
             "reads_per_inference": _median(reads),
             "load_instructions": load[-1] if load else None,
-            "instructions_source": "qemu-tcg-plugin"}
+            "instructions_source": "qemu-tcg-plugin " + ("marking thread" if threads <= 1 else "all threads")}
 
 
 def _median(xs):

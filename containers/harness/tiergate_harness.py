@@ -394,7 +394,7 @@ def run(args, hooks=(), loaded_data=None):
     latencies = runner.timed_loop(feeds, store, mark)
     call_hooks(hooks, "after_timed_loop", runner, feeds)
     if insn:
-        runner.device.update(insn.figures())
+        runner.device.update(insn.figures(args.threads))
     del feeds
     evaluation = {"batched": False, "latency_batch": batch, "latency_calls": len(latencies)}
     if batched:

@@ -5,8 +5,11 @@
  * guest memory reads (an inline add per read access), per vCPU, and writes the running totals each time the
  * guest makes the marker syscall (number TIERGATE_MARK_NR, which no Linux architecture has: the kernel, or
  * QEMU, answers ENOSYS and nothing else happens). Its first argument is the harness's code for the point
- * (load start/end, call start/end). Each marker appends "code instructions reads\n" to PREFIX.PID, where PREFIX
- * is the plugin's `out=` argument and PID the guest process's (a forked child writes its own file).
+ * (load start/end, call start/end). Each marker appends "code instructions reads all_instructions all_reads\n" to
+ * PREFIX.PID, where PREFIX is the plugin's `out=` argument and PID the guest process's (a forked child writes its
+ * own file): the first two of the thread (vCPU) that made the marker, the last two of every thread of the process.
+ * Another thread's work between two markers depends on timing (a thread that wakes on a timer runs more often
+ * while a call is slow), so a single-threaded runtime is counted on its own thread alone.
  *
  * The counts are exact and independent of the host's speed or load: TCG executes the same guest instructions for
  * the same program and inputs. A block is counted when it starts, whole; a syscall ends a block, so at a marker
@@ -60,7 +63,8 @@ static void syscall_cb(qemu_plugin_id_t id, unsigned int vcpu, int64_t num, uint
     }
     char path[600], line[96];
     snprintf(path, sizeof path, "%s.%ld", out_prefix, (long)getpid());
-    int len = snprintf(line, sizeof line, "%" PRIu64 " %" PRIu64 " %" PRIu64 "\n", a1,
+    int len = snprintf(line, sizeof line, "%" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 "\n", a1,
+                       qemu_plugin_u64_get(insns, vcpu), qemu_plugin_u64_get(reads, vcpu),
                        qemu_plugin_u64_sum(insns), qemu_plugin_u64_sum(reads));
     int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (fd >= 0) {

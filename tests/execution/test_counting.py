@@ -55,7 +55,7 @@ def test_a_call_counts_its_own_instructions_and_repeats(tmp_path):
     small = counted_run(tmp_path / "a", [20000] * 5)
     again = counted_run(tmp_path / "b", [20000] * 5)
     large = counted_run(tmp_path / "c", [40000] * 5)
-    assert small["instructions_calls"] == 5 and small["instructions_source"] == "qemu-tcg-plugin"
+    assert small["instructions_calls"] == 5 and small["instructions_source"] == "qemu-tcg-plugin marking thread"
     assert small["instructions_spread"] < 0.01                    # five identical calls count alike
     assert abs(small["instructions_per_inference"] - again["instructions_per_inference"]) \
         <= 0.005 * small["instructions_per_inference"]            # two processes: the same count

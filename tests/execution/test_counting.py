@@ -98,3 +98,11 @@ def test_an_emulated_class_container_starts_under_the_counting_qemu_and_a_native
     assert COUNT_ENV not in spec("arm64-cpu-onnxruntime", DockerBackend("ssh://edge"))["environment"]   # remote
     monkeypatch.setenv(OFF_ENV, "1")
     assert "entrypoint" not in spec("arm64-cpu-onnxruntime")
+
+
+def test_doctor_names_the_counting_qemu_or_says_how_to_build_it(tmp_path):
+    from tiergate.doctor import check_counting
+
+    assert check_counting().status == "ok" and "plugin" in check_counting().detail
+    missing = check_counting(tmp_path)
+    assert missing.status == "warn" and "scripts/build-counting-qemu" in missing.fix

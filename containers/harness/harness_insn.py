@@ -11,6 +11,7 @@ import ctypes
 import os
 
 COUNT_ENV = "TIERGATE_COUNT_OUT"
+READS_ENV = "TIERGATE_COUNT_READS"     # "1": the plugin counts memory reads too (off by default: their cost)
 MARK_NR = 0x7467
 LOAD, LOADED, CALL, CALLED = 1, 2, 3, 4
 
@@ -51,7 +52,7 @@ def figures(threads=1):
     return {"instructions_per_inference": median,
             "instructions_spread": (insns[-1] - insns[0]) / median if median else 0.0,
             "instructions_calls": len(insns),
-            "reads_per_inference": _median(reads),
+            "reads_per_inference": _median(reads) if os.environ.get(READS_ENV) == "1" else None,
             "load_instructions": load[-1] if load else None,
             "instructions_source": "qemu-tcg-plugin " + ("marking thread" if threads <= 1 else "all threads")}
 

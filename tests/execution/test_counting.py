@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tiergate.execution.counting import COUNT_ENV, COUNTED_ENV, count_dir, counter
+from tiergate.execution.counting import COUNT_ENV, READS_ENV, count_dir, counter
 from tiergate.targets import resolve
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(counter() is None, reason=f"no counting QEMU in {count_dir()}: "
@@ -31,7 +31,7 @@ for n in {sizes!r}:
     mark(harness_insn.CALL)
     total = 0
     for i in range(n):
-        total += i * i
+        total ^= i & 255
     mark(harness_insn.CALLED)
 print(json.dumps(harness_insn.figures()))
 """
@@ -43,7 +43,7 @@ def counted_run(tmp_path: Path, sizes: list[int]) -> dict:
     (dc,) = resolve("x86_64-avx2-onnxruntime")
     launcher = [part.replace("/opt/tiergate-count", str(c.folder)) for part in c.launcher(dc)]
     launcher[-1] = launcher[-1].replace("out=/tmp/tiergate-insn", f"out={tmp_path}/insn")
-    env = {**os.environ, COUNT_ENV: f"{tmp_path}/insn", **COUNTED_ENV}
+    env = {**os.environ, **c.environment(), COUNT_ENV: f"{tmp_path}/insn"}
     done = subprocess.run([*launcher, sys.executable, "-S", "-c",
                            PROGRAM.format(harness=str(HARNESS), sizes=sizes)],
                           capture_output=True, text=True, env=env, timeout=300)
@@ -61,7 +61,16 @@ def test_a_call_counts_its_own_instructions_and_repeats(tmp_path):
         <= 0.005 * small["instructions_per_inference"]            # two processes: the same count
     ratio = large["instructions_per_inference"] / small["instructions_per_inference"]
     assert 1.9 < ratio < 2.1, ratio                               # twice the loop, twice the instructions
-    assert small["load_instructions"] > 0 and small["reads_per_inference"] > 0
+    assert small["load_instructions"] > 0 and small["reads_per_inference"] is None     # reads: off by default
+
+
+def test_reads_are_counted_when_asked_and_the_instructions_stay_the_same(tmp_path, monkeypatch):
+    plain = counted_run(tmp_path / "a", [20000] * 3)
+    monkeypatch.setenv(READS_ENV, "1")
+    with_reads = counted_run(tmp_path / "b", [20000] * 3)
+    assert with_reads["reads_per_inference"] > 0.1 * with_reads["instructions_per_inference"]
+    assert abs(with_reads["instructions_per_inference"] - plain["instructions_per_inference"]) \
+        <= 0.005 * plain["instructions_per_inference"]
 
 
 def test_the_plugin_refuses_an_unknown_argument():
@@ -90,6 +99,7 @@ def test_an_emulated_class_container_starts_under_the_counting_qemu_and_a_native
     assert arm["entrypoint"][-3:] == ["/usr/bin/python3", "-s", HARNESS_IN_IMAGE]
     assert arm["volumes"][str(counter().folder)] == {"bind": IN_CONTAINER, "mode": "ro"}
     assert arm["environment"][COUNT_ENV] and arm["environment"]["PYTHONHASHSEED"] == "0"
+    assert arm["environment"][READS_ENV] == "0" and arm["entrypoint"][-4].endswith(",reads=off")
     assert arm["environment"]["QEMU_CPU"] == "cortex-a76"
     avx2 = spec("x86_64-avx2-onnxruntime")
     assert f"{IN_CONTAINER}/qemu-x86_64" in avx2["entrypoint"] and "Haswell-noTSX" in avx2["entrypoint"]

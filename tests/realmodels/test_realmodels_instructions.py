@@ -92,7 +92,7 @@ def test_the_unfused_variant_fails_instructions_ratio_and_fp32_against_itself_pa
     assert ratio["value"] > 1.05 and ratio["threshold"] == 1.05
     for side in ("candidate", "reference"):
         assert device[side]["instructions_per_inference"] > 1e6, device[side]
-        assert device[side]["load_instructions"] > 0 and device[side]["reads_per_inference"] > 0
+        assert device[side]["load_instructions"] > 0 and device[side]["reads_per_inference"] is None  # off
         assert device[side]["instructions_spread"] < 0.005          # the timed calls of one model agree
     with capsys.disabled():
         print(f"unfused / FP32 instructions per inference on {ARM}: {ratio['value']:.4f} "

@@ -32,9 +32,18 @@ EMULATOR = {"arm64": "qemu-aarch64", "amd64": "qemu-x86_64"}
 # what a counted run's environment adds: Python's string hashes seeded alike in every run (a random seed changes
 # dict probing, hence the interpreter's instructions, from run to run)
 COUNTED_ENV = {"PYTHONHASHSEED": "0"}
+# "1": the guest's memory reads are counted too (reads_per_inference). Off by default: an inline add on every read
+# cost 15-30 % of an emulated call's CPU time (measured on PaddleOCR's classifier), where counting instructions
+# alone (an add per translated block) cost nothing measurable; the limit for counting is 20 %.
+READS_ENV = "TIERGATE_COUNT_READS"
 
 
-PROTOCOL = "2"     # how a counted run is made (markers, environment): a change here is another run (the run key)
+def reads_counted() -> bool:
+    return os.environ.get(READS_ENV) == "1"
+
+
+
+PROTOCOL = "3"     # how a counted run is made (markers, environment): a change here is another run (the run key)
 
 
 @dataclass(frozen=True)
@@ -45,14 +54,18 @@ class Counter:
     @property
     def key(self) -> str:
         """What a counted run's key names: the build (QEMU version, plugin source) and the protocol."""
-        return f"{self.stamp}/{PROTOCOL}"
+        return f"{self.stamp}/{PROTOCOL}" + ("/reads" if reads_counted() else "")
 
     def launcher(self, dc: DeviceClass) -> list[str]:
         """The command a class's harness is started under (then its Python and the script)."""
         q = IN_CONTAINER
         cpu = ["-cpu", dc.emulated_cpu] if dc.emulated_cpu else ([] if dc.arch == "arm64" else ["-cpu", "qemu64"])
         return [f"{q}/ld-linux-x86-64.so.2", "--library-path", f"{q}/lib", f"{q}/{EMULATOR[dc.arch]}", *cpu,
-                "-plugin", f"{q}/libtiergate_count.so,out={OUT_PREFIX}"]
+                "-plugin", f"{q}/libtiergate_count.so,out={OUT_PREFIX},reads={'on' if reads_counted() else 'off'}"]
+
+    def environment(self) -> dict[str, str]:
+        """What the harness's environment gets under the counter."""
+        return {COUNT_ENV: OUT_PREFIX, READS_ENV: "1" if reads_counted() else "0", **COUNTED_ENV}
 
     def mount(self) -> dict:
         return {str(self.folder): {"bind": IN_CONTAINER, "mode": "ro"}}

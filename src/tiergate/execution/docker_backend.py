@@ -182,7 +182,7 @@ class DockerBackend:
         if count is not None:     # under the counting QEMU: instructions per inference (execution/counting.py)
             spec["entrypoint"] = [*count.launcher(dc), "/usr/bin/python3", "-s", HARNESS_IN_IMAGE]
             spec["volumes"].update(count.mount())
-            spec["environment"].update({counting.COUNT_ENV: counting.OUT_PREFIX, **counting.COUNTED_ENV})
+            spec["environment"].update(count.environment())
         elif dc.launcher:
             spec["entrypoint"] = python_entrypoint(dc, HARNESS_IN_IMAGE)
         if self.gpu:

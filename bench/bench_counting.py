@@ -57,6 +57,7 @@ def main() -> int:
     images = {name: build_image(dc, path, artifact_sha256=sha256(path)) for name, path in models.items()}
     walls: dict[tuple[str, bool], list[float]] = {}
     counts: dict[str, list[float]] = {}
+    calls: dict[tuple[str, bool], list[float]] = {}    # median timed call (ms) per run
     for r in range(args.rounds):
         for name in models:
             for counted in ((True, False) if r % 2 == 0 else (False, True)):
@@ -67,19 +68,23 @@ def main() -> int:
                 wall = time.monotonic() - t0
                 assert result.ok, result.reason
                 walls.setdefault((name, counted), []).append(wall)
+                calls.setdefault((name, counted), []).append(statistics.median(result.latencies_ns) / 1e6)
                 got = result.device.instructions_per_inference
                 assert (got is not None) == counted, (name, counted, got)
                 if counted:
                     counts.setdefault(name, []).append(got)
-                print(f"round {r} {name:8s} {'counted' if counted else 'plain  '} {wall:7.1f} s"
+                print(f"round {r} {name:8s} {'counted' if counted else 'plain  '} {wall:7.1f} s, "
+                      f"median call {calls[(name, counted)][-1]:.0f} ms"
                       + (f"  {got:.0f} instructions/call (spread {result.device.instructions_spread:.2e}, "
-                         f"load {result.device.load_instructions:.3g}, reads {result.device.reads_per_inference:.3g})"
+                         f"load {result.device.load_instructions:.3g}, reads {result.device.reads_per_inference})"
                          if counted else ""), flush=True)
     os.environ.pop(OFF_ENV, None)
     overheads = [statistics.median(walls[(n, True)]) / statistics.median(walls[(n, False)]) for n in models]
     for name, overhead in zip(models, overheads):
         spread = (max(counts[name]) - min(counts[name])) / min(counts[name])
-        print(f"{name}: counted / plain wall time {overhead:.3f}; instructions/call over {len(counts[name])} runs "
+        per_call = statistics.median(calls[(name, True)]) / statistics.median(calls[(name, False)])
+        print(f"{name}: counted / plain wall time {overhead:.3f}, median call {per_call:.3f}; "
+              f"instructions/call over {len(counts[name])} runs "
               f"{min(counts[name]):.0f} .. {max(counts[name]):.0f} (spread {spread:.2e})")
     print(f"unfused / fp32 instructions per call: "
           f"{statistics.median(counts['unfused']) / statistics.median(counts['fp32']):.4f}")

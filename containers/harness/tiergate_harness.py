@@ -11,7 +11,9 @@ monotonic nanosecond clock and writes to the output folder:
   result.json   what it can know: machine, runtime versions, threads, batch size,
                 n_samples, warmup, latencies_ns (one per inference call), extra,
                 device (the device figures: load_ms, first_inference_ms,
-                artifact_bytes, peak memory and its shares, op_profile)
+                artifact_bytes, peak memory and its shares, op_profile; under the
+                counting QEMU, TIERGATE_COUNT_OUT set: instructions per inference
+                and the load's, from marker syscalls: harness_insn.py)
 
 Usage:
   python tiergate_harness.py --runtime onnxruntime --model M.onnx --out DIR [--model M2 --out DIR2 ...]
@@ -239,13 +241,17 @@ class OnnxRunner:
     def infer(self, feed):
         return self.session.run(self.output_names, feed)
 
-    def timed_loop(self, feeds, store):
+    def timed_loop(self, feeds, store, mark=None):
         run, names, clock = self.session.run, self.output_names, time.monotonic_ns
         lat = []
         for i, feed in enumerate(feeds):
+            if mark:
+                mark(CALL)
             t0 = clock()
             out = run(names, feed)
             lat.append(clock() - t0)
+            if mark:
+                mark(CALLED)
             store(i, out)
             del out  # freed before the next call, as in a bare loop
         return lat
@@ -307,16 +313,20 @@ class TfliteRunner:
         self.interp.invoke()
         return [_from_output(self.interp.get_tensor(o["index"]), o) for o in self.outputs]
 
-    def timed_loop(self, feeds, store):
+    def timed_loop(self, feeds, store, mark=None):
         interp, clock = self.interp, time.monotonic_ns
         lat = []
         for i, (feed, n) in enumerate(feeds):
             self._resize(n)
             for index, value in feed:
                 interp.set_tensor(index, value)
+            if mark:
+                mark(CALL)
             t0 = clock()
             interp.invoke()
             lat.append(clock() - t0)
+            if mark:
+                mark(CALLED)
             store(i, [_from_output(interp.get_tensor(o["index"]), o) for o in self.outputs])
         return lat
 
@@ -347,6 +357,10 @@ def _from_output(value, detail):
 # --- the run --------------------------------------------------------------------------
 
 
+INSN_ENV = "TIERGATE_COUNT_OUT"      # harness_insn.COUNT_ENV: set by the host when the counting QEMU runs us
+LOAD, LOADED, CALL, CALLED = 1, 2, 3, 4    # harness_insn's marker codes
+
+
 def make_runner(args):
     return TfliteRunner(args) if args.runtime == "tflite" else OnnxRunner(args)
 
@@ -354,10 +368,17 @@ def make_runner(args):
 def run(args, hooks=(), loaded_data=None):
     data, n, axes = loaded_data or load_data(args.data, args.samples)
     call_hooks(hooks, "before_load", args)
+    insn = _plugin("harness_insn") if os.environ.get(INSN_ENV) else None    # under the counting QEMU only
+    mark = insn.marker() if insn else None
+    if mark:      # the runtime imported before the load's markers, as it is for several artifacts (main)
+        importlib.import_module(_plugin("harness_memory").RUNTIME_MODULE[args.runtime])
+        mark(LOAD)
     clock = time.monotonic_ns
     t0 = clock()
     runner = make_runner(args)
     load_ns = clock() - t0
+    if mark:
+        mark(LOADED)
     runner.device = {"load_ms": load_ns / 1e6, "artifact_bytes": artifact_bytes(args.model)}
     call_hooks(hooks, "loaded", runner)
     batch = runner.batch_size(args.batch_size, axes["inputs"])
@@ -373,8 +394,10 @@ def run(args, hooks=(), loaded_data=None):
         runner.infer(feeds[0])
     store = Outputs(spans, runner.output_names, sample_axes(data, axes, spans[0]))
     call_hooks(hooks, "before_timed_loop", runner, feeds, store)
-    latencies = runner.timed_loop(feeds, store)
+    latencies = runner.timed_loop(feeds, store, mark)
     call_hooks(hooks, "after_timed_loop", runner, feeds)
+    if insn:
+        runner.device.update(insn.figures(args.threads))
     del feeds
     evaluation = {"batched": False, "latency_batch": batch, "latency_calls": len(latencies)}
     if batched:

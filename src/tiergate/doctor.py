@@ -105,6 +105,18 @@ def check_gpu() -> Check:
     return Check("gpu", "ok", out.splitlines()[0] if out else "nvidia-smi found")
 
 
+def check_counting(folder: Path | None = None) -> Check:
+    """The counting QEMU (instructions per inference on emulated classes; tiergate.execution.counting)."""
+    from tiergate.execution.counting import count_dir, counter
+
+    found = counter(folder)
+    if found is None:
+        return Check("instruction counting", "warn", f"no counting QEMU in {folder or count_dir()}: emulated runs "
+                     "are not counted and an instructions limit fails as not measured",
+                     "scripts/build-counting-qemu (scripts/setup runs it)")
+    return Check("instruction counting", "ok", found.stamp)
+
+
 def check_disk(path: Path | None = None) -> Check:
     if path is None:
         from tiergate.errors import EnvironmentProblem
@@ -174,6 +186,6 @@ def run_checks() -> list[Check]:
     client = docker_client()
     checks = [check_engine(client), check_emulation_registration(), check_arm64_container(client)]
     checks += check_base_images(client)
-    checks += [check_gpu(), check_disk(), check_host_runtimes()]
+    checks += [check_gpu(), check_counting(), check_disk(), check_host_runtimes()]
     checks += check_cpu()
     return checks

@@ -139,6 +139,14 @@ class DeviceFigures:
     artifact_bytes: int | None = None
     emulated: bool = False
     op_profile: OpProfile | None = None
+    # guest instructions counted by the counting QEMU's plugin (emulated classes; docs/policy.md): exact and
+    # independent of the host's speed and load, unlike the times above
+    instructions_per_inference: float | None = None   # median over the timed calls
+    instructions_spread: float | None = None          # (max - min) / median over the timed calls
+    instructions_calls: int | None = None             # timed calls counted
+    reads_per_inference: float | None = None          # guest memory read accesses per call (median)
+    load_instructions: int | None = None              # the model's load (session / interpreter creation)
+    instructions_source: str = ""
 
     @property
     def peak_memory_mb(self) -> float | None:

@@ -83,6 +83,11 @@ class Thresholds:
     max_load_ratio_vs_incumbent: float | None = None
     max_first_inference_ratio_vs_incumbent: float | None = None
     max_artifact_ratio_vs_incumbent: float | None = None
+    # guest instructions per inference, counted under the counting QEMU: gated on emulated classes only (exact,
+    # independent of the host's load); native classes are not counted
+    max_instructions_per_inference: float | None = None
+    max_instructions_ratio: float | None = None
+    max_instructions_ratio_vs_incumbent: float | None = None
     noninferiority_margin: float = 0.01
     max_latency_regression: float = 0.10
     confidence: float = 0.95

@@ -65,7 +65,7 @@ def test_ratios_are_candidate_over_other_for_figures_both_have():
     assert ratios(dataclasses.replace(figures(), load_ms=None), figures(), "_vs_incumbent").keys() == \
         {"peak_memory_ratio_vs_incumbent", "first_inference_ratio_vs_incumbent", "artifact_ratio_vs_incumbent"}
     assert [f.limit_key for f in FIGURES] == ["max_peak_memory_mb", "max_load_ms", "max_first_inference_ms",
-                                              "max_artifact_mb"]
+                                              "max_artifact_mb", "max_instructions_per_inference"]
 
 
 def test_limits_are_off_by_default_and_figures_are_reported(runs, device_classes, classifier_data):
@@ -177,3 +177,40 @@ def test_outputs_are_unaffected_by_device_figures(runs, device_classes, classifi
     cand, ref, _ = runs(figures(), figures())
     decision = evaluate(cand, ref, device_classes, load_policy(None), classifier_data[1])
     assert np.isclose(decision.metrics["x86"].outputs["probs"].cosine, 1.0)
+
+
+def counted(insns: float, fig: DeviceFigures | None = None) -> DeviceFigures:
+    return dataclasses.replace(fig or figures(), instructions_per_inference=insns, instructions_spread=0.001,
+                               instructions_calls=16, reads_per_inference=insns / 4, load_instructions=10 * int(insns),
+                               instructions_source="qemu-tcg-plugin")
+
+
+def test_instructions_are_gated_on_emulated_classes_and_noted_natively(tmp_path, runs, device_classes,
+                                                                       classifier_data):
+    """Counted under QEMU, exact: gated on the emulated class, where time and memory are not; a native class has
+    no count, so its limit is a note, not a failure."""
+    cand, ref, inc = runs(counted(1.2e8), counted(1.0e8), counted(1.1e8))
+    cand["x86"], ref["x86"], inc["x86"] = (_with(o, figures()) for o in (cand["x86"], ref["x86"], inc["x86"]))
+    policy = _policy(tmp_path, "[defaults]\nmax_instructions_ratio = 1.05\nmax_instructions_ratio_vs_incumbent = 1.2\n"
+                               "max_instructions_per_inference = 2e8\n")
+    decision = evaluate(cand, ref, device_classes, policy, classifier_data[1], inc)
+    arm = {c.name: (c.passed, round(c.value, 4)) for c in decision.checks
+           if c.device_class == "arm" and c.name.startswith("instructions")}
+    assert arm == {"instructions_per_inference": (True, 1.2e8), "instructions_ratio": (False, 1.2),
+                   "instructions_ratio_vs_incumbent": (True, round(1.2 / 1.1, 4))}
+    assert decision.verdict == "REJECT" and "candidate / FP32 reference" in \
+        next(c.detail for c in decision.checks if c.name == "instructions_ratio")
+    assert not [c for c in decision.checks if c.device_class == "x86" and c.name.startswith("instructions")]
+    assert any("x86: instructions are counted on emulated classes only" in n for n in decision.notes)
+    assert decision.metrics["arm"].device_ratios["instructions_ratio"] == pytest.approx(1.2)
+    back = Decision.from_json(json.loads(json.dumps(decision.to_json(), allow_nan=False)))
+    assert back == decision and back.metrics["arm"].device["candidate"].load_instructions == int(1.2e9)
+
+
+def test_an_emulated_run_without_counts_fails_an_instructions_limit_as_not_measured(tmp_path, runs,
+                                                                                    device_classes, classifier_data):
+    cand, ref, _ = runs(figures(), figures())        # no counting QEMU on that machine
+    decision = evaluate(cand, ref, device_classes, _policy(tmp_path, "[defaults]\nmax_instructions_ratio = 1.05\n"),
+                        classifier_data[1])
+    (check,) = [c for c in decision.checks if c.name == "instructions_ratio"]
+    assert check.device_class == "arm" and not check.passed and "not measured" in check.detail

@@ -14,6 +14,7 @@ from tiergate.registry import METRIC_KEYS, Registry, flat_metrics
 from tiergate.registry.report_data import build_drift_report, report_metrics
 from tiergate.reports.drift import cross_tier_matrix
 from tiergate.reports.html import render_html, write_report
+from tiergate.execution.counting import counter
 from tiergate.targets import resolve
 
 
@@ -220,12 +221,13 @@ def test_report_metrics_read_the_flat_shape_the_gate_records():
     assert report_metrics(recorded) == {"accuracy": 0.75, "cosine": None, "sqnr_db": None, "max_abs_error": 3.0,
                                         "latency_p50_ms": None, "latency_p99_ms": None, "cost_per_1k": None,
                                         "peak_memory_mb": None, "load_ms": None, "first_inference_ms": None,
-                                        "artifact_mb": None}
+                                        "artifact_mb": None, "instructions_per_inference": None}
     figures = {"device": {"candidate": {"peak_memory_bytes": 3 * 1024 * 1024, "load_ms": 4.5,
-                                        "first_inference_ms": 0.5, "artifact_bytes": 1024 * 1024}}}
+                                        "first_inference_ms": 0.5, "artifact_bytes": 1024 * 1024,
+                                        "instructions_per_inference": 4.8e7}}}
     flat = flat_metrics(figures)
-    assert (flat["peak_memory_mb"], flat["load_ms"], flat["first_inference_ms"], flat["artifact_mb"]) == \
-        (3.0, 4.5, 0.5, 1.0)
+    assert (flat["peak_memory_mb"], flat["load_ms"], flat["first_inference_ms"], flat["artifact_mb"],
+            flat["instructions_per_inference"]) == (3.0, 4.5, 0.5, 1.0, 4.8e7)
     assert report_metrics(flat)["peak_memory_mb"] == 3.0
 
 
@@ -298,3 +300,25 @@ def test_report_command_prints_the_top_ops_per_tier_and_their_change(filled, tmp
     assert any("cortex-a / arm64-cpu-onnxruntime (emulated)" in line for line in lines)
     top = max(_recorded_profile(registry, made["shas"]["v2"], "x86_64-cpu-onnxruntime").items(), key=lambda kv: kv[1])
     assert any(top[0] in line for line in lines)
+
+@pytest.mark.docker
+@pytest.mark.emulated
+@pytest.mark.slow
+@pytest.mark.skipif(counter() is None, reason="no counting QEMU: run scripts/build-counting-qemu (scripts/setup does)")
+def test_report_shows_instructions_per_inference_over_time_on_the_emulated_tier(filled, tmp_path, capsys):
+    """Counted on the emulated arm64 class (the counting QEMU): each artifact's instructions per call in the
+    report's rows, its HTML columns, and `tiergate report`'s lines; the native class has none."""
+    from tiergate.cli.main import main
+
+    registry, made = filled
+    code = main(["report", "--model", "digits", "--out", str(tmp_path / "out"),
+                 "--registry", registry.url, "--store", registry.store.location])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    lines = [line for line in out.splitlines() if line.startswith("instructions/call")]
+    assert len(lines) == 3 and all("cortex-a / arm64-cpu-onnxruntime @" in line for line in lines), out
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    arm = [row["metrics"]["instructions_per_inference"] for row in report["tiers"]["cortex-a"]["rows"]]
+    x86 = [row["metrics"]["instructions_per_inference"] for row in report["tiers"]["x86-server"]["rows"]]
+    assert len(arm) == 3 and all(v and v > 0 for v in arm) and x86 == [None] * len(x86)
+    assert "instr/call" in (tmp_path / "out" / "report.html").read_text()

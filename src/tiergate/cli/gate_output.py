@@ -141,9 +141,10 @@ def _print_device(console, decision) -> None:
         return
     from rich.table import Table
 
-    table = Table(title="device figures (emulated: QEMU, memory includes the emulator; not gated)")
+    table = Table(title="device figures (emulated: QEMU, memory includes the emulator; not gated; instructions "
+                        "counted under QEMU, exact, gated)")
     for column in ("device class", "run", "peak MB", "load +MB", "infer +MB", "load ms", "first call ms",
-                   "size MB", "top ops (ms/call)"):
+                   "size MB", "instructions/call", "load instructions", "top ops (ms/call)"):
         table.add_column(column, overflow="fold")
     for r in rows:
         table.add_row(r["device_class"] + (" (emulated)" if r["emulated"] else ""), r["side"], *r["cells"],

@@ -87,6 +87,14 @@ def report_command(
             typer.echo(f"top ops (ms/call) {tier} / {e['device_class']}{' (emulated)' if e['emulated'] else ''} "
                        f"@ {e['short']}: {top}"
                        + (f"; since {e['previous_short']}: {changed}" if e["previous_short"] and changed else ""))
+    from tiergate.reports.device import instructions
+
+    for tier, entry in (report.get("tiers") or {}).items():     # counted on emulated classes: exact, over time
+        for row in entry["rows"]:
+            count = row["metrics"].get("instructions_per_inference")
+            if count is not None:
+                typer.echo(f"instructions/call {tier} / {row['device_class']} @ {row['short']}: "
+                           f"{instructions(count)}" + (f" ({row['decision']})" if row["decision"] else ""))
     typer.echo(f"wrote {html_path}")
     typer.echo(f"wrote {json_path}")
 

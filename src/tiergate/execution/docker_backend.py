@@ -43,7 +43,7 @@ from tiergate.errors import InfrastructureFault, InputError
 from tiergate.execution.base import (FAILED_FILE, LOG_TAIL_LINES, ImageGone, Job, clear_outputs, exit_reason,
                                      harness_command, harness_spoke, host_fields, last_line, python_entrypoint,
                                      read_harness_result, start_timeout, tail)
-from tiergate.execution import janitor
+from tiergate.execution import counting, janitor
 from tiergate.execution.engine import DEFAULT_ATTEMPTS, DEFAULT_BACKOFF_S, connect, engine_problem, with_retries
 from tiergate.results import OUTPUT_LIMIT_BYTES, OUTPUTS_FILE, RESULT_FILE, TargetResult, failed  # noqa: F401 - re-exported
 from tiergate.results import save as results_save
@@ -179,7 +179,12 @@ class DockerBackend:
             environment={**dc.container_env, **job.env, CONTAINER_ENV: "1"},
             labels={f"{LABEL}.device_class": dc.name, **janitor.owner_labels()},
         )
-        if dc.launcher:
+        count = counting.counts(dc, self.docker_host)
+        if count is not None:     # under the counting QEMU: instructions per inference (execution/counting.py)
+            spec["entrypoint"] = [*count.launcher(dc), "/usr/bin/python3", "-s", HARNESS_IN_IMAGE]
+            spec["volumes"].update(count.mount())
+            spec["environment"].update(count.environment())
+        elif dc.launcher:
             spec["entrypoint"] = python_entrypoint(dc, HARNESS_IN_IMAGE)
         if self.gpu:
             spec["device_requests"] = [docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])]

@@ -21,12 +21,14 @@ class Figure:
     unit: str
     emulation_bound: bool   # measured under QEMU it says nothing of a device: not gated on emulated classes
     meaning: str
+    counted: bool = False   # counted by the counting QEMU: measured on emulated classes only, never natively
 
     def value(self, figures: DeviceFigures | None) -> float | None:
         if figures is None:
             return None
         raw = {"peak_memory_mb": figures.peak_memory_bytes, "load_ms": figures.load_ms,
-               "first_inference_ms": figures.first_inference_ms, "artifact_mb": figures.artifact_bytes}[self.name]
+               "first_inference_ms": figures.first_inference_ms, "artifact_mb": figures.artifact_bytes,
+               "instructions_per_inference": figures.instructions_per_inference}[self.name]
         if raw is None:
             return None
         return raw / MB if self.unit == "MB" else float(raw)
@@ -49,6 +51,8 @@ FIGURES = (
     Figure("load_ms", "load", "ms", True, "session / interpreter creation, EP and delegate set-up included"),
     Figure("first_inference_ms", "first_inference", "ms", True, "the cold first inference call"),
     Figure("artifact_mb", "artifact", "MB", False, "size of the artifact (and its external data)"),
+    Figure("instructions_per_inference", "instructions", "instructions", False,
+           "guest instructions per inference call (median of the timed calls), counted exactly under QEMU", True),
 )
 
 

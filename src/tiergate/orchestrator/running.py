@@ -20,7 +20,7 @@ from pathlib import Path
 from tiergate import results, state
 from tiergate.errors import TiergateError, disk_full, is_disk_full
 from tiergate.evaldata import EvalData
-from tiergate.execution import janitor
+from tiergate.execution import counting, janitor
 from tiergate.orchestrator.intake import check_labels_after
 from tiergate.orchestrator.seams import Seams
 from tiergate.orchestrator.spans import PendingRuns
@@ -48,6 +48,8 @@ def spec_key(spec: RunSpec, data: EvalData) -> str:
     on which data, profiled or not."""
     dc = spec.device_class
     how = f"+settings-{class_settings(dc)}" + ("+profile" if spec.profile else "")
+    count = counting.counts(dc, dc.docker_host)      # a counted run is another run (its instructions recorded)
+    how += f"+count-{count.key}" if count is not None else ""
     return state.run_key(spec.intake.sha256, dc.name + how, spec.image.image_id, data.sha256)
 
 

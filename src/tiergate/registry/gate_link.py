@@ -15,7 +15,7 @@ from tiergate.registry.db import Registry
 from tiergate.registry.records import Check, DecisionRecord, NewRun
 
 METRIC_KEYS = ("accuracy", "cosine", "sqnr_db", "max_abs_error", "latency_p50_ms", "latency_p99_ms", "cost_per_1k",
-               "peak_memory_mb", "load_ms", "first_inference_ms", "artifact_mb")
+               "peak_memory_mb", "load_ms", "first_inference_ms", "artifact_mb", "instructions_per_inference")
 """The flat run-metrics keys (docs/registry.md); a run's metrics carry these plus "emulated"."""
 
 
@@ -58,7 +58,8 @@ def _device(target: dict) -> dict[str, float | None]:
         return value / scale if isinstance(value, (int, float)) else None
 
     return {"peak_memory_mb": scaled("peak_memory_bytes", mb), "load_ms": scaled("load_ms"),
-            "first_inference_ms": scaled("first_inference_ms"), "artifact_mb": scaled("artifact_bytes", mb)}
+            "first_inference_ms": scaled("first_inference_ms"), "artifact_mb": scaled("artifact_bytes", mb),
+            "instructions_per_inference": scaled("instructions_per_inference")}
 
 
 def checks_of(decision: Any) -> list[Check]:

@@ -35,6 +35,7 @@ _PANELS = (  # (metric key, panel title)
     ("latency_p50_ms", "latency p50 (ms)"),
     ("peak_memory_mb", "peak memory (MiB)"),
     ("load_ms", "load time (ms)"),
+    ("instructions_per_inference", "guest instructions per inference (counted under QEMU)"),
     ("cost_per_1k", "cost per 1k inferences"),
 )
 _EMULATION_BOUND = ("latency", "peak_memory", "load", "first_inference")   # keys labelled emulated in plots
@@ -42,7 +43,8 @@ _COLUMNS = (("accuracy", "accuracy", "{:.4f}"), ("cosine", "cosine", "{:.6f}"), 
             ("max_abs_error", "max |err|", "{:.3g}"), ("latency_p50_ms", "p50 ms", "{:.3f}"),
             ("latency_p99_ms", "p99 ms", "{:.3f}"), ("peak_memory_mb", "peak MiB", "{:.1f}"),
             ("load_ms", "load ms", "{:.3g}"), ("first_inference_ms", "1st call ms", "{:.3g}"),
-            ("artifact_mb", "size MiB", "{:.3g}"), ("cost_per_1k", "cost/1k", "{:.3g}"))
+            ("artifact_mb", "size MiB", "{:.3g}"), ("instructions_per_inference", "instr/call", "{:.4g}"),
+            ("cost_per_1k", "cost/1k", "{:.3g}"))
 _CSS = """
 body{font-family:system-ui,sans-serif;margin:1em 1.2em;color:#222}
 table{border-collapse:collapse;margin:0.5em 0 1.5em;max-width:100%}

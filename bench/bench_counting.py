@@ -26,7 +26,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from realmodels import kit  # noqa: E402
-from realmodels.test_realmodels_instructions import unfused_bn_variant  # noqa: E402
+from realmodels.kit import unfused_batchnorm  # noqa: E402
 from tiergate.build import build_image  # noqa: E402
 from tiergate.execution import Job, execute  # noqa: E402
 from tiergate.execution.counting import OFF_ENV, counter  # noqa: E402
@@ -51,7 +51,7 @@ def main() -> int:
     (dc,) = resolve(args.device_class)
     work = Path(tempfile.mkdtemp(prefix="bench-counting-"))
     source = kit.fetch("paddleocr_cls")
-    models = {"fp32": source, "unfused": unfused_bn_variant(source, work)}
+    models = {"fp32": source, "unfused": unfused_batchnorm(source, work)}
     x, y = kit.text_lines(args.samples, seed=0)
     np.savez(work / "lines.npz", x=x, labels=y)
     images = {name: build_image(dc, path, artifact_sha256=sha256(path)) for name, path in models.items()}

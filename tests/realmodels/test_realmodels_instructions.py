@@ -1,5 +1,5 @@
 """Instructions per inference on the emulated arm64 tier (issue 24): PaddleOCR's text-direction classifier with a
-no-op Clip slipped between each Conv and its BatchNormalization (`unfused_bn_variant`: the same outputs, but
+no-op Clip slipped between each Conv and its BatchNormalization (`kit.unfused_batchnorm`: the same outputs, but
 onnxruntime fuses the Clip into the Conv and the normalization no longer folds). Its time cannot be gated under
 QEMU; its guest instructions per call can, exactly: `max_instructions_ratio = 1.05` rejects it on the emulated
 tier while the FP32 model against itself passes, the same model in two fresh homes counts the same, and a CPU hog
@@ -31,33 +31,6 @@ ARM = "arm64-cpu-onnxruntime"
 LINES = 20
 
 
-def unfused_bn_variant(source, folder) -> Path:
-    """`source` with Clip(x, -FLT_MAX, FLT_MAX) between every Conv and the BatchNormalization reading it."""
-    import onnx
-    from onnx import helper, numpy_helper
-
-    model = onnx.load(str(source))
-    graph = model.graph
-    producer = {out: node for node in graph.node for out in node.output}
-    big = float(np.finfo(np.float32).max)
-    graph.initializer.extend([numpy_helper.from_array(np.array(-big, np.float32), "noop_clip_min"),
-                              numpy_helper.from_array(np.array(big, np.float32), "noop_clip_max")])
-    nodes = []
-    for k, node in enumerate(graph.node):
-        before = producer.get(node.input[0]) if node.input else None
-        if node.op_type == "BatchNormalization" and before is not None and before.op_type == "Conv":
-            clipped = f"{node.input[0]}_noop_clip"
-            nodes.append(helper.make_node("Clip", [node.input[0], "noop_clip_min", "noop_clip_max"], [clipped],
-                                          name=f"noop_clip_{k}"))
-            node.input[0] = clipped
-        nodes.append(node)
-    del graph.node[:]
-    graph.node.extend(nodes)
-    out = Path(folder) / f"{Path(source).stem}_unfused_bn.onnx"
-    onnx.save(model, str(out))
-    return out
-
-
 @pytest.fixture(scope="module")
 def models(real_model, tmp_path_factory):
     folder = tmp_path_factory.mktemp("insn")
@@ -67,7 +40,7 @@ def models(real_model, tmp_path_factory):
     policy = folder / "policy.toml"
     # accuracy off (20 lines cannot resolve it: inconclusive): these gates decide on instructions alone
     policy.write_text("[defaults]\nmax_instructions_ratio = 1.05\nmin_accuracy_ratio = 0.0\n")
-    return {"reference": source, "unfused": unfused_bn_variant(source, folder), "data": folder / "lines.npz",
+    return {"reference": source, "unfused": kit.unfused_batchnorm(source, folder), "data": folder / "lines.npz",
             "policy": policy}
 
 

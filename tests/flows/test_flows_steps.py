@@ -44,7 +44,8 @@ def test_prefect_steps_run_the_same_gate_as_threads(case):
     @flow(name="steps-under-test")
     def gate_flow():
         seams = orchestrator.Seams(builder=FakeBuilder(), backend_for=backend, steps=PrefectSteps())
-        run = gatekit.gate(cand, ref, data, dcs, policy, seams=seams)
+        run = gatekit.gate(cand, ref, data, dcs, policy, seams=seams, early_stop=False)     # every sample: the
+        # steps are under test here, not the early decision an emulated tier takes by default
         done = conclude(run, report_dir=tmp / "reports", label="steps test")
         return run, done
 
@@ -55,7 +56,7 @@ def test_prefect_steps_run_the_same_gate_as_threads(case):
     assert (tmp / "reports" / "gate-decision.json").read_text().strip() == run.decision.dumps()
 
     again = gatekit.gate(cand, ref, data, dcs, policy,       # the CLI's thread steps: same caches, same decision
-                          seams=orchestrator.Seams(builder=FakeBuilder(), backend_for=FakeBackend()))
+                          seams=orchestrator.Seams(builder=FakeBuilder(), backend_for=FakeBackend()), early_stop=False)
     assert again.cache_hits == 3 and again.containers_started == 1       # only the crashed run is run again
     assert again.decision.verdict == "PROMOTE" and not again.decision_cached   # new evidence, new decision
 

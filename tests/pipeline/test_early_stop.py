@@ -305,14 +305,14 @@ def test_gc_keeps_the_chunk_runs_a_kept_decision_names(tmp_path, tiergate_home):
 
 @pytest.mark.docker
 def test_early_stop_on_the_real_engine_x86(tmp_path, tiergate_home):
-    """Chunks as ordinary container runs: a near-identical candidate is promoted at look 2 of 4 on 1,200 of
-    2,400 samples, two chunks per role started; the re-run starts nothing."""
+    """Chunks as ordinary container runs: a near-identical candidate is promoted at look 1 of 2 (the default
+    plan) on 1,200 of 2,400 samples, one run per role started; the re-run starts nothing."""
     cand, ref, data = _case(tmp_path, 2400, "near")
     classes = resolve([X86])
     run = gatekit.gate(cand, ref, data, classes, load_policy(None), early_stop=True)
     tier = run.decision.early_stop[X86]
     assert run.decision.verdict == PROMOTE, run.decision.reasons
-    assert (tier.look, tier.samples_used, run.containers_started) == (2, 1200, 4)
+    assert (tier.look, tier.looks, tier.samples_used, run.containers_started) == (1, 2, 1200, 2)
     again = gatekit.gate(cand, ref, data, classes, load_policy(None), early_stop=True)
     assert again.containers_started == 0 and again.decision_cached and again.decision.dumps() == run.decision.dumps()
 

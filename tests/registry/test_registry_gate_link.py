@@ -53,7 +53,8 @@ def gated(registry, shared, request):
     folder, fp32, labels = shared
     int8 = mk.write(mk.classifier(seed=CANDIDATE_SEED[request.param]), folder / f"candidate-{request.param}.onnx")
     sha = add(registry, int8).sha256
-    run = gatekit.gate(int8, fp32, folder / "eval.npz", resolve(list(CLASSES)), load_policy())
+    # every sample on every tier (the metrics below are recomputed on the whole file)
+    run = gatekit.gate(int8, fp32, folder / "eval.npz", resolve(list(CLASSES)), load_policy(), early_stop=False)
     recorded = orchestrator.record(registry, run, cost_tags={"billing": "edge-fleet"})
     reference, candidate = run.outcomes["reference"], run.outcomes["candidate"]
     return registry, sha, run.decision, recorded, reference, candidate, labels, request.param

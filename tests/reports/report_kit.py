@@ -52,8 +52,10 @@ def populate(registry: Registry, tmp_path: Path) -> dict:
     os.environ["TIERGATE_HOME"] = str(tmp_path / "home")
     try:
         for name in variants:
+            # real op profiles: the report's top ops per tier; every sample on both tiers (early decision off):
+            # the cross-tier matrix compares runs of the same samples (a tier stopped early has a share of them)
             gate_run = gatekit.gate(paths[name], paths["fp32"], data, resolve(list(CLASSES)), load_policy(None),
-                                     profile=True)   # real op profiles: the report's top ops per tier
+                                    profile=True, early_stop=False)
             recorded = orchestrator.record(registry, gate_run, cost_tags={"billing": "edge-fleet"})
             runs[name] = {dc: folder for (role, dc), folder in gate_run.run_dirs.items() if role == "candidate"}
             runs[name]["verdict"] = gate_run.decision.verdict

@@ -13,6 +13,7 @@ from pathlib import Path
 HOST_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")   # goes into every runtime image (and its tag)
 HOST_PIP_CONF = Path("/etc/pip.conf")                         # pip's index settings: likewise
 DESCRIBER = "harness/tiergate_describe.py"                    # the runtime-graph describer, under containers/
+DESCRIBE_FILE = "describe.json"                               # what it writes (in a describe folder or a run's)
 
 LABEL = "org.tiergate"
 

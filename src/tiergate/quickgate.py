@@ -36,7 +36,7 @@ from urllib.parse import quote
 from tiergate import state
 from tiergate.decision import Decision, GateRun
 from tiergate.hashing import metric_code_sha256, read_external
-from tiergate.images import DESCRIBER, HOST_CA_BUNDLE, HOST_PIP_CONF, LABEL
+from tiergate.images import DESCRIBE_FILE, DESCRIBER, HOST_CA_BUNDLE, HOST_PIP_CONF, LABEL
 from tiergate.paths import containers_dir
 from tiergate.request import BuildSettings, GateRequest, is_loader
 
@@ -380,9 +380,6 @@ def _runtime_as_cached(request: GateRequest, gate_run, recorder: Recorder):
     """The candidate's runtime graphs and findings as the next normal run prints them: from the candidate's run
     folder where its run described it (the folder is a run the answer verifies anyway), else from the describe
     cache (its `cached` and `seconds` say so), with the cache folders that must still be there."""
-    from tiergate.orchestrator.describing import from_run
-    from tiergate.orchestrator.types import RunSpec
-
     runtime, findings, graphs = {}, {}, []
     candidate = gate_run.intakes["candidate"]
     describer = _file_sha(containers_dir() / DESCRIBER) or ""
@@ -391,10 +388,11 @@ def _runtime_as_cached(request: GateRequest, gate_run, recorder: Recorder):
             continue
         image = recorder.images[(dc.name, candidate.sha256)]
         folder = gate_run.run_dirs.get(("candidate", dc.name))
-        described = None if folder is None else from_run(RunSpec("candidate", dc, candidate, image), folder, True)
-        if described is not None:
-            runtime[dc.name], found = described
-            findings[dc.name] = [f.to_json() for f in found]
+        if folder is not None and (Path(folder) / DESCRIBE_FILE).is_file():
+            # described by the candidate's run (orchestrator.describing.from_run): a re-run reads the same graph
+            # from the cached run folder, which the answer verifies as a run
+            runtime[dc.name] = {**gate_run.runtime[dc.name], "cached": True}
+            findings[dc.name] = [f.to_json() for f in gate_run.runtime_findings.get(dc.name, [])]
             continue
         graph, found = recorder.builder.describe(dc, candidate, image)
         folder = state.graph_folder(candidate.sha256, graph.get("image_id", ""), describer, dc.cpu_key)

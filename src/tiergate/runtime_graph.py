@@ -18,8 +18,8 @@ from pathlib import Path
 from tiergate.artifact.model import Artifact
 from tiergate.errors import InputError
 from tiergate.fingerprint import Fingerprint, fingerprint
+from tiergate.images import DESCRIBE_FILE  # noqa: F401 - the one name of the describer's file (importers use it)
 
-DESCRIBE_FILE = "describe.json"
 LEVELS = ("basic", "extended", "all")
 
 

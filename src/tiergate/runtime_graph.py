@@ -103,8 +103,10 @@ class RuntimeGraph:
 
 
 def parse_describe(folder: Path, *, target: str, tier: str, runtime: str, emulated: bool, image: str,
-                   image_id: str, artifact_sha256: str, seconds: float = 0.0, cached: bool = False) -> RuntimeGraph:
-    """A RuntimeGraph from a describer's output folder (raises InputError when it is unreadable)."""
+                   image_id: str, artifact_sha256: str, seconds: float | None = None,
+                   cached: bool = False) -> RuntimeGraph:
+    """A RuntimeGraph from a describer's output folder (raises InputError when it is unreadable). `seconds`: the
+    describe's time; None: its sessions' own (a describe made in a run, which has no container of its own)."""
     folder = Path(folder)
     try:
         doc = json.loads((folder / DESCRIBE_FILE).read_text())
@@ -113,7 +115,9 @@ def parse_describe(folder: Path, *, target: str, tier: str, runtime: str, emulat
     graph = RuntimeGraph(target=target, tier=tier, runtime=runtime, machine=doc.get("machine", ""),
                          emulated=emulated, image=image, image_id=image_id, artifact_sha256=artifact_sha256,
                          ok=bool(doc.get("ok")), error=doc.get("error", ""), versions=doc.get("versions", {}),
-                         seconds=seconds, cached=cached, cpu=dict(doc.get("cpu") or {}))
+                         seconds=seconds if seconds is not None else
+                         sum(float(level.get("seconds", 0.0)) for level in (doc.get("levels") or {}).values()),
+                         cached=cached, cpu=dict(doc.get("cpu") or {}))
     if not graph.ok:
         return graph
     if runtime == "tflite":

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import threading
 from pathlib import Path
 from contextlib import nullcontext
@@ -61,11 +60,9 @@ def from_run(spec: RunSpec, folder: Path, cached: bool = False):
         return None
     dc = spec.device_class
     try:
-        levels = json.loads((Path(folder) / DESCRIBE_FILE).read_text()).get("levels") or {}
-        seconds = sum(float(level.get("seconds", 0.0)) for level in levels.values())   # its sessions, in the run
         graph = parse_describe(folder, target=dc.name, tier=dc.tier, runtime=dc.runtime, emulated=dc.emulated,
                                image=spec.image.runtime_tag or spec.image.tag, image_id=results.load(folder).image_id,
-                               artifact_sha256=spec.intake.sha256, seconds=seconds, cached=cached)
+                               artifact_sha256=spec.intake.sha256, cached=cached)       # seconds: its sessions
     except (TiergateError, OSError, ValueError, KeyError, TypeError):
         return None                                    # unreadable: described apart instead
     return graph.to_json(), lint(spec.intake.artifact, dc, runtime=graph)

@@ -19,19 +19,35 @@ from tiergate.images import LABEL, BuiltImage
 from tiergate.results import MB, DeviceFigures, TargetResult, failed
 
 
+_HARNESS_LOAD = threading.Lock()
+
+
 def harness():
-    """containers/harness/tiergate_harness.py as a module (numpy + onnxruntime only)."""
+    """containers/harness/tiergate_harness.py as a module (numpy + onnxruntime only), loaded once.
+
+    The fake runs it in threads (one per tier and shard): its runners are made under tiergate's session
+    lock (`ort_session.LOCK`), since onnxruntime's session construction is not thread-safe; the real
+    backends run it in processes."""
     import importlib.util
     import sys
 
+    from tiergate.ort_session import LOCK
     from tiergate.paths import containers_dir
 
     name = "tiergate_harness_in_fakes"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, containers_dir() / "harness" / "tiergate_harness.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        sys.modules[name] = module
+    with _HARNESS_LOAD:
+        if name not in sys.modules:
+            spec = importlib.util.spec_from_file_location(name, containers_dir() / "harness" / "tiergate_harness.py")
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            make_runner = module.make_runner
+
+            def locked_make_runner(args):
+                with LOCK:
+                    return make_runner(args)
+
+            module.make_runner = locked_make_runner
+            sys.modules[name] = module
     return sys.modules[name]
 
 

@@ -147,9 +147,9 @@ def _build_candidates(work: Path, weights, ref_onnx: Path, seed: int) -> list[Ca
 
 
 def _onnx_accuracy(model: Path, images: np.ndarray, labels: np.ndarray) -> float:
-    import onnxruntime as ort
+    from tiergate.ort_session import session as make_session
 
-    session = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    session = make_session(str(model))
     (probs,) = session.run([data.OUTPUT_NAME], {data.INPUT_NAME: images})
     return float(np.mean(np.argmax(probs, axis=1) == labels))
 

@@ -185,10 +185,12 @@ def evaluate(model, names: list[str], feeds: list[dict[str, np.ndarray]]) -> lis
 def _run(model, feeds) -> list[list[np.ndarray]]:
     import onnxruntime as ort
 
+    from tiergate.ort_session import session as make_session
+
     opts = ort.SessionOptions()
     opts.log_severity_level = 3
     opts.intra_op_num_threads = 1
-    session = ort.InferenceSession(model.SerializeToString(), sess_options=opts, providers=["CPUExecutionProvider"])
+    session = make_session(model.SerializeToString(), opts)
     wanted = [i.name for i in session.get_inputs()]
     return [session.run(None, {n: f[n] for n in wanted if n in f}) for f in feeds]
 

@@ -109,12 +109,14 @@ def load_problem(path) -> str | None:
 def _load_problem(path: str, size: int, mtime_ns: int) -> str | None:
     import onnxruntime as ort
 
+    from tiergate.ort_session import session
+
     options = ort.SessionOptions()
     options.log_severity_level = 4
     options.intra_op_num_threads = 1
     options.inter_op_num_threads = 1
     try:
-        ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+        session(path, options)
     except Exception as exc:  # noqa: BLE001 - any refusal is the answer, in the runtime's words
         return runtime_words(str(exc)) or type(exc).__name__
     return None

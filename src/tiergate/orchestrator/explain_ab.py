@@ -219,12 +219,11 @@ def _quiet():
 
 def host_sqnr(model: Path, reference: Path, data_path: Path, samples: int = DEFAULT_SAMPLES) -> float:
     """End-to-end SQNR (worst output) of `model` against `reference` with this machine's onnxruntime."""
-    import onnxruntime as ort
-
     from tiergate.evaldata import load_eval_data
+    from tiergate.ort_session import session as make_session
 
     data = load_eval_data(data_path)
-    sessions = [ort.InferenceSession(str(p), providers=["CPUExecutionProvider"]) for p in (model, reference)]
+    sessions = [make_session(str(p)) for p in (model, reference)]
     outs = [[], []]
     for i, batch in enumerate(data.iter_batches(1)):
         if i >= samples:

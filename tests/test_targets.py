@@ -120,10 +120,10 @@ def test_evaluation_defaults_follow_the_execution(tmp_path, monkeypatch):
     cat = targets.catalogue(tmp_path)
     emu, nat, fixed = cat["emu"], cat["nat"], cat["set"]
     # emulated latency is never gated: 4 single calls (they check the batched outputs), after the first call only
-    assert emu.evaluation == targets.Evaluation(batch=64, latency_calls=4, warmup=1, shards=0)
-    assert nat.evaluation == targets.Evaluation(batch=0, latency_calls=16, warmup=3, shards=0)
+    assert emu.evaluation == targets.Evaluation(batch=64, latency_calls=4, warmup=1, latency_pairs=0, shards=0)
+    assert nat.evaluation == targets.Evaluation(batch=0, latency_calls=16, warmup=3, latency_pairs=200, shards=0)
     (tmp_path / "warm.toml").write_text(GOOD + "[evaluation]\nwarmup = 5\nlatency_calls = 8\n")
-    assert targets.catalogue(tmp_path)["warm"].evaluation == targets.Evaluation(batch=64, latency_calls=8, warmup=5)
+    assert targets.catalogue(tmp_path)["warm"].evaluation == targets.Evaluation(batch=64, latency_calls=8, warmup=5, latency_pairs=0)
     (tmp_path / "warm.toml").unlink()
     (tmp_path / "cold.toml").write_text(GOOD + "[evaluation]\nwarmup = 0\n")
     with pytest.raises(InputError, match="evaluation.warmup.*at least 1"):

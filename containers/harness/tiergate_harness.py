@@ -19,6 +19,7 @@ Usage:
   python tiergate_harness.py --runtime onnxruntime --model M.onnx --out DIR [--model M2 --out DIR2 ...]
       --data D.npz [--samples START:STOP] [--threads 1] [--batch-size 1] [--warmup 3]
       [--eval-batch 0] [--latency-calls 16] [--compare-rounds 0] [--profile] [--timeout 0] [--describe N]
+      [--pair-index N --pair-model P --pairs 200 --pairs-seconds 30]
 
 Several artifacts, one process start: `--model`/`--out` pairs run in order over the same
 data. The runtime library is imported and the data read once; each artifact then runs in
@@ -65,6 +66,9 @@ this folder, imported only when its option or variable is set:
   harness_bench.py   --compare-rounds N (bench/bench_harness.py): N rounds of
                      the timed loop alternated with a bare `session.run` /
                      `invoke` loop; medians in extra.compare.
+  harness_paired.py  --pair-model P: after artifact --pair-index's run, its calls
+                     interleaved with P's in one process (AB, BA, ...), up to --pairs
+                     pairs: extra.paired (native latency ratios, docs/policy.md).
   harness_faults.py  TIERGATE_HARNESS_FAULT=segv|hang (tests only): a real
                      SIGSEGV, or a sleep forever, after the model is loaded.
 
@@ -126,6 +130,11 @@ def parse_args(argv=None):
     p.add_argument("--describe", type=int, action="append", default=[], metavar="N",
                    help="after artifact N's run (0-based, repeatable), describe its runtime graph at the level it "
                         "ran into its --out (tiergate_describe.py: describe.json, optimized-LEVEL.onnx)")
+    p.add_argument("--pair-model", default="", help="after artifact --pair-index's run, interleave its calls with "
+                                                   "this model's (harness_paired.py: result.json's extra.paired)")
+    p.add_argument("--pair-index", type=int, default=0)
+    p.add_argument("--pairs", type=int, default=200)
+    p.add_argument("--pairs-seconds", type=float, default=30.0)
     args = p.parse_args(argv)
     if len(args.models) != len(args.outs):
         p.error("give one --out per --model")
@@ -535,18 +544,20 @@ def main(argv=None):
     faulthandler.enable()
     args = parse_args(argv)
     if len(args.models) == 1:
-        runner, batch, n, outputs, latencies = run(args, load_hooks(args))
+        loaded = load_data(args.data, args.samples)
+        runner, batch, n, outputs, latencies = run(args, load_hooks(args), loaded)
         write(args, runner, batch, n, outputs, latencies)
         say(runner, n, latencies)
         del runner, outputs
         describe_after(args, 0 in args.describe)
+        pair_after(args, loaded, args.pair_model and args.pair_index == 0)
         return 0
     loaded = load_data(args.data, args.samples)          # once for every artifact
     os.environ[_plugin("harness_memory").SHARED_ENV] = "1"     # the cgroup's peak is no one artifact's
     importlib.import_module(_plugin("harness_memory").RUNTIME_MODULE[args.runtime])  # once, before the children
     for n, (model, out) in enumerate(zip(args.models, args.outs)):
-        run_child(argparse.Namespace(**{**vars(args), "model": model, "out": out, "describe_it": n in args.describe}),
-                  loaded)
+        run_child(argparse.Namespace(**{**vars(args), "model": model, "out": out, "describe_it": n in args.describe,
+                                        "pair_it": bool(args.pair_model) and n == args.pair_index}), loaded)
         print(f"{DONE_MARK}{n}", flush=True)      # the host may collect this artifact's folder now
     return 0
 
@@ -569,6 +580,7 @@ def run_child(args, loaded):
             say(runner, n, latencies)
             del runner, outputs
             describe_after(args, args.describe_it)
+            pair_after(args, loaded, args.pair_it)
         except SystemExit as exc:                      # the harness's own one-line errors
             code = exc.code if isinstance(exc.code, int) else 1
             if not isinstance(exc.code, int):
@@ -608,6 +620,27 @@ def describe_after(args, wanted):
             os.remove(os.path.join(args.out, "describe.json"))
         except OSError:
             pass
+
+
+def pair_after(args, loaded, wanted):
+    """The artifact's calls interleaved with --pair-model's (harness_paired.py), after its result is written (so
+    no figure of the run changes), added to its result.json as extra.paired; a pairing that fails says why there
+    (extra.paired.error) and the run stays a result."""
+    if not wanted:
+        return
+    try:
+        paired = _plugin("harness_paired").measure(args, loaded, make_runner, slices)
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - the run is done; the host falls back to its loops
+        text = exc.code if isinstance(exc, SystemExit) else f"{type(exc).__name__}: {exc}"
+        print(f"harness: pairing {args.model} with {args.pair_model} failed: {text}", file=sys.stderr)
+        paired = {"error": " ".join(str(text).split())[:300]}
+    path = os.path.join(args.out, "result.json")
+    with open(path) as fh:
+        result = json.load(fh)
+    result["extra"]["paired"] = paired
+    with open(path + ".tmp", "w") as fh:
+        json.dump(result, fh, indent=1)
+    os.replace(path + ".tmp", path)
 
 
 def wait_child(pid, timeout):

@@ -110,7 +110,11 @@ class TargetMetrics:
     label_output: str | None = None
     accuracy: dict[str, Estimate] = field(default_factory=dict)       # candidate / reference / incumbent
     latency: dict[str, LatencyStats] = field(default_factory=dict)    # candidate / reference / incumbent
-    latency_ratio_vs_reference: float | None = None                   # candidate mean / reference mean
+    latency_ratio_vs_reference: float | None = None                   # candidate / reference: the median
+                                                                      # per-pair ratio of interleaved calls
+                                                                      # where paired, else the means' ratio
+    latency_ratio_interval: Interval | None = None                    # its interval (interleaved pairs only)
+    latency_pairs: int = 0                                            # interleaved call pairs it is from
     cost_per_1k: dict[str, float] = field(default_factory=dict)       # candidate / reference (real hardware)
     ab: ABResult | None = None                                        # A/B against the incumbent
     device: dict[str, DeviceFigures] = field(default_factory=dict)    # candidate / reference / incumbent figures

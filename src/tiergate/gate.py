@@ -403,9 +403,12 @@ class _TargetEval:
         lat, base = m.latency.get("candidate"), m.latency.get("reference")
         if lat and base:
             m.latency_ratio_vs_reference = lat.mean_ms / base.mean_ms if base.mean_ms > 0 else math.nan
+        if not m.emulated and cand.result.ok:
+            self._interleaved(m, cand, ref)
         if lat and lat.unstable:
             self.note(f"candidate latency is unstable (CoV {lat.cov:.2f} > {self.t.max_latency_cov}); "
-                      "reported, not trusted")
+                      "reported, not trusted" + ("; its ratio to the reference is from interleaved call pairs"
+                                                 if m.latency_ratio_interval is not None else ""))
         if m.emulated:
             if lat:
                 ev = cand.result.extra.get("evaluation") or {}
@@ -417,6 +420,25 @@ class _TargetEval:
         if cand.ok:
             self._latency_checks(m, lat)
         self._cost(m, cand.ok)
+
+    def _interleaved(self, m: TargetMetrics, cand, ref) -> None:
+        """candidate / reference latency from the candidate's calls interleaved with the reference's in one process
+        (extra.paired, harness_paired.py): the median per-pair ratio and its interval; a noisy host slows both
+        calls of a pair, so this ratio holds where two loops' means do not."""
+        paired = cand.result.extra.get("paired")
+        if not isinstance(paired, dict):
+            return
+        if paired.get("error"):
+            self.note(f"interleaved latency failed ({paired['error']}); the latency ratio is of the two runs' means")
+            return
+        mine, theirs = paired.get("latencies_ns") or [], paired.get("partner_latencies_ns") or []
+        if paired.get("partner_sha256") != ref.result.artifact_sha256 or not mine or len(mine) != len(theirs):
+            self.note("the candidate's interleaved calls are not with this reference; the latency ratio is of "
+                      "the two runs' means")
+            return
+        interval = stats.interleaved_latency_ratio(mine, theirs, confidence=self.t.confidence)
+        m.latency_ratio_vs_reference, m.latency_ratio_interval = interval.estimate, interval
+        m.latency_pairs = len(mine)
 
     def _cost(self, m: TargetMetrics, candidate_ok: bool) -> None:
         """Cost per 1,000 inferences on real hardware only (never from emulated latency)."""
@@ -433,11 +455,26 @@ class _TargetEval:
         for name, limit in limits:
             if limit is None:
                 continue
+            if name == "latency_ratio" and m.latency_ratio_interval is not None:
+                self._interleaved_check(m, limit)
+                continue
             value = m.latency_ratio_vs_reference if name == "latency_ratio" else \
                 (getattr(lat, name.removeprefix("latency_")) if lat else None)
             untrusted = _untrusted(lat, name, self.t)
             self.check(name, value, "<=", limit, passed=_compare(value, "<=", limit) and not untrusted,
                        detail=untrusted or ("no latency measurements" if lat is None else ""))
+
+    def _interleaved_check(self, m: TargetMetrics, limit: float) -> None:
+        """max_latency_ratio on the interleaved pairs' interval, as a task metric is: pass when all of it is at
+        or under the limit, fail when all of it is over, else inconclusive with the pairs needed."""
+        interval, n = m.latency_ratio_interval, m.latency_pairs
+        outcome = stats.judge(interval, "<=", limit)
+        needed = stats.samples_needed(interval, limit, n) if outcome == stats.INCONCLUSIVE else None
+        more = f"; about {needed} pairs would decide it ([evaluation] latency_pairs)" if needed else ""
+        self.check("latency_ratio", interval.estimate, "<=", limit, passed=outcome == stats.PASS,
+                   interval=interval, inconclusive=outcome == stats.INCONCLUSIVE, samples_needed=needed,
+                   detail=f"candidate / FP32 reference per interleaved call pair, median of {n} pairs, "
+                          f"{interval.confidence:.0%} CI [{interval.low:.3f}, {interval.high:.3f}]{more}")
 
     # -- device figures: memory, load, first call, size (metrics/device.py) ----------------
     def _device_figures(self, m: TargetMetrics, cand, ref, inc) -> None:

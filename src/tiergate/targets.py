@@ -56,7 +56,7 @@ def default_evaluation(execution: str) -> Evaluation:
     that batching changes no output); the others time every call after the usual warm-up."""
     if execution == "emulated":
         return Evaluation(batch=DEFAULT_EMULATED_EVAL_BATCH, latency_calls=DEFAULT_EMULATED_LATENCY_CALLS,
-                          warmup=DEFAULT_EMULATED_WARMUP)
+                          warmup=DEFAULT_EMULATED_WARMUP, latency_pairs=0)
     return Evaluation(batch=0)
 
 
@@ -101,6 +101,7 @@ def memory_bytes(size: str) -> int:
 DEFAULT_EMULATED_EVAL_BATCH = 64
 DEFAULT_LATENCY_CALLS = 16
 DEFAULT_EMULATED_LATENCY_CALLS = 4
+DEFAULT_LATENCY_PAIRS = 200      # native: candidate and FP32 reference calls interleaved (docs/policy.md)
 DEFAULT_WARMUP = 3
 DEFAULT_EMULATED_WARMUP = 1
 AUTO_SHARD_MIN_SAMPLES = 64     # automatic shards: at least this many samples each
@@ -120,6 +121,9 @@ class Evaluation:
                    check that the batched outputs equal single-call outputs).
     warmup         calls before the timed ones, the cold first call included (default 3; emulated: 1, the
                    first call only).
+    latency_pairs  after the candidate's run, its calls interleaved with the FP32 reference's in one process
+                   (AB, BA, AB, ...), this many pairs at most (default 200; emulated: 0, off: QEMU time is not
+                   gated); `max_latency_ratio` is decided on the per-pair ratios' interval (docs/policy.md).
     shards         containers a tier's samples are split over, merged in sample order; 0: automatic
                    (emulated: the cores available / threads, at most one per `shard_samples` samples; others: 1).
     shard_samples  automatic shards hold at least this many samples (default 64): a shard pays one interpreter
@@ -130,6 +134,7 @@ class Evaluation:
     batch: int = 0
     latency_calls: int = DEFAULT_LATENCY_CALLS
     warmup: int = DEFAULT_WARMUP
+    latency_pairs: int = DEFAULT_LATENCY_PAIRS
     shards: int = 0
     shard_samples: int = AUTO_SHARD_MIN_SAMPLES
 
@@ -271,7 +276,8 @@ _CPU_FIELDS = {"requires": list, "lacks": list, "on_mismatch": str}
 ON_MISMATCH = ("refuse", "emulate")
 EMULATOR_IN_IMAGE = "/opt/tiergate/emulator/qemu-x86_64"   # in the runtime image of an emulated x86 class
 _BUILD_FIELDS = {"requirements": str, "env": dict}
-_EVALUATION_FIELDS = {"batch": int, "latency_calls": int, "warmup": int, "shards": int, "shard_samples": int}
+_EVALUATION_FIELDS = {"batch": int, "latency_calls": int, "warmup": int, "latency_pairs": int, "shards": int,
+                      "shard_samples": int}
 _LIMIT_FIELDS = {"memory": str, "pids_limit": int, "timeout_s": int}
 _CHOICES = {"arch": ARCHES, "runtime": RUNTIMES, "execution": EXECUTIONS}
 
@@ -403,6 +409,7 @@ def _parse_evaluation(path: Path, execution: str, table: dict) -> Evaluation:
     return Evaluation(batch=table.get("batch", default.batch),
                       latency_calls=table.get("latency_calls", default.latency_calls),
                       warmup=table.get("warmup", default.warmup),
+                      latency_pairs=table.get("latency_pairs", default.latency_pairs),
                       shards=table.get("shards", default.shards),
                       shard_samples=table.get("shard_samples", default.shard_samples))
 

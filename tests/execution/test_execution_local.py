@@ -153,3 +153,40 @@ def test_unknown_fault_is_refused_by_name(models, data, tmp_path):
     result = run_target(ONNX_CLASS, None, data, tmp_path, artifact_path=models["mlp"],
                         env={"TIERGATE_HARNESS_FAULT": "explode"})
     assert not result.ok and "TIERGATE_HARNESS_FAULT='explode' is unknown" in result.reason
+
+
+# --- interleaved calls with a partner (harness_paired.py: native latency ratios, docs/policy.md) -----------------
+def test_a_paired_run_interleaves_its_calls_with_the_partner_and_changes_nothing_else(models, data, tmp_path):
+    dc = kit.device_class(ONNX_CLASS, batch_size=1)
+    plain = run_target(dc, None, data, tmp_path / "plain", artifact_path=models["mlp"])
+    job = Job(dc, data, tmp_path / "paired", artifact_path=models["mlp"], pair_with=models["mlp_v2"], pairs=7,
+              pair_sha256="b" * 64)
+    (result,) = LocalProcessBackend().run_many([job])
+    assert result.ok and plain.ok, (result.reason, plain.reason)
+    paired = result.extra["paired"]
+    assert paired["pairs"] == 7 == len(paired["latencies_ns"]) == len(paired["partner_latencies_ns"])
+    assert paired["partner_sha256"] == "b" * 64 and paired["partner"].endswith("mlp_v2.onnx")
+    assert all(x > 0 for x in paired["latencies_ns"] + paired["partner_latencies_ns"])
+    assert paired["feeds"] == 7 and paired["batch_size"] == 1        # 7 pairs over the first 7 samples
+    # the run itself is the unpaired run's: every sample's outputs and a timed call each
+    assert len(result.latencies_ns) == len(plain.latencies_ns) == 10
+    np.testing.assert_array_equal(results.load_outputs(job.out_dir)["y"], results.load_outputs(tmp_path / "plain")["y"])
+    assert "paired" not in plain.extra
+
+
+def test_in_a_start_of_several_only_the_paired_artifact_pairs_and_a_failed_pairing_keeps_the_run(models, data,
+                                                                                                 tmp_path):
+    import modelkit as mk
+
+    other_input = mk.write(mk.linear(np.ones((kit.N_FEATURES, kit.N_OUT), np.float32), input_name="other"),
+                           tmp_path / "other.onnx")
+    dc = kit.device_class(ONNX_CLASS, batch_size=1)
+    jobs = [Job(dc, data, tmp_path / "c", artifact_path=models["mlp"], pair_with=models["mlp_v2"], pairs=4),
+            Job(dc, data, tmp_path / "r", artifact_path=models["mlp_v2"])]
+    candidate, reference = LocalProcessBackend().run_many(jobs)
+    assert candidate.ok and reference.ok
+    assert candidate.extra["paired"]["pairs"] == 4 and "paired" not in reference.extra
+    job = Job(dc, data, tmp_path / "bad", artifact_path=models["mlp"], pair_with=other_input, pairs=4)
+    (result,) = LocalProcessBackend().run_many([job])
+    assert result.ok and len(result.latencies_ns) == 10
+    assert "no array named 'other'" in result.extra["paired"]["error"]

@@ -109,10 +109,11 @@ class DockerBackend:
             info = client.info()
             engine_machine = info.get("Architecture", "")
             with _job_volumes(client) as (data_volume, out_volume):
-                models = _upload_job(client, _image_ref(first), data_volume, jobs)
+                models, partners = _upload_job(client, _image_ref(first), data_volume, jobs)
                 janitor.check_stop()
                 container = client.containers.create(**self.spec(first, data_volume, out_volume,
-                                                                 engine_cpus=info.get("NCPU"), models=models))
+                                                                 engine_cpus=info.get("NCPU"), models=models,
+                                                                 partners=partners))
                 container_id = container.id[:12]
                 collected: dict[int, TargetResult] = {}
 
@@ -157,7 +158,7 @@ class DockerBackend:
         return done
 
     def spec(self, job: Job, data_volume: str, out_volume: str, *, engine_cpus: int | None = None,
-             models: list[tuple[Job, str]] | None = None) -> dict:
+             models: list[tuple[Job, str]] | None = None, partners: list[str | None] | None = None) -> dict:
         """The container's create() arguments: the confinement lives here. `models`: (job, model path in the
         container) per job run in it (default: the job alone, its artifact in its image)."""
         dc = job.device_class
@@ -166,7 +167,7 @@ class DockerBackend:
         spec = dict(
             image=_image_ref(job),
             command=harness_command([j for j, _ in models], [m for _, m in models], f"/data/{DATA_NAME}",
-                                    [f"/out/{n}" for n in range(len(models))]),
+                                    [f"/out/{n}" for n in range(len(models))], partners),
             user=USER, read_only=True, tmpfs={"/tmp": TMPFS}, network_mode="none",
             cap_drop=["ALL"], security_opt=["no-new-privileges"],
             # an init as PID 1: a harness (or QEMU) that dies of its own signal cannot as PID 1,
@@ -309,18 +310,27 @@ def _shareable(jobs: list[Job]) -> bool:
                                       for job in jobs[1:])
 
 
-def _upload_job(client, image: str, volume: str, jobs: list[Job]) -> list[tuple[Job, str]]:
-    """The evaluation .npz, and the files of every artifact after the first (its own image holds the first),
-    into the data volume; (job, model path in the container) per job."""
+def _upload_job(client, image: str, volume: str,
+                jobs: list[Job]) -> tuple[list[tuple[Job, str]], list[str | None]]:
+    """The evaluation .npz, the files of every artifact after the first (its own image holds the first), and of
+    the artifact a job's calls are interleaved with (Job.pair_with), into the data volume; ((job, model path in
+    the container) per job, the partner's path in the container or None per job)."""
     from tiergate.artifact.files import artifact_files
 
-    files, models = [(jobs[0].data_npz, DATA_NAME)], [(jobs[0], jobs[0].image.model_path)]
+    files, models, partners = [(jobs[0].data_npz, DATA_NAME)], [(jobs[0], jobs[0].image.model_path)], []
     for n, job in enumerate(jobs[1:], start=1):
         paths = artifact_files(job.device_class, Path(job.artifact_path))   # the model and its external data
         files += [(path, f"m{n}/{path.name}") for path in paths]
         models.append((job, f"/data/m{n}/{paths[0].name}"))
+    for n, job in enumerate(jobs):
+        if job.pair_with is None or job.pairs <= 0:
+            partners.append(None)
+            continue
+        paths = artifact_files(job.device_class, Path(job.pair_with))
+        files += [(path, f"p{n}/{path.name}") for path in paths]
+        partners.append(f"/data/p{n}/{paths[0].name}")
     upload(client, image, volume, files)
-    return models
+    return models, partners
 
 
 def download(container, out_dir: Path, wanted, folders: dict[str, Path] | None = None, path: str = "/out") -> None:

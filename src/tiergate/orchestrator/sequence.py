@@ -45,8 +45,9 @@ def gate(request: GateRequest, seams: Seams | None = None, options: RunOptions |
                                       quantized=intakes["candidate"].artifact.is_quantized)
         return GateRun(decision, intakes=intakes)
     labels_known = labels_checked(basis.data, intakes)
-    specs = [RunSpec(role, dc, item, profile=request.profile) for role, item in intakes.items()
-             for dc in device_classes]
+    specs = [RunSpec(role, dc, item, profile=request.profile,
+                     pair_with=intakes["reference"] if role == "candidate" else None)
+             for role, item in intakes.items() for dc in device_classes]
     _build(specs, seams, options)
     how = Running(seams, options, Describing(builder, options.progress))
     early = early_settings(request.policy, device_classes, request.early_stop, basis.data.n_samples, basis.metrics)

@@ -41,6 +41,14 @@ class RunSpec:
     image: BuiltImage | None = None
     build_error: str | None = None
     profile: bool = False            # per-op time in the run's device figures (harness --profile)
+    pair_with: Intake | None = None  # the candidate's calls are interleaved with this artifact's (the FP32
+                                     # reference's) after its run: extra.paired (native classes, latency_pairs)
+
+    @property
+    def pairs(self) -> int:
+        """Pairs of interleaved calls this run makes (0: none): the class's latency_pairs on a native class."""
+        dc = self.device_class
+        return dc.evaluation.latency_pairs if self.pair_with is not None and not dc.emulated else 0
 
 
 @dataclass

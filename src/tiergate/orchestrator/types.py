@@ -46,9 +46,12 @@ class RunSpec:
 
     @property
     def pairs(self) -> int:
-        """Pairs of interleaved calls this run makes (0: none): the class's latency_pairs on a native class."""
+        """Pairs of interleaved calls this run makes (0: none): the class's latency_pairs on a native class, with
+        another artifact than its own (the same file against itself is one run, its ratio 1 by construction)."""
         dc = self.device_class
-        return dc.evaluation.latency_pairs if self.pair_with is not None and not dc.emulated else 0
+        if self.pair_with is None or dc.emulated or self.pair_with.sha256 == self.intake.sha256:
+            return 0
+        return dc.evaluation.latency_pairs
 
 
 @dataclass

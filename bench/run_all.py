@@ -16,7 +16,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ORDER = ("fingerprint", "onnx_corpus", "paired_intervals", "harness", "rebuild", "parallel", "pipeline",
-         "gate_paddleocr", "cpu_tiers")
+         "gate_paddleocr", "cpu_tiers", "counting", "insn_vs_time")
 
 
 def main(names: list[str]) -> int:

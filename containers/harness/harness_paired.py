@@ -36,24 +36,13 @@ def measure(args, loaded, make_runner, slices) -> dict:
     mine_ns, partner_ns = [], []
     for i in range(args.pairs):
         feed_mine, feed_partner = feeds[i % len(feeds)]
-        if i % 2 == 0:
+        calls = ((mine, feed_mine, mine_ns), (partner, feed_partner, partner_ns))
+        for runner, feed, times in (calls if i % 2 == 0 else calls[::-1]):
             t0 = clock()
-            mine.infer(feed_mine)
-            t1 = clock()
-            partner.infer(feed_partner)
-            t2 = clock()
-            mine_ns.append(t1 - t0)
-            partner_ns.append(t2 - t1)
-        else:
-            t0 = clock()
-            partner.infer(feed_partner)
-            t1 = clock()
-            mine.infer(feed_mine)
-            t2 = clock()
-            partner_ns.append(t1 - t0)
-            mine_ns.append(t2 - t1)
-            if t2 > deadline:
-                break
+            runner.infer(feed)
+            times.append(clock() - t0)
+        if i % 2 == 1 and clock() > deadline:
+            break
     return {"pairs": len(mine_ns), "asked": args.pairs, "batch_size": batch, "feeds": len(feeds),
             "order": "alternating: even pairs artifact first, odd pairs partner first",
             "partner": args.pair_model, "latencies_ns": mine_ns, "partner_latencies_ns": partner_ns}

@@ -624,17 +624,28 @@ def describe_after(args, wanted):
 
 def pair_after(args, loaded, wanted):
     """The artifact's calls interleaved with --pair-model's (harness_paired.py), after its result is written (so
-    no figure of the run changes), added to its result.json as extra.paired; a pairing that fails says why there
-    (extra.paired.error) and the run stays a result."""
+    no figure of the run changes), added to its result.json as extra.paired; a pairing that fails or does not
+    end says why there (extra.paired.error) and the run stays a result."""
     if not wanted:
         return
-    try:
-        paired = _plugin("harness_paired").measure(args, loaded, make_runner, slices)
-    except (Exception, SystemExit) as exc:  # noqa: BLE001 - the run is done; the host falls back to its loops
-        text = exc.code if isinstance(exc, SystemExit) else f"{type(exc).__name__}: {exc}"
-        print(f"harness: pairing {args.model} with {args.pair_model} failed: {text}", file=sys.stderr)
-        paired = {"error": " ".join(str(text).split())[:300]}
     path = os.path.join(args.out, "result.json")
+    with open(path) as fh:
+        device = json.load(fh).get("device") or {}
+    own = (device.get("load_ms", 0) + device.get("first_inference_ms", 0)) / 1000
+
+    def failed(text):
+        print(f"harness: pairing {args.model} with {args.pair_model} failed: {text}", file=sys.stderr)
+        _add_paired(path, {"error": " ".join(str(text).split())[:300]})
+
+    try:
+        paired = _plugin("harness_paired").measure(args, loaded, make_runner, slices, own, failed)
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - the run is done; the host falls back to its loops
+        failed(exc.code if isinstance(exc, SystemExit) else f"{type(exc).__name__}: {exc}")
+        return
+    _add_paired(path, paired)
+
+
+def _add_paired(path, paired):
     with open(path) as fh:
         result = json.load(fh)
     result["extra"]["paired"] = paired

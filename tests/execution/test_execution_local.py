@@ -190,3 +190,34 @@ def test_in_a_start_of_several_only_the_paired_artifact_pairs_and_a_failed_pairi
     (result,) = LocalProcessBackend().run_many([job])
     assert result.ok and len(result.latencies_ns) == 10
     assert "no array named 'other'" in result.extra["paired"]["error"]
+
+
+def test_a_partner_call_that_never_returns_cannot_hold_the_run(models, data, tmp_path):
+    import time
+
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    body = helper.make_graph(          # a Loop of 2**63 - 1 MatMuls: never ends, whatever the CPU
+        [helper.make_node("Identity", ["c_in"], ["c_out"]), helper.make_node("MatMul", ["v_in", "w"], ["v_out"])],
+        "forever", [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+                    helper.make_tensor_value_info("c_in", TensorProto.BOOL, []),
+                    helper.make_tensor_value_info("v_in", TensorProto.FLOAT, ["N", kit.N_FEATURES])],
+        [helper.make_tensor_value_info("c_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("v_out", TensorProto.FLOAT, ["N", kit.N_FEATURES])])
+    graph = helper.make_graph(
+        [helper.make_node("Loop", ["trips", "go", "x"], ["y"], body=body)], "endless",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", kit.N_FEATURES])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", kit.N_FEATURES])],
+        [numpy_helper.from_array(np.array(2 ** 63 - 1, np.int64), "trips"), numpy_helper.from_array(np.array(True), "go"),
+         numpy_helper.from_array(np.eye(kit.N_FEATURES, dtype=np.float32), "w")])
+    endless = tmp_path / "endless.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), str(endless))
+    job = Job(kit.device_class(ONNX_CLASS, batch_size=1), data, tmp_path / "c", artifact_path=models["mlp"],
+              pair_with=endless, pairs=4)
+    started = time.monotonic()
+    (result,) = LocalProcessBackend().run_many([job])
+    took = time.monotonic() - started
+    assert result.ok and len(result.latencies_ns) == 10, result.reason
+    assert "loading and warming the partner took over 10 s" in result.extra["paired"]["error"]
+    assert took < 60, took

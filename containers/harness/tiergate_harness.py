@@ -637,12 +637,21 @@ def pair_after(args, loaded, wanted):
         print(f"harness: pairing {args.model} with {args.pair_model} failed: {text}", file=sys.stderr)
         _add_paired(path, {"error": " ".join(str(text).split())[:300]})
 
-    try:
-        paired = _plugin("harness_paired").measure(args, loaded, make_runner, slices, own, failed)
-    except (Exception, SystemExit) as exc:  # noqa: BLE001 - the run is done; the host falls back to its loops
-        failed(exc.code if isinstance(exc, SystemExit) else f"{type(exc).__name__}: {exc}")
-        return
-    _add_paired(path, paired)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()          # a partner that crashes takes the pairing's process down, not the artifact's run
+    if pid == 0:
+        try:
+            _add_paired(path, _plugin("harness_paired").measure(args, loaded, make_runner, slices, own, failed))
+        except (Exception, SystemExit) as exc:  # noqa: BLE001 - the run is done; the host falls back to its loops
+            failed(exc.code if isinstance(exc, SystemExit) else f"{type(exc).__name__}: {exc}")
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(0)
+    code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    if code != 0:
+        failed(f"the pairing's process was killed by signal {-code}" if code < 0 else f"exited with code {code}")
 
 
 def _add_paired(path, paired):

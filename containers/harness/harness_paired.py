@@ -1,20 +1,21 @@
-"""--pair-model P --pairs K (tiergate_harness.py): the artifact's calls interleaved with a partner's.
+"""--pair-model P [--pair-model P2] --pairs K (tiergate_harness.py): the artifact's calls interleaved with its
+partners'.
 
-Imported only when --pair-model is given (native classes: the candidate's run pairs with the FP32
-reference). After the artifact's own run (its result and memory figures written), both models are
-loaded in this process, warmed up, and called alternately on the same feeds: pair i times the artifact
-then the partner when i is even, the partner then the artifact when odd, so that neither always runs
-second (caches warmed by the other, a frequency step). A machine that slows down for a while slows both
-calls of a pair: the per-pair ratio is what stays trustworthy on a noisy host, where two separate loops'
-means are not. At most K pairs, and no more than --pairs-seconds of calls (whole AB/BA rounds).
+Imported only when --pair-model is given (native classes: the candidate's run pairs with the FP32 reference,
+and with the incumbent when there is one). After the artifact's own run (its result and memory figures
+written), every model is loaded in this process, warmed up, and called in turn on the same feed, round after
+round; round i starts at model i mod M (M models), so that none always runs first or second (caches warmed by
+another, a frequency step). A machine that slows down for a while slows every call of a round: the per-round
+ratio is what stays trustworthy on a noisy host, where separate loops' means are not. At most K rounds, and
+no more than --pairs-seconds of calls (whole cycles of M rounds).
 
 A partner that does not answer (a call that never returns) cannot hold the run: a watchdog thread
 (the runtimes release the GIL while they compute) ends the process once loading and warming the partner
 take over `load_limit` seconds, or the pairs over --pairs-seconds plus `call_limit`; `on_timeout` first
 records why. The artifact's own result is already written.
 
-Returns what the harness writes into result.json's extra.paired: latencies_ns (the artifact's) and
-partner_latencies_ns, one per pair, in order.
+Returns what the harness writes into result.json's extra.paired: latencies_ns (the artifact's) and, per
+partner, its latencies_ns, one per round, in order.
 """
 
 from __future__ import annotations
@@ -64,30 +65,31 @@ def measure(args, loaded, make_runner, slices, own_seconds=0.0, on_timeout=None)
 
 def _measure(args, loaded, make_runner, slices, watchdog, limit) -> dict:
     data, n, axes = loaded
-    mine = make_runner(args)
-    partner = make_runner(argparse.Namespace(**{**vars(args), "model": args.pair_model}))
-    batch = mine.batch_size(args.batch_size, axes["inputs"])
-    if partner.batch_size(args.batch_size, axes["inputs"]) != batch:
+    runners = [make_runner(args)] + [make_runner(argparse.Namespace(**{**vars(args), "model": model}))
+                                     for model in args.pair_model]
+    batch = runners[0].batch_size(args.batch_size, axes["inputs"])
+    if any(r.batch_size(args.batch_size, axes["inputs"]) != batch for r in runners[1:]):
         raise SystemExit("harness: the paired models take different batch sizes")
     spans = slices(min(n, max(1, args.pairs) * batch), batch)
-    feeds = [(mine.prepare(data, a, b, axes["inputs"]), partner.prepare(data, a, b, axes["inputs"]))
-             for a, b in spans]
+    feeds = [[r.prepare(data, a, b, axes["inputs"]) for r in runners] for a, b in spans]
     for _ in range(max(1, args.warmup)):
-        mine.infer(feeds[0][0])
-        partner.infer(feeds[0][1])
+        for runner, feed in zip(runners, feeds[0]):
+            runner.infer(feed)
     watchdog.arm(args.pairs_seconds + limit, "the interleaved calls")
     clock = time.monotonic_ns
     deadline = clock() + int(args.pairs_seconds * 1e9)
-    mine_ns, partner_ns = [], []
+    times = [[] for _ in runners]
+    m = len(runners)
     for i in range(args.pairs):
-        feed_mine, feed_partner = feeds[i % len(feeds)]
-        calls = ((mine, feed_mine, mine_ns), (partner, feed_partner, partner_ns))
-        for runner, feed, times in (calls if i % 2 == 0 else calls[::-1]):
+        round_feeds = feeds[i % len(feeds)]
+        for k in range(m):
+            j = (i + k) % m                            # round i starts at model i mod m
             t0 = clock()
-            runner.infer(feed)
-            times.append(clock() - t0)
-        if i % 2 == 1 and clock() > deadline:
+            runners[j].infer(round_feeds[j])
+            times[j].append(clock() - t0)
+        if (i + 1) % m == 0 and clock() > deadline:
             break
-    return {"pairs": len(mine_ns), "asked": args.pairs, "batch_size": batch, "feeds": len(feeds),
-            "order": "alternating: even pairs artifact first, odd pairs partner first",
-            "partner": args.pair_model, "latencies_ns": mine_ns, "partner_latencies_ns": partner_ns}
+    return {"pairs": len(times[0]), "asked": args.pairs, "batch_size": batch, "feeds": len(feeds),
+            "order": "rotating: round i starts at model i mod M (the artifact first in round 0)",
+            "latencies_ns": times[0],
+            "partners": [{"model": model, "latencies_ns": t} for model, t in zip(args.pair_model, times[1:])]}

@@ -19,7 +19,7 @@ Usage:
   python tiergate_harness.py --runtime onnxruntime --model M.onnx --out DIR [--model M2 --out DIR2 ...]
       --data D.npz [--samples START:STOP] [--threads 1] [--batch-size 1] [--warmup 3]
       [--eval-batch 0] [--latency-calls 16] [--compare-rounds 0] [--profile] [--timeout 0] [--describe N]
-      [--pair-index N --pair-model P --pairs 200 --pairs-seconds 30]
+      [--pair-index N --pair-model P [--pair-model P2] --pairs 200 --pairs-seconds 30]
 
 Several artifacts, one process start: `--model`/`--out` pairs run in order over the same
 data. The runtime library is imported and the data read once; each artifact then runs in
@@ -67,8 +67,8 @@ this folder, imported only when its option or variable is set:
                      the timed loop alternated with a bare `session.run` /
                      `invoke` loop; medians in extra.compare.
   harness_paired.py  --pair-model P: after artifact --pair-index's run, its calls
-                     interleaved with P's in one process (AB, BA, ...), up to --pairs
-                     pairs: extra.paired (native latency ratios, docs/policy.md).
+                     interleaved with each P's in one process (rotating order), up to
+                     --pairs rounds: extra.paired (native latency ratios, docs/policy.md).
   harness_faults.py  TIERGATE_HARNESS_FAULT=segv|hang (tests only): a real
                      SIGSEGV, or a sleep forever, after the model is loaded.
 
@@ -130,8 +130,9 @@ def parse_args(argv=None):
     p.add_argument("--describe", type=int, action="append", default=[], metavar="N",
                    help="after artifact N's run (0-based, repeatable), describe its runtime graph at the level it "
                         "ran into its --out (tiergate_describe.py: describe.json, optimized-LEVEL.onnx)")
-    p.add_argument("--pair-model", default="", help="after artifact --pair-index's run, interleave its calls with "
-                                                   "this model's (harness_paired.py: result.json's extra.paired)")
+    p.add_argument("--pair-model", action="append", default=[],
+                   help="after artifact --pair-index's run, interleave its calls with this model's (repeatable; "
+                        "harness_paired.py: result.json's extra.paired)")
     p.add_argument("--pair-index", type=int, default=0)
     p.add_argument("--pairs", type=int, default=200)
     p.add_argument("--pairs-seconds", type=float, default=30.0)

@@ -425,20 +425,30 @@ class _TargetEval:
         """candidate / reference latency from the candidate's calls interleaved with the reference's in one process
         (extra.paired, harness_paired.py): the median per-pair ratio and its interval; a noisy host slows both
         calls of a pair, so this ratio holds where two loops' means do not."""
+        interval, n = self._pairs_with(cand, ref, "reference")
+        if interval is not None:
+            m.latency_ratio_vs_reference, m.latency_ratio_interval, m.latency_pairs = interval.estimate, interval, n
+
+    def _pairs_with(self, cand, other, who: str):
+        """(interval of candidate / `other` from their interleaved calls, pairs), or (None, 0) with a note saying
+        why the ratio falls back to the runs' means."""
         paired = cand.result.extra.get("paired")
         if not isinstance(paired, dict):
-            return
+            return None, 0
         if paired.get("error"):
-            self.note(f"interleaved latency failed ({paired['error']}); the latency ratio is of the two runs' means")
-            return
-        mine, theirs = paired.get("latencies_ns") or [], paired.get("partner_latencies_ns") or []
-        if paired.get("partner_sha256") != ref.result.artifact_sha256 or not mine or len(mine) != len(theirs):
-            self.note("the candidate's interleaved calls are not with this reference; the latency ratio is of "
-                      "the two runs' means")
-            return
-        interval = stats.interleaved_latency_ratio(mine, theirs, confidence=self.t.confidence)
-        m.latency_ratio_vs_reference, m.latency_ratio_interval = interval.estimate, interval
-        m.latency_pairs = len(mine)
+            text = f"interleaved latency failed ({paired['error']}); latency ratios are of the runs' means"
+            if f"{self.dc.name}: {text}" not in self.notes:
+                self.note(text)
+            return None, 0
+        sha = other.result.artifact_sha256
+        mine = paired.get("latencies_ns") or []
+        theirs = next((p.get("latencies_ns") or [] for p in paired.get("partners") or []
+                       if isinstance(p, dict) and sha and p.get("sha256") == sha), None)
+        if theirs is None or not mine or len(mine) != len(theirs):
+            self.note(f"the candidate's interleaved calls are not with this {who}; the latency ratio to it is of "
+                      "the runs' means")
+            return None, 0
+        return stats.interleaved_latency_ratio(mine, theirs, confidence=self.t.confidence), len(mine)
 
     def _cost(self, m: TargetMetrics, candidate_ok: bool) -> None:
         """Cost per 1,000 inferences on real hardware only (never from emulated latency)."""
@@ -545,16 +555,21 @@ class _TargetEval:
         self._ab_latency(m, cand, inc)
 
     def _ab_latency(self, m: TargetMetrics, cand, inc) -> None:
+        """candidate / incumbent latency: from their interleaved calls on a native class (the median per-pair ratio),
+        else the bootstrap of the two runs' mean latencies; non-inferior when its upper bound is within the margin."""
         a, b = cand.result.latencies_ns, inc.result.latencies_ns
-        if len(a) < 2 or len(b) < 2:
-            return
-        ratio = stats.latency_ratio(a, b, confidence=self.t.confidence, n_resamples=self.t.bootstrap_resamples,
-                                    seed=self.seed)
+        ratio, pairs = (None, 0) if m.emulated else self._pairs_with(cand, inc, "incumbent")
+        if ratio is None:
+            if len(a) < 2 or len(b) < 2:
+                return
+            ratio = stats.latency_ratio(a, b, confidence=self.t.confidence, n_resamples=self.t.bootstrap_resamples,
+                                        seed=self.seed)
         m.ab = dataclasses.replace(m.ab, latency_ratio=ratio)
         if m.emulated:
             return
+        what = f"median of {pairs} interleaved call pairs" if pairs else "mean latency"
         self.check("noninferior_latency", ratio.high, "<=", 1 + self.t.max_latency_regression,
-                   detail=f"candidate / incumbent mean latency = {ratio.estimate:.3f}, "
+                   detail=f"candidate / incumbent {what} = {ratio.estimate:.3f}, "
                           f"{ratio.confidence:.0%} CI [{ratio.low:.3f}, {ratio.high:.3f}]")
 
 

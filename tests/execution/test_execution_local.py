@@ -159,14 +159,15 @@ def test_unknown_fault_is_refused_by_name(models, data, tmp_path):
 def test_a_paired_run_interleaves_its_calls_with_the_partner_and_changes_nothing_else(models, data, tmp_path):
     dc = kit.device_class(ONNX_CLASS, batch_size=1)
     plain = run_target(dc, None, data, tmp_path / "plain", artifact_path=models["mlp"])
-    job = Job(dc, data, tmp_path / "paired", artifact_path=models["mlp"], pair_with=models["mlp_v2"], pairs=7,
-              pair_sha256="b" * 64)
+    job = Job(dc, data, tmp_path / "paired", artifact_path=models["mlp"], pair_with=(models["mlp_v2"],), pairs=7,
+              pair_sha256=("b" * 64,))
     (result,) = LocalProcessBackend().run_many([job])
     assert result.ok and plain.ok, (result.reason, plain.reason)
     paired = result.extra["paired"]
-    assert paired["pairs"] == 7 == len(paired["latencies_ns"]) == len(paired["partner_latencies_ns"])
-    assert paired["partner_sha256"] == "b" * 64 and paired["partner"].endswith("mlp_v2.onnx")
-    assert all(x > 0 for x in paired["latencies_ns"] + paired["partner_latencies_ns"])
+    (partner,) = paired["partners"]
+    assert paired["pairs"] == 7 == len(paired["latencies_ns"]) == len(partner["latencies_ns"])
+    assert partner["sha256"] == "b" * 64 and partner["model"].endswith("mlp_v2.onnx")
+    assert all(x > 0 for x in paired["latencies_ns"] + partner["latencies_ns"])
     assert paired["feeds"] == 7 and paired["batch_size"] == 1        # 7 pairs over the first 7 samples
     # the run itself is the unpaired run's: every sample's outputs and a timed call each
     assert len(result.latencies_ns) == len(plain.latencies_ns) == 10
@@ -174,19 +175,22 @@ def test_a_paired_run_interleaves_its_calls_with_the_partner_and_changes_nothing
     assert "paired" not in plain.extra
 
 
-def test_in_a_start_of_several_only_the_paired_artifact_pairs_and_a_failed_pairing_keeps_the_run(models, data,
+def test_in_a_start_of_several_only_the_candidate_pairs_with_each_partner_and_a_failed_pairing_keeps_the_run(models, data,
                                                                                                  tmp_path):
     import modelkit as mk
 
     other_input = mk.write(mk.linear(np.ones((kit.N_FEATURES, kit.N_OUT), np.float32), input_name="other"),
                            tmp_path / "other.onnx")
     dc = kit.device_class(ONNX_CLASS, batch_size=1)
-    jobs = [Job(dc, data, tmp_path / "c", artifact_path=models["mlp"], pair_with=models["mlp_v2"], pairs=4),
+    jobs = [Job(dc, data, tmp_path / "c", artifact_path=models["mlp"], pair_with=(models["mlp_v2"], models["mlp_b1"]),
+                pairs=5, pair_sha256=("r" * 64, "i" * 64)),
             Job(dc, data, tmp_path / "r", artifact_path=models["mlp_v2"])]
     candidate, reference = LocalProcessBackend().run_many(jobs)
-    assert candidate.ok and reference.ok
-    assert candidate.extra["paired"]["pairs"] == 4 and "paired" not in reference.extra
-    job = Job(dc, data, tmp_path / "bad", artifact_path=models["mlp"], pair_with=other_input, pairs=4)
+    assert candidate.ok and reference.ok and "paired" not in reference.extra
+    paired = candidate.extra["paired"]            # three models, five rounds, each round led by the next model
+    assert paired["pairs"] == 5 and [p["sha256"] for p in paired["partners"]] == ["r" * 64, "i" * 64]
+    assert all(len(p["latencies_ns"]) == 5 for p in paired["partners"])
+    job = Job(dc, data, tmp_path / "bad", artifact_path=models["mlp"], pair_with=(other_input,), pairs=4)
     (result,) = LocalProcessBackend().run_many([job])
     assert result.ok and len(result.latencies_ns) == 10
     assert "no array named 'other'" in result.extra["paired"]["error"]
@@ -214,7 +218,7 @@ def test_a_partner_call_that_never_returns_cannot_hold_the_run(models, data, tmp
     endless = tmp_path / "endless.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), str(endless))
     job = Job(kit.device_class(ONNX_CLASS, batch_size=1), data, tmp_path / "c", artifact_path=models["mlp"],
-              pair_with=endless, pairs=4)
+              pair_with=(endless,), pairs=4)
     started = time.monotonic()
     (result,) = LocalProcessBackend().run_many([job])
     took = time.monotonic() - started

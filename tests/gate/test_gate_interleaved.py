@@ -35,7 +35,8 @@ def paired(ratio: float, n: int, *, noise: float, seed: int = 0, partner: str = 
     reference = 1e6 * host * rng.lognormal(0, 0.02, n)
     candidate = 1e6 * ratio * host * rng.lognormal(0, 0.02, n)
     return {"pairs": n, "latencies_ns": candidate.astype(int).tolist(),
-            "partner_latencies_ns": reference.astype(int).tolist(), "partner_sha256": partner}
+            "partners": [{"model": "/data/p0-0/ref.onnx", "sha256": partner,
+                          "latencies_ns": reference.astype(int).tolist()}]}
 
 
 def gate(runs, device_classes, tmp_path, extra, limit=1.10, labels=None):
@@ -77,6 +78,28 @@ def test_pairs_with_another_artifact_or_a_failed_pairing_fall_back_to_the_means_
     assert any("not with this reference" in n for n in decision.notes)
     decision, check = gate(runs, device_classes, tmp_path, {"error": "the paired models take different batch sizes"})
     assert check.interval is None and any("interleaved latency failed (the paired" in n for n in decision.notes)
+
+
+def test_noninferior_latency_against_the_incumbent_is_decided_on_its_interleaved_pairs(runs, device_classes,
+                                                                                       tmp_path, make_outcome,
+                                                                                       classifier_data):
+    reference, candidate = runs
+    inc_sha = "e" * 64
+    incumbent = {"x86": make_outcome("x86", candidate["x86"].outputs, latency_ms=1.0, seed=5)}
+    incumbent["x86"].result.artifact_sha256 = inc_sha
+    with_ref = paired(1.0, 200, noise=1.0, seed=3)
+    rng = np.random.default_rng(4)       # the incumbent's calls in the same rounds: 20% faster than the candidate
+    mine = np.array(with_ref["latencies_ns"], float)
+    with_ref["partners"].append({"model": "/data/p0-1/inc.onnx", "sha256": inc_sha,
+                                 "latencies_ns": (mine / 1.25 * rng.lognormal(0, 0.02, 200)).astype(int).tolist()})
+    reference["x86"].result.artifact_sha256 = REF_SHA
+    candidate["x86"].result.extra = {"paired": with_ref}
+    decision = evaluate(candidate, reference, device_classes, load_policy(None), classifier_data[1], incumbent)
+    (check,) = [c for c in decision.checks if c.device_class == "x86" and c.name == "noninferior_latency"]
+    assert not check.passed and "median of 200 interleaved call pairs" in check.detail
+    ratio = decision.metrics["x86"].ab.latency_ratio
+    assert ratio.method.startswith("median of per-pair ratios") and ratio.low > 1.10
+    assert check.value == ratio.high
 
 
 def test_emulated_classes_never_gate_pairs(runs, device_classes, tmp_path):

@@ -57,10 +57,10 @@ class Job:
     latency_calls: int = 0                              # with eval_batch: calls timed for latency
     describe: bool = False                              # also describe its runtime graph after the run (harness
                                                         # --describe: describe.json, optimized-LEVEL.onnx)
-    pair_with: Path | None = None                       # after the run, interleave its calls with this artifact's
-    pairs: int = 0                                      # (the FP32 reference's) for this many pairs at most:
-                                                        # extra.paired (harness_paired.py, native classes)
-    pair_sha256: str = ""                               # pair_with's content hash, stamped in extra.paired
+    pair_with: tuple[Path, ...] = ()                    # after the run, interleave its calls with these artifacts'
+    pairs: int = 0                                      # (the FP32 reference's, the incumbent's) for this many
+                                                        # rounds at most: extra.paired (harness_paired.py, native)
+    pair_sha256: tuple[str, ...] = ()                   # pair_with's content hashes, stamped in extra.paired
     # called with the result when a backend has this job's folder complete before the whole start ends
     # (several artifacts in one container): the orchestrator puts it in place at once
     on_done: Callable[[TargetResult], None] | None = field(default=None, compare=False, repr=False)
@@ -79,9 +79,9 @@ PAIRS_SECONDS = 30      # the interleaved calls' time at most (harness --pairs-s
 
 
 def harness_command(jobs: list[Job], models: list[str], data: str, outs: list[str],
-                    partners: list[str | None] | None = None) -> list[str]:
+                    partners: list[list[str]] | None = None) -> list[str]:
     """The harness's arguments for jobs that share a class, data and samples: one (model, out) pair per job;
-    `partners`: per job, where the artifact its calls are interleaved with (Job.pair_with) is, or None."""
+    `partners`: per job, where the artifacts its calls are interleaved with (Job.pair_with) are."""
     job, dc = jobs[0], jobs[0].device_class
     args = ["--runtime", dc.runtime]
     for model, out in zip(models, outs):
@@ -95,11 +95,12 @@ def harness_command(jobs: list[Job], models: list[str], data: str, outs: list[st
     args += ["--timeout", str(dc.limits.timeout_s)] if len(jobs) > 1 else []    # each artifact its own time
     for n, j in enumerate(jobs):
         args += ["--describe", str(n)] if j.describe else []
-    paired = [(n, partner) for n, (j, partner) in enumerate(zip(jobs, partners or [None] * len(jobs)))
-              if partner and j.pairs > 0][:1]            # one artifact per start pairs (the candidate)
-    for n, partner in paired:
-        args += ["--pair-index", str(n), "--pair-model", partner, "--pairs", str(jobs[n].pairs),
-                 "--pairs-seconds", str(PAIRS_SECONDS)]
+    paired = [(n, models_) for n, (j, models_) in enumerate(zip(jobs, partners or [[]] * len(jobs)))
+              if models_ and j.pairs > 0][:1]            # one artifact per start pairs (the candidate)
+    for n, models_ in paired:
+        args += ["--pair-index", str(n), "--pairs", str(jobs[n].pairs), "--pairs-seconds", str(PAIRS_SECONDS)]
+        for model in models_:
+            args += ["--pair-model", model]
     return args + (["--profile"] if job.profile else [])
 
 
@@ -185,8 +186,9 @@ def read_harness_result(job: Job, host: dict, log_tail: str, *, oom: bool = Fals
     if result.device is not None:
         result.device.emulated = bool(result.emulated)
     paired = result.extra.get("paired")
-    if isinstance(paired, dict):            # which artifact the calls were interleaved with, by content
-        paired["partner_sha256"] = job.pair_sha256
+    if isinstance(paired, dict):            # which artifacts the calls were interleaved with, by content
+        for partner, sha in zip(paired.get("partners") or [], job.pair_sha256):
+            partner["sha256"] = sha
     return result
 
 

@@ -158,7 +158,7 @@ class DockerBackend:
         return done
 
     def spec(self, job: Job, data_volume: str, out_volume: str, *, engine_cpus: int | None = None,
-             models: list[tuple[Job, str]] | None = None, partners: list[str | None] | None = None) -> dict:
+             models: list[tuple[Job, str]] | None = None, partners: list[list[str]] | None = None) -> dict:
         """The container's create() arguments: the confinement lives here. `models`: (job, model path in the
         container) per job run in it (default: the job alone, its artifact in its image)."""
         dc = job.device_class
@@ -311,10 +311,10 @@ def _shareable(jobs: list[Job]) -> bool:
 
 
 def _upload_job(client, image: str, volume: str,
-                jobs: list[Job]) -> tuple[list[tuple[Job, str]], list[str | None]]:
+                jobs: list[Job]) -> tuple[list[tuple[Job, str]], list[list[str]]]:
     """The evaluation .npz, the files of every artifact after the first (its own image holds the first), and of
-    the artifact a job's calls are interleaved with (Job.pair_with), into the data volume; ((job, model path in
-    the container) per job, the partner's path in the container or None per job)."""
+    the artifacts a job's calls are interleaved with (Job.pair_with), into the data volume; ((job, model path in
+    the container) per job, the partners' paths in the container per job)."""
     from tiergate.artifact.files import artifact_files
 
     files, models, partners = [(jobs[0].data_npz, DATA_NAME)], [(jobs[0], jobs[0].image.model_path)], []
@@ -323,12 +323,11 @@ def _upload_job(client, image: str, volume: str,
         files += [(path, f"m{n}/{path.name}") for path in paths]
         models.append((job, f"/data/m{n}/{paths[0].name}"))
     for n, job in enumerate(jobs):
-        if job.pair_with is None or job.pairs <= 0:
-            partners.append(None)
-            continue
-        paths = artifact_files(job.device_class, Path(job.pair_with))
-        files += [(path, f"p{n}/{path.name}") for path in paths]
-        partners.append(f"/data/p{n}/{paths[0].name}")
+        partners.append([])
+        for k, partner in enumerate(job.pair_with if job.pairs > 0 else ()):
+            paths = artifact_files(job.device_class, Path(partner))
+            files += [(path, f"p{n}-{k}/{path.name}") for path in paths]
+            partners[-1].append(f"/data/p{n}-{k}/{paths[0].name}")
     upload(client, image, volume, files)
     return models, partners
 

@@ -41,7 +41,7 @@ class LocalProcessBackend:
         cmd = [self.python, str(containers_dir() / "harness" / "tiergate_harness.py"),
                *harness_command(jobs, [str(Path(j.artifact_path).resolve()) for j in jobs],
                                 str(Path(first.data_npz).resolve()), [str(Path(j.out_dir).resolve()) for j in jobs],
-                                [str(Path(j.pair_with).resolve()) if j.pair_with else None for j in jobs])]
+                                [[str(Path(p).resolve()) for p in j.pair_with] for j in jobs])]
         env = {**os.environ, **first.env, "PYTHONUNBUFFERED": "1"}
         timeout = start_timeout(jobs)
         with tempfile.TemporaryFile("w+") as log:

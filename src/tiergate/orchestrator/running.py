@@ -48,7 +48,7 @@ def spec_key(spec: RunSpec, data: EvalData) -> str:
     on which data, profiled or not."""
     dc = spec.device_class
     how = f"+settings-{class_settings(dc)}" + ("+profile" if spec.profile else "")
-    how += f"+paired-{spec.pair_with.sha256}" if spec.pairs else ""     # its calls timed beside the reference's
+    how += "".join(f"+paired-{p.sha256}" for p in spec.partners)     # its calls timed beside theirs
     count = counting.counts(dc, dc.docker_host)      # a counted run is another run (its instructions recorded)
     how += f"+count-{count.key}" if count is not None else ""
     return state.run_key(spec.intake.sha256, dc.name + how, spec.image.image_id, data.sha256)

@@ -45,8 +45,8 @@ def gate(request: GateRequest, seams: Seams | None = None, options: RunOptions |
                                       quantized=intakes["candidate"].artifact.is_quantized)
         return GateRun(decision, intakes=intakes)
     labels_known = labels_checked(basis.data, intakes)
-    specs = [RunSpec(role, dc, item, profile=request.profile,
-                     pair_with=intakes["reference"] if role == "candidate" else None)
+    partners = tuple(intakes[r] for r in ("reference", "incumbent") if r in intakes)
+    specs = [RunSpec(role, dc, item, profile=request.profile, pair_with=partners if role == "candidate" else ())
              for role, item in intakes.items() for dc in device_classes]
     _build(specs, seams, options)
     how = Running(seams, options, Describing(builder, options.progress))

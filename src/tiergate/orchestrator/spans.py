@@ -146,9 +146,9 @@ class PendingRuns:
                    eval_batch=self.dc.evaluation.batch, latency_calls=self.latency_calls,
                    warmup=self.dc.evaluation.warmup,
                    describe=self.describe and spec.role == "candidate" and span == self.ranges[0],
-                   pair_with=spec.pair_with.artifact.path if spec.pairs and span == self.ranges[0] else None,
+                   pair_with=tuple(p.artifact.path for p in spec.partners) if span == self.ranges[0] else (),
                    pairs=spec.pairs if span == self.ranges[0] else 0,
-                   pair_sha256=spec.pair_with.sha256 if spec.pairs else "",
+                   pair_sha256=tuple(p.sha256 for p in spec.partners) if span == self.ranges[0] else (),
                    on_done=lambda result: self.place(key, span, out, stamp))
 
     def place(self, key: str, span: Span, out: Path, stamp: dict) -> None:

@@ -41,17 +41,27 @@ class RunSpec:
     image: BuiltImage | None = None
     build_error: str | None = None
     profile: bool = False            # per-op time in the run's device figures (harness --profile)
-    pair_with: Intake | None = None  # the candidate's calls are interleaved with this artifact's (the FP32
-                                     # reference's) after its run: extra.paired (native classes, latency_pairs)
+    pair_with: tuple[Intake, ...] = ()   # the candidate's calls are interleaved with these artifacts' (the FP32
+                                         # reference's, the incumbent's) after its run: extra.paired (native)
+
+    @property
+    def partners(self) -> tuple[Intake, ...]:
+        """The artifacts this run's calls are interleaved with: pair_with on a native class whose latency_pairs is
+        set, each once and never its own file (the same file against itself is one run, its ratio 1)."""
+        dc = self.device_class
+        if dc.emulated or dc.evaluation.latency_pairs <= 0:
+            return ()
+        seen, out = {self.intake.sha256}, []
+        for item in self.pair_with:
+            if item.sha256 not in seen:
+                seen.add(item.sha256)
+                out.append(item)
+        return tuple(out)
 
     @property
     def pairs(self) -> int:
-        """Pairs of interleaved calls this run makes (0: none): the class's latency_pairs on a native class, with
-        another artifact than its own (the same file against itself is one run, its ratio 1 by construction)."""
-        dc = self.device_class
-        if self.pair_with is None or dc.emulated or self.pair_with.sha256 == self.intake.sha256:
-            return 0
-        return dc.evaluation.latency_pairs
+        """Rounds of interleaved calls this run makes (0: none)."""
+        return self.device_class.evaluation.latency_pairs if self.partners else 0
 
 
 @dataclass

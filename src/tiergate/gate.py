@@ -441,6 +441,8 @@ class _TargetEval:
                 self.note(text)
             return None, 0
         sha = other.result.artifact_sha256
+        if sha and sha == cand.result.artifact_sha256:      # the same file: never paired, its ratio is 1
+            return None, 0
         mine = paired.get("latencies_ns") or []
         theirs = next((p.get("latencies_ns") or [] for p in paired.get("partners") or []
                        if isinstance(p, dict) and sha and p.get("sha256") == sha), None)

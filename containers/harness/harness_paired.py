@@ -10,9 +10,9 @@ ratio is what stays trustworthy on a noisy host, where separate loops' means are
 no more than --pairs-seconds of calls (whole cycles of M rounds).
 
 A partner that does not answer (a call that never returns) cannot hold the run: a watchdog thread
-(the runtimes release the GIL while they compute) ends the process once loading and warming the partner
-take over `load_limit` seconds, or the pairs over --pairs-seconds plus `call_limit`; `on_timeout` first
-records why. The artifact's own result is already written.
+(the runtimes release the GIL while they compute) ends the process once loading and warming the partners
+take over max(MIN_LIMIT_S, LIMIT_FACTOR x the artifact's own load and first call), or the rounds over
+--pairs-seconds plus that; `on_timeout` first records why. The artifact's own result is already written.
 
 Returns what the harness writes into result.json's extra.paired: latencies_ns (the artifact's) and, per
 partner, its latencies_ns, one per round, in order.
@@ -52,9 +52,10 @@ class Watchdog:
             self.timer.cancel()
 
 
-def measure(args, loaded, make_runner, slices, own_seconds=0.0, on_timeout=None) -> dict:
-    """`own_seconds`: the artifact's own load and first call (the watchdog's scale)."""
-    watchdog = Watchdog(on_timeout or (lambda why: None))
+def measure(args, loaded, make_runner, slices, own_seconds, on_timeout) -> dict:
+    """`own_seconds`: the artifact's own load and first call (the watchdog's scale); `on_timeout(why)`: records
+    why before the watchdog ends the process."""
+    watchdog = Watchdog(on_timeout)
     limit = max(MIN_LIMIT_S, LIMIT_FACTOR * own_seconds)
     watchdog.arm(limit, "loading and warming the partner")
     try:

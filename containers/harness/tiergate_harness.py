@@ -535,10 +535,14 @@ def write(args, runner, batch, n, outputs, latencies):
         "extra": {**runner.extra, "clock": "time.monotonic_ns"},
         "device": getattr(runner, "device", {}),
     }
-    tmp = os.path.join(args.out, "result.json.tmp")
-    with open(tmp, "w") as fh:
-        json.dump(result, fh, indent=1)
-    os.replace(tmp, os.path.join(args.out, "result.json"))
+    write_json(os.path.join(args.out, "result.json"), result)
+
+
+def write_json(path, doc):
+    """`doc` at `path`, whole or not at all (a reader never sees half a file)."""
+    with open(path + ".tmp", "w") as fh:
+        json.dump(doc, fh, indent=1)
+    os.replace(path + ".tmp", path)
 
 
 def main(argv=None):
@@ -659,9 +663,7 @@ def _add_paired(path, paired):
     with open(path) as fh:
         result = json.load(fh)
     result["extra"]["paired"] = paired
-    with open(path + ".tmp", "w") as fh:
-        json.dump(result, fh, indent=1)
-    os.replace(path + ".tmp", path)
+    write_json(path, result)
 
 
 def wait_child(pid, timeout):

@@ -378,18 +378,29 @@ class _TargetEval:
     def _judged(self, m: TargetMetrics, spec: MetricSpec, check: str, output, n: int, cand_value: float,
                 ref_value: float, interval: stats.Interval, op: str, threshold, detail: str,
                 counts: stats.PairCounts | None = None) -> None:
-        """counts: a paired proportion's pairs; its samples needed come from its own interval, scaled."""
+        """A task metric's figures, and its check where it has a threshold (_interval_check)."""
         outcome, needed = "reported", None
         if threshold is not None:
-            outcome = stats.judge(interval, op, threshold)
-            if outcome == stats.INCONCLUSIVE:
-                needed = stats.samples_needed(interval, threshold, n) if counts is None else \
-                    stats.paired_samples_needed(counts, "ratio", op, threshold, interval.confidence)
-            self.check(check, interval.estimate, op, threshold, output=output, detail=detail,
-                       passed=outcome == stats.PASS, interval=interval,
-                       inconclusive=outcome == stats.INCONCLUSIVE, samples_needed=needed)
+            outcome, needed = self._interval_check(check, interval, op, threshold, n, detail, output=output,
+                                                   counts=counts)
         m.task[spec.name] = TaskMetric(spec.name, output, n, float(cand_value), float(ref_value), interval, op,
                                        threshold, outcome, needed, spec.source)
+
+    def _interval_check(self, name: str, interval: stats.Interval, op: str, threshold: float, n: int, detail: str,
+                        *, output=None, counts: stats.PairCounts | None = None, needed_note: str = ""):
+        """A check decided on an interval: pass when all of it clears the threshold, fail when none of it does, else
+        inconclusive with the samples (of n) that would decide it at the observed effect. `counts`: a paired
+        proportion's pairs (its samples needed come from its own interval, scaled); `needed_note`: added to the
+        detail when inconclusive, formatted with `needed`. (outcome, needed)"""
+        outcome, needed = stats.judge(interval, op, threshold), None
+        if outcome == stats.INCONCLUSIVE:
+            needed = stats.samples_needed(interval, threshold, n) if counts is None else \
+                stats.paired_samples_needed(counts, "ratio", op, threshold, interval.confidence)
+        self.check(name, interval.estimate, op, threshold, output=output,
+                   detail=detail + (needed_note.format(needed=needed) if needed else ""),
+                   passed=outcome == stats.PASS, interval=interval, inconclusive=outcome == stats.INCONCLUSIVE,
+                   samples_needed=needed)
+        return outcome, needed
 
     # -- latency and cost ------------------------------------------------------------------
     def _latency(self, m: TargetMetrics, cand, ref, inc) -> None:
@@ -480,13 +491,10 @@ class _TargetEval:
         """max_latency_ratio on the interleaved pairs' interval, as a task metric is: pass when all of it is at
         or under the limit, fail when all of it is over, else inconclusive with the pairs needed."""
         interval, n = m.latency_ratio_interval, m.latency_pairs
-        outcome = stats.judge(interval, "<=", limit)
-        needed = stats.samples_needed(interval, limit, n) if outcome == stats.INCONCLUSIVE else None
-        more = f"; about {needed} pairs would decide it ([evaluation] latency_pairs)" if needed else ""
-        self.check("latency_ratio", interval.estimate, "<=", limit, passed=outcome == stats.PASS,
-                   interval=interval, inconclusive=outcome == stats.INCONCLUSIVE, samples_needed=needed,
-                   detail=f"candidate / FP32 reference per interleaved call pair, median of {n} pairs, "
-                          f"{interval.confidence:.0%} CI [{interval.low:.3f}, {interval.high:.3f}]{more}")
+        self._interval_check("latency_ratio", interval, "<=", limit, n,
+                             f"candidate / FP32 reference per interleaved call pair, median of {n} pairs, "
+                             f"{interval.confidence:.0%} CI [{interval.low:.3f}, {interval.high:.3f}]",
+                             needed_note="; about {needed} pairs would decide it ([evaluation] latency_pairs)")
 
     # -- device figures: memory, load, first call, size (metrics/device.py) ----------------
     def _device_figures(self, m: TargetMetrics, cand, ref, inc) -> None:

@@ -95,12 +95,11 @@ def harness_command(jobs: list[Job], models: list[str], data: str, outs: list[st
     args += ["--timeout", str(dc.limits.timeout_s)] if len(jobs) > 1 else []    # each artifact its own time
     for n, j in enumerate(jobs):
         args += ["--describe", str(n)] if j.describe else []
-    paired = [(n, models_) for n, (j, models_) in enumerate(zip(jobs, partners or [[]] * len(jobs)))
-              if models_ and j.pairs > 0][:1]            # one artifact per start pairs (the candidate)
-    for n, models_ in paired:
-        args += ["--pair-index", str(n), "--pairs", str(jobs[n].pairs), "--pairs-seconds", str(PAIRS_SECONDS)]
-        for model in models_:
-            args += ["--pair-model", model]
+    for n, (j, pair_models) in enumerate(zip(jobs, partners or [])):
+        if pair_models and j.pairs > 0:               # one artifact per start pairs (the candidate)
+            args += ["--pair-index", str(n), "--pairs", str(j.pairs), "--pairs-seconds", str(PAIRS_SECONDS)]
+            args += [arg for model in pair_models for arg in ("--pair-model", model)]
+            break
     return args + (["--profile"] if job.profile else [])
 
 

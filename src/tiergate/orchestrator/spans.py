@@ -140,15 +140,16 @@ class PendingRuns:
 
         spec, out = self.pending[key], self.out_dir(key, span)
         stamp = {"started_at": state.now_iso(), "t0": time.monotonic()}
+        first = span == self.ranges[0]                  # a run's extras (describe, interleaved calls) go there
         return Job(self.dc, self.data.path, out, image=spec.image, artifact_path=spec.intake.artifact.path,
                    artifact_sha256=spec.intake.sha256, data_sha256=self.data.sha256, role=spec.role,
                    profile=spec.profile, samples=span if self.sharded else None,
                    eval_batch=self.dc.evaluation.batch, latency_calls=self.latency_calls,
                    warmup=self.dc.evaluation.warmup,
-                   describe=self.describe and spec.role == "candidate" and span == self.ranges[0],
-                   pair_with=tuple(p.artifact.path for p in spec.partners) if span == self.ranges[0] else (),
-                   pairs=spec.pairs if span == self.ranges[0] else 0,
-                   pair_sha256=tuple(p.sha256 for p in spec.partners) if span == self.ranges[0] else (),
+                   describe=self.describe and spec.role == "candidate" and first,
+                   pair_with=tuple(p.artifact.path for p in spec.partners) if first else (),
+                   pairs=spec.pairs if first else 0,
+                   pair_sha256=tuple(p.sha256 for p in spec.partners) if first else (),
                    on_done=lambda result: self.place(key, span, out, stamp))
 
     def place(self, key: str, span: Span, out: Path, stamp: dict) -> None:

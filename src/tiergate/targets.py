@@ -101,7 +101,7 @@ def memory_bytes(size: str) -> int:
 DEFAULT_EMULATED_EVAL_BATCH = 64
 DEFAULT_LATENCY_CALLS = 16
 DEFAULT_EMULATED_LATENCY_CALLS = 4
-DEFAULT_LATENCY_PAIRS = 200      # native: candidate and FP32 reference calls interleaved (docs/policy.md)
+DEFAULT_LATENCY_PAIRS = 200      # native: the candidate's calls interleaved with its partners' (docs/policy.md)
 DEFAULT_WARMUP = 3
 DEFAULT_EMULATED_WARMUP = 1
 AUTO_SHARD_MIN_SAMPLES = 64     # automatic shards: at least this many samples each
@@ -121,9 +121,10 @@ class Evaluation:
                    check that the batched outputs equal single-call outputs).
     warmup         calls before the timed ones, the cold first call included (default 3; emulated: 1, the
                    first call only).
-    latency_pairs  after the candidate's run, its calls interleaved with the FP32 reference's in one process
-                   (AB, BA, AB, ...), this many pairs at most (default 200; emulated: 0, off: QEMU time is not
-                   gated); `max_latency_ratio` is decided on the per-pair ratios' interval (docs/policy.md).
+    latency_pairs  after the candidate's run, its calls interleaved with the FP32 reference's and the
+                   incumbent's in one process (rotating order), this many rounds at most (default 200; emulated:
+                   0, off: QEMU time is not gated); `max_latency_ratio` and `noninferior_latency` are decided on
+                   the per-pair ratios' intervals (docs/policy.md).
     shards         containers a tier's samples are split over, merged in sample order; 0: automatic
                    (emulated: the cores available / threads, at most one per `shard_samples` samples; others: 1).
     shard_samples  automatic shards hold at least this many samples (default 64): a shard pays one interpreter

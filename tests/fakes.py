@@ -85,6 +85,9 @@ class FakeBackend:
     latency_ns: int = 1_000_000
     peak_memory_mb: dict[tuple[str, str], float] = field(default_factory=dict)  # (role, class) -> reported peak
     oom: dict[str, int] = field(default_factory=dict)          # device class -> memory limit (MB) it is killed at
+    # (device class, pass name) -> noise the pass adds to the candidate's outputs unless the candidate's class
+    # switches it off (DeviceClass.disabled_passes): a pass that breaks a model, for tiergate bisect's tests
+    broken_by: dict[tuple[str, str], float] = field(default_factory=dict)
     profiled: list[tuple[str, str]] = field(default_factory=list)   # (role, class) run with job.profile
     runs: list[tuple[str, str]] = field(default_factory=list)
     jobs: list = field(default_factory=list)                   # every job, shards apart
@@ -123,6 +126,10 @@ class FakeBackend:
                                     + (["--samples", f"{job.samples[0]}:{job.samples[1]}"] if job.samples else []))
         _, _, n, outputs, _ = harness().run(args)      # the harness's own feeding, in-process
         outputs = {**outputs, **self.outputs_for.get(job.role, {})}
+        for (where, name), level in sorted(self.broken_by.items()):
+            if job.role == "candidate" and where == dc.name and name not in dc.disabled_passes:
+                rng = np.random.default_rng(len(name))
+                outputs = {k: (v + rng.normal(0, level, v.shape)).astype(v.dtype) for k, v in outputs.items()}
         noise = self.drift.get(dc.name)
         if noise:
             rng = np.random.default_rng(0)
@@ -136,5 +143,7 @@ class FakeBackend:
                                 memory_source="fake", load_ms=2.0, first_inference_ms=0.5,
                                 artifact_bytes=Path(job.image.labels[f"{LABEL}.model.path"]).stat().st_size,
                                 emulated=dc.emulated)
+        extra = {"disabled_passes": sorted(dc.disabled_passes)} if dc.disabled_passes else {}
         return TargetResult(device_class=dc.name, status="ok", machine=dc.machine, n_samples=n,
-                            latencies_ns=latencies, versions={"onnxruntime": ort.__version__}, device=figures, **host)
+                            latencies_ns=latencies, versions={"onnxruntime": ort.__version__}, device=figures,
+                            extra=extra, **host)

@@ -29,7 +29,7 @@ CORE = (
     "tiergate.metrics", "tiergate.stats", "tiergate.policy", "tiergate.gate", "tiergate.results",
     "tiergate.reports", "tiergate.hashing", "tiergate.errors", "tiergate.paths", "tiergate.targets",
     "tiergate.images", "tiergate.figures", "tiergate.decision", "tiergate.quickgate", "tiergate.state",
-    "tiergate.request", "tiergate.usercode", "tiergate.attest",
+    "tiergate.request", "tiergate.usercode", "tiergate.attest", "tiergate.bisect",
 )
 EVERYONE = ("tiergate",)
 
@@ -52,8 +52,10 @@ RULES = (
          (), "the core imports neither Prefect, Docker, the registry nor any layer built on the core"),
     Rule("prefect", EVERYONE, ("prefect",), ("tiergate.orchestration",),
          "only tiergate.orchestration imports Prefect (flows/ is outside src)"),
-    Rule("docker", EVERYONE, ("docker",), ("tiergate.build", "tiergate.execution", "tiergate.doctor"),
-         "only tiergate.build, tiergate.execution and tiergate.doctor import Docker"),
+    Rule("docker", EVERYONE, ("docker",), ("tiergate.build", "tiergate.compiler", "tiergate.execution",
+                                           "tiergate.doctor"),
+         "only tiergate.build (and its compile stage, tiergate.compiler), tiergate.execution and tiergate.doctor "
+         "import Docker"),
     Rule("mlflow", EVERYONE, ("mlflow",), ("tiergate.mlflow_bridge",),
          "only tiergate.mlflow_bridge imports MLflow (lazily, inside its functions)"),
     Rule("cli", EVERYONE, ("tiergate.cli",), ("tiergate.cli",), "nothing imports tiergate.cli but tiergate.cli"),

@@ -66,7 +66,9 @@ def measure(args, loaded, make_runner, slices, own_seconds, on_timeout) -> dict:
 
 def _measure(args, loaded, make_runner, slices, watchdog, limit) -> dict:
     data, n, axes = loaded
-    runners = [make_runner(args)] + [make_runner(argparse.Namespace(**{**vars(args), "model": model}))
+    # the partners run as the tier runs them: the candidate's passes switched off (--disabled) are its own
+    runners = [make_runner(args)] + [make_runner(argparse.Namespace(**{**vars(args), "model": model,
+                                                                        "disabled_passes": []}))
                                      for model in args.pair_model]
     batch = runners[0].batch_size(args.batch_size, axes["inputs"])
     if any(r.batch_size(args.batch_size, axes["inputs"]) != batch for r in runners[1:]):

@@ -35,6 +35,10 @@ class ProfileHook:
     def after_timed_loop(self, runner, feeds):
         if hasattr(runner, "session"):
             profile = onnx_profile(self.args, runner, feeds[:PROFILE_CALLS])
+        elif "tvm" in runner.versions:
+            profile = {"available": False, "source": "tvm", "calls": 0,
+                       "reason": "the compiled library is run without TVM's profiler (its VM profiles only a "
+                                 "library built with profiling)"}
         else:
             profile = {"available": False, "source": "ai-edge-litert", "calls": 0,
                        "reason": "the LiteRT Python interpreter exposes no op profiler (benchmark_model has one)"}

@@ -11,11 +11,16 @@ emulated arm64 class describes arm64's graph) and writes to the output folder:
 describe.json: {"ok", "runtime", "versions", "machine", "error" (the runtime's own message when it
 refuses the model), and per runtime:
   onnxruntime: "default_level" (the level a plain SessionOptions uses: what the harness runs),
+    "disabled" (the graph transformers switched off, as the run had them), "transformers" {LEVEL: [[name,
+    times applied, times it modified the graph], ...] in the order onnxruntime first applied them, read from its
+    own verbose log (graph_transformer.cc: "GraphTransformer NAME modified: 0|1")},
     "providers", "levels" (every level; in a run's describe, its own level only): {LEVEL: {"file", "placement" {ep: n}, "nodes" [[name, "domain:op_type", ep],
     ...] (the provider assignment, made when the graph is partitioned), "seconds"}}; op counts are
     read from the optimized files by the host (they need the onnx package)
   tflite: "ops" {"op": n}, "nodes" [[index, op, "xnnpack"|"default"]], "delegated" (count),
-    "needs_delegate" (custom ops that only the XNNPACK delegate resolves: unresolved without it)}
+    "needs_delegate" (custom ops that only the XNNPACK delegate resolves: unresolved without it)
+  tvm: "tvm" (the compile's record beside the library, tvm-meta.json, as is: the passes applied with the
+    module's structural hash after each, target, opt level, times; containers/tvm/tiergate_tvm_compile.py)}
 
 Exit 0 when described, 1 when the runtime refuses the model (describe.json still written), 2 on
 bad arguments. The harness runs `describe()` in a run's own container after the candidate's run
@@ -31,7 +36,9 @@ import argparse
 import json
 import os
 import platform
+import re
 import sys
+import tempfile
 import time
 
 # harness_cpu.py: beside this script in a checkout, in the runtime image's harness folder inside a container
@@ -43,10 +50,11 @@ LEVELS = ("basic", "extended", "all")
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--runtime", required=True, choices=("onnxruntime", "onnxruntime-gpu", "tflite"))
+    p.add_argument("--runtime", required=True, choices=("onnxruntime", "onnxruntime-gpu", "tflite", "tvm"))
     p.add_argument("--model", required=True)
     p.add_argument("--out", required=True)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--disable", action="append", default=[], help="a pass switched off (repeatable)")
     return p.parse_args(argv)
 
 
@@ -56,6 +64,35 @@ def one_line(exc) -> str:
 
 
 # --- onnxruntime ----------------------------------------------------------------------
+
+
+_APPLIED = re.compile(r"GraphTransformer (\S+) modified: ([01])")
+
+
+def session_logged(make):
+    """`make()` (an InferenceSession made at verbose severity) with fd 2 captured: (its result, the log's text).
+    onnxruntime's default logger writes to the process's stderr; the capture puts fd 2 back in any case."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as log:
+        os.dup2(log.fileno(), 2)
+        try:
+            result = make()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        log.seek(0)
+        return result, log.read().decode("utf-8", "replace")
+
+
+def transformers_of(log):
+    """[[name, applied, modified], ...] in first-applied order from onnxruntime's verbose log."""
+    seen = {}
+    for name, modified in _APPLIED.findall(log):
+        entry = seen.setdefault(name, [name, 0, 0])
+        entry[1] += 1
+        entry[2] += int(modified)
+    return list(seen.values())
 
 
 def describe_onnx(args, doc):
@@ -73,21 +110,27 @@ def describe_onnx(args, doc):
     doc["versions"] = {"onnxruntime": ort.__version__}
     doc["default_level"] = next((name for name, value in level_enum.items() if value == default), str(default))
     doc["levels"] = {}
+    disabled = sorted(getattr(args, "disabled", None) or [])
+    doc["disabled"], doc["transformers"] = disabled, {}
     for level in (doc["default_level"],) if getattr(args, "own_level", False) else LEVELS:
         opts = ort.SessionOptions()
         opts.graph_optimization_level = level_enum[level]
         opts.intra_op_num_threads = args.threads
         opts.inter_op_num_threads = 1
-        opts.log_severity_level = 3
+        opts.log_severity_level = 0          # verbose: each transformer's "modified" line (transformers_of)
+        opts.log_verbosity_level = 0
         name = f"optimized-{level}.onnx"
         opts.optimized_model_filepath = os.path.join(args.out, name)
         opts.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
         t0 = time.monotonic()
+        more = {"disabled_optimizers": disabled} if disabled else {}
         try:
-            session = ort.InferenceSession(args.model, sess_options=opts, providers=providers)
+            session, log = session_logged(lambda: ort.InferenceSession(args.model, sess_options=opts,
+                                                                        providers=providers, **more))
         except Exception as exc:  # noqa: BLE001 - the runtime's refusal, in its own words
             doc["ok"], doc["error"], doc["failed_level"] = False, one_line(exc), level
             return 1
+        doc["transformers"][level] = transformers_of(log)
         doc["providers"] = session.get_providers()
         nodes = []
         for subgraph in session.get_provider_graph_assignment_info():
@@ -112,8 +155,11 @@ def describe_tflite(args, doc):
     from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
     doc["versions"] = {"ai-edge-litert": getattr(ai_edge_litert, "__version__", "")}
+    doc["disabled"] = sorted(getattr(args, "disabled", None) or [])
+    bare = {"experimental_op_resolver_type": OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES}
     try:
-        interp = Interpreter(model_path=args.model, num_threads=args.threads)
+        interp = Interpreter(model_path=args.model, num_threads=args.threads,
+                             **(bare if "XNNPACK" in doc["disabled"] else {}))
         interp.allocate_tensors()
     except Exception as exc:  # noqa: BLE001 - e.g. "Encountered unresolved custom op: ..."
         doc["ok"], doc["error"] = False, one_line(exc)
@@ -132,11 +178,27 @@ def describe_tflite(args, doc):
     # ops the runtime resolves only through the delegate: without it the model does not load
     doc["needs_delegate"] = []
     try:
-        bare = Interpreter(model_path=args.model, num_threads=args.threads,
-                           experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
-        bare.allocate_tensors()
+        Interpreter(model_path=args.model, num_threads=args.threads, **bare).allocate_tensors()
     except Exception as exc:  # noqa: BLE001
         doc["needs_delegate"] = [{"message": one_line(exc)}]
+    return 0
+
+
+# --- TVM: a library tiergate's build step compiled ---------------------------------
+
+
+def describe_tvm(args, doc):
+    """What the compile recorded beside the library (tvm-meta.json: the passes applied, each with the module's
+    structural hash after it, the target, opt level and times), read as is: the host parses it."""
+    path = os.path.join(os.path.dirname(os.path.abspath(args.model)), "tvm-meta.json")
+    try:
+        with open(path) as fh:
+            doc["tvm"] = json.load(fh)
+    except (OSError, ValueError) as exc:
+        doc["ok"], doc["error"] = False, f"no compile record beside the library: {one_line(exc)}"
+        return 1
+    doc["versions"] = {"tvm": doc["tvm"].get("tvm_version", "")}
+    doc["disabled"] = sorted(getattr(args, "disabled", None) or [])
     return 0
 
 
@@ -157,14 +219,15 @@ def _delegated(details, count):
     return covered
 
 
-def describe(runtime, model, out, threads=1, own_level=False):
+def describe(runtime, model, out, threads=1, own_level=False, disabled=()):
     """Describe `model` on this runtime into `out` (describe.json, optimized-LEVEL.onnx): the exit code.
     `own_level`: onnxruntime's default level only, the one a run executes (not basic and extended too). The
     harness calls it so, in a run's own container after the candidate's run (`--describe`)."""
-    args = argparse.Namespace(runtime=runtime, model=model, out=out, threads=threads, own_level=own_level)
+    args = argparse.Namespace(runtime=runtime, model=model, out=out, threads=threads, own_level=own_level,
+                              disabled=list(disabled))
     os.makedirs(out, exist_ok=True)
     doc = {"ok": True, "runtime": runtime, "machine": platform.machine(), "cpu": cpu_info(), "error": ""}
-    code = (describe_tflite if runtime == "tflite" else describe_onnx)(args, doc)
+    code = {"tflite": describe_tflite, "tvm": describe_tvm}.get(runtime, describe_onnx)(args, doc)
     path = os.path.join(out, "describe.json")
     with open(path + ".tmp", "w") as fh:
         json.dump(doc, fh)
@@ -176,7 +239,7 @@ def describe(runtime, model, out, threads=1, own_level=False):
 
 def main(argv=None):
     args = parse_args(argv)
-    return describe(args.runtime, args.model, args.out, args.threads)
+    return describe(args.runtime, args.model, args.out, args.threads, disabled=args.disable)
 
 
 if __name__ == "__main__":

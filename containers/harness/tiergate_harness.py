@@ -1,9 +1,10 @@
 """tiergate's in-container harness: run one artifact over one evaluation set.
 
-Depends only on numpy and the runtime (onnxruntime, onnxruntime-gpu or
-ai-edge-litert); it must never import tiergate. It loads the artifact, warms
-up, runs the evaluation inputs in batches, times each inference call with a
-monotonic nanosecond clock and writes to the output folder:
+Depends only on numpy and the runtime (onnxruntime, onnxruntime-gpu,
+ai-edge-litert, or tvm for a library tiergate's build step compiled); it must
+never import tiergate. It loads the artifact, warms up, runs the evaluation
+inputs in batches, times each inference call with a monotonic nanosecond clock
+and writes to the output folder:
 
   outputs.npz   one array per model output (first axis = sample: an output whose
                 batch axis is elsewhere, e.g. a recurrent state [2, batch, 128],
@@ -111,7 +112,7 @@ HOOK_POINTS = ("before_load", "loaded", "before_timed_loop", "after_timed_loop")
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--runtime", required=True, choices=("onnxruntime", "onnxruntime-gpu", "tflite"))
+    p.add_argument("--runtime", required=True, choices=("onnxruntime", "onnxruntime-gpu", "tflite", "tvm"))
     p.add_argument("--model", required=True, action="append", dest="models",
                    help="an artifact (repeatable; paired in order with --out)")
     p.add_argument("--data", required=True)
@@ -130,6 +131,9 @@ def parse_args(argv=None):
     p.add_argument("--describe", type=int, action="append", default=[], metavar="N",
                    help="after artifact N's run (0-based, repeatable), describe its runtime graph at the level it "
                         "ran into its --out (tiergate_describe.py: describe.json, optimized-LEVEL.onnx)")
+    p.add_argument("--disabled", action="append", default=[], metavar="N=PASS,PASS",
+                   help="artifact N's optimizer passes switched off (repeatable): onnxruntime graph transformers "
+                        "(disabled_optimizers), XNNPACK for LiteRT's default delegate")
     p.add_argument("--pair-model", action="append", default=[],
                    help="after artifact --pair-index's run, interleave its calls with this model's (repeatable; "
                         "harness_paired.py: result.json's extra.paired)")
@@ -140,6 +144,13 @@ def parse_args(argv=None):
     if len(args.models) != len(args.outs):
         p.error("give one --out per --model")
     args.model, args.out = args.models[0], args.outs[0]
+    args.disabled_of = {}
+    for item in args.disabled:
+        index, _, names = item.partition("=")
+        if not index.isdigit() or not names:
+            p.error(f"--disabled {item!r}: give N=PASS[,PASS...]")
+        args.disabled_of[int(index)] = [n for n in names.split(",") if n]
+    args.disabled_passes = args.disabled_of.get(0, [])
     return args
 
 
@@ -227,13 +238,17 @@ class OnnxRunner:
         providers = ["CPUExecutionProvider"]
         if args.runtime == "onnxruntime-gpu":
             providers = ["CUDAExecutionProvider", "CPUExecutionProvider"]
-        self.session = ort.InferenceSession(args.model, sess_options=opts, providers=providers)
+        disabled = list(getattr(args, "disabled_passes", []))
+        self.session = ort.InferenceSession(args.model, sess_options=opts, providers=providers,
+                                            **({"disabled_optimizers": disabled} if disabled else {}))
         if args.runtime == "onnxruntime-gpu" and "CUDAExecutionProvider" not in self.session.get_providers():
             raise SystemExit("harness: onnxruntime-gpu: the CUDA execution provider is not available")
         self.inputs = self.session.get_inputs()
         self.output_names = [o.name for o in self.session.get_outputs()]
         self.versions = {"onnxruntime": ort.__version__}
         self.extra = {"providers": self.session.get_providers()}
+        if disabled:
+            self.extra["disabled_passes"] = sorted(disabled)
 
     def batch_size(self, wanted, axes):
         sizes = [batch_for(i.shape[axes.get(i.name, 0)], wanted) for i in self.inputs
@@ -273,15 +288,22 @@ class OnnxRunner:
 class TfliteRunner:
     def __init__(self, args):
         import ai_edge_litert
-        from ai_edge_litert.interpreter import Interpreter
+        from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
-        self.interp = Interpreter(model_path=args.model, num_threads=args.threads)
+        disabled = list(getattr(args, "disabled_passes", []))
+        unknown = [name for name in disabled if name != "XNNPACK"]
+        if unknown:
+            raise SystemExit(f"harness: LiteRT has no pass named {', '.join(unknown)} (it can switch off: XNNPACK)")
+        bare = {"experimental_op_resolver_type": OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES} if disabled else {}
+        self.interp = Interpreter(model_path=args.model, num_threads=args.threads, **bare)
         self.interp.allocate_tensors()
         self.inputs = self.interp.get_input_details()
         self.outputs = self.interp.get_output_details()
         self.output_names = [o["name"] for o in self.outputs]
         self.versions = {"ai-edge-litert": getattr(ai_edge_litert, "__version__", "")}
         self.extra = {"dequantized_outputs": [o["name"] for o in self.outputs if _quantized(o)]}
+        if disabled:
+            self.extra["disabled_passes"] = sorted(disabled)
         self.current = None
         self.axes = {}
 
@@ -364,6 +386,79 @@ def _from_output(value, detail):
     return value
 
 
+# --- TVM: the library tiergate's build step compiled ----------------------------------
+
+
+TVM_META = "tvm-meta.json"    # the compile's record beside the library (containers/tvm/tiergate_tvm_compile.py)
+
+
+class TvmRunner:
+    """The relax VM over the library the build step compiled (model.so); its inputs and outputs are named as the
+    ONNX model's, from the compile's record beside it. Shapes are static: the batch is the compiled one."""
+
+    def __init__(self, args):
+        os.environ.setdefault("TVM_USE_RUNTIME_LIB", "1")    # `import tvm` loads the runtime library only
+        os.environ["TVM_NUM_THREADS"] = str(args.threads)    # read when TVM's thread pool starts (first call)
+        import tvm
+        from tvm.runtime.vm import VirtualMachine
+
+        with open(os.path.join(os.path.dirname(os.path.abspath(args.model)), TVM_META)) as fh:
+            meta = json.load(fh)
+        disabled = sorted(getattr(args, "disabled_passes", []) or [])
+        if disabled != sorted(meta.get("disabled_passes", [])):
+            raise SystemExit(f"harness: the library was compiled with passes {meta.get('disabled_passes')} off, "
+                             f"the run asks for {disabled}")
+        self.tensor = tvm.runtime.tensor
+        self.main = VirtualMachine(tvm.runtime.load_module(args.model), tvm.cpu())["main"]
+        self.inputs = meta["inputs"]
+        self.output_names = [o["name"] for o in meta["outputs"]]
+        self.versions = {"tvm": tvm.__version__}
+        self.extra = {"tvm": {"target": meta.get("target"), "opt_level": meta.get("opt_level"),
+                              "passes": len(meta.get("passes", []))}}
+        if disabled:
+            self.extra["disabled_passes"] = disabled
+
+    def batch_size(self, wanted, axes):
+        """The compiled batch, whatever is wanted (static shapes: a larger --eval-batch is never taken)."""
+        sizes = [i["shape"][axes.get(i["name"], 0)] for i in self.inputs
+                 if i["shape"] and axes.get(i["name"], 0) is not None]
+        return min(sizes) if sizes else 1
+
+    def prepare(self, data, start, stop, axes):
+        feed = []
+        for i in self.inputs:
+            if i["name"] not in data:
+                raise SystemExit(f"harness: the data has no array named {i['name']!r} (model input)")
+            value = take(data[i["name"]], axes.get(i["name"], 0), start, stop)
+            if list(value.shape) != list(i["shape"]):
+                raise SystemExit(f"harness: input {i['name']!r} {list(value.shape)} is not the compiled shape "
+                                 f"{i['shape']}")
+            feed.append(self.tensor(np.ascontiguousarray(value, dtype=i["dtype"])))
+        return feed
+
+    @staticmethod
+    def _outputs(out):
+        return [out.numpy()] if hasattr(out, "numpy") else [o.numpy() for o in out]
+
+    def infer(self, feed):
+        return self._outputs(self.main(*feed))
+
+    def timed_loop(self, feeds, store, mark=None):
+        main, outputs, clock = self.main, self._outputs, time.monotonic_ns
+        lat = []
+        for i, feed in enumerate(feeds):
+            if mark:
+                mark(CALL)
+            t0 = clock()
+            out = main(*feed)
+            lat.append(clock() - t0)
+            if mark:
+                mark(CALLED)
+            store(i, outputs(out))
+            del out
+        return lat
+
+
 # --- the run --------------------------------------------------------------------------
 
 
@@ -372,6 +467,8 @@ LOAD, LOADED, CALL, CALLED = 1, 2, 3, 4    # harness_insn's marker codes
 
 
 def make_runner(args):
+    if args.runtime == "tvm":
+        return TvmRunner(args)
     return TfliteRunner(args) if args.runtime == "tflite" else OnnxRunner(args)
 
 
@@ -562,6 +659,7 @@ def main(argv=None):
     importlib.import_module(_plugin("harness_memory").RUNTIME_MODULE[args.runtime])  # once, before the children
     for n, (model, out) in enumerate(zip(args.models, args.outs)):
         run_child(argparse.Namespace(**{**vars(args), "model": model, "out": out, "describe_it": n in args.describe,
+                                        "disabled_passes": args.disabled_of.get(n, []),
                                         "pair_it": bool(args.pair_model) and n == args.pair_index}), loaded)
         print(f"{DONE_MARK}{n}", flush=True)      # the host may collect this artifact's folder now
     return 0
@@ -618,7 +716,8 @@ def describe_after(args, wanted):
     if not wanted:
         return
     try:
-        _plugin("tiergate_describe").describe(args.runtime, args.model, args.out, args.threads, own_level=True)
+        _plugin("tiergate_describe").describe(args.runtime, args.model, args.out, args.threads, own_level=True,
+                                              disabled=getattr(args, "disabled_passes", []))
     except Exception as exc:  # noqa: BLE001 - the run is done and stays a result; the host describes it apart
         print(f"harness: describing {args.model} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         try:

@@ -66,17 +66,20 @@ class RuntimeImage:
 
 def build_image(device_class: DeviceClass | str, artifact_path: Path | str, *, artifact_sha256: str,
                 fingerprint: str = "", base_image: str | None = None, ca_bundle: Path | None = None,
-                client=None, pip_mode: str = "host") -> BuiltImage:
-    """The image that runs `artifact_path` on `device_class`, built or reused."""
+                client=None, pip_mode: str = "host", files: list[Path] | None = None,
+                extra_labels: dict[str, str] | None = None) -> BuiltImage:
+    """The image that runs `artifact_path` on `device_class`, built or reused. `files` (the model first): what the
+    artifact layer holds instead of the artifact's own files (a compiled library: tiergate.compiler), with
+    `extra_labels` (its compile key and format)."""
     from tiergate.execution.engine import connect, with_retries  # execution imports build
 
     dc = _device_class(device_class)
-    files = artifact_files(dc, Path(artifact_path))
+    files = list(files) if files else artifact_files(dc, Path(artifact_path))
     client = client or with_retries(lambda: connect(dc.docker_host), what=f"connecting to {dc.docker_host}")
     t0 = time.monotonic()
     runtime = ensure_runtime_image(dc, client=client, base_image=base_image, ca_bundle=ca_bundle,
                                    pip_mode=pip_mode)
-    labels = image_labels(dc, runtime, files[0].name, artifact_sha256, fingerprint)
+    labels = {**image_labels(dc, runtime, files[0].name, artifact_sha256, fingerprint), **(extra_labels or {})}
     tag = artifact_image_tag(dc, runtime, labels, files)
     found = _local_image(client, tag)
     if _reusable(found, tag, labels):
@@ -327,7 +330,7 @@ def lock_versions(lock: str, dc: DeviceClass) -> dict[str, str]:
         if "==" in line:
             name, version = line.split("==", 1)
             pins[name.strip().lower()] = version.strip()
-    package = {"tflite": "ai-edge-litert"}.get(dc.runtime, dc.runtime)
+    package = {"tflite": "ai-edge-litert", "tvm": "apache-tvm"}.get(dc.runtime, dc.runtime)
     return {package: pins.get(package, dc.runtime_version), "numpy": pins.get("numpy", "")}
 
 

@@ -308,7 +308,23 @@ def runtime_summary(runtime: dict[str, dict]) -> dict[str, dict]:
         summary[name] = {"ok": graph.get("ok", False), "error": graph.get("error", ""), "level": level,
                          "ops": ops.get(level, {}) if level else ops, "placement": graph.get("placement", {}),
                          "cpu": graph.get("cpu", {})}
+        if graph.get("passes"):
+            summary[name]["passes"] = pass_summary(graph["passes"])
     return summary
+
+
+def pass_summary(passes: list[dict]) -> dict:
+    """A compiled tier's passes kept small for the record: how many were applied, a digest of the whole list, the
+    module's final fingerprint, and the passes that changed the module as [name, fingerprint] in order."""
+    import hashlib
+
+    changed, last = [], None
+    for p in passes:
+        if p["fingerprint"] != last:
+            changed.append([p["name"], p["fingerprint"]])
+        last = p["fingerprint"]
+    digest = hashlib.sha256("\n".join(f"{p['name']} {p['fingerprint']}" for p in passes).encode()).hexdigest()
+    return {"count": len(passes), "sha256": digest, "final": passes[-1]["fingerprint"], "changed": changed}
 
 
 def cpu_text(cpu: dict, limit: int = 8) -> str:

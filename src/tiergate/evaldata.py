@@ -97,6 +97,18 @@ class EvalData:
     def stacked_labels(self) -> np.ndarray | None:
         return self.labels
 
+    def call_shapes(self) -> dict[str, list[int | None]]:
+        """One call's shape per input: the sample axis None (the batch a device class fills in), a constant's
+        whole shape (what a compiler makes a model static at: tiergate.compiler)."""
+        shapes = {}
+        for name, info in self.info.items():
+            shape: list[int | None] = list(info.shape)
+            axis = self.axis(name)
+            if axis is not None:
+                shape[axis] = None
+            shapes[name] = shape
+        return shapes
+
 
 def take(array: np.ndarray, axis: int | None, start: int, stop: int) -> np.ndarray:
     """Samples [start, stop) along `axis` (a view); a constant (axis None) whole."""

@@ -38,7 +38,7 @@ from tiergate.decision import Decision, GateRun
 from tiergate.hashing import metric_code_sha256, read_external
 from tiergate.images import DESCRIBE_FILE, DESCRIBER, HOST_CA_BUNDLE, HOST_PIP_CONF, LABEL
 from tiergate.paths import containers_dir
-from tiergate.request import BuildSettings, GateRequest, is_loader
+from tiergate.request import BuildSettings, GateRequest, candidate_class, is_loader
 
 SCHEMA = 1
 DEFAULT_SOCKET = "/var/run/docker.sock"
@@ -122,6 +122,7 @@ def identity(request: GateRequest, build: BuildSettings) -> tuple[dict, dict[str
         "base_image": build.base_image,
         "ca_bundle": None if build.ca_bundle is None else _file_sha(Path(build.ca_bundle), required=True),
         "profile": bool(request.profile),
+        "disabled_passes": list(request.disabled_passes),
         "containers": tree_sha256(containers_dir()),
         "pip_conf": _file_sha(HOST_PIP_CONF),
         "host_ca": _file_sha(HOST_CA_BUNDLE),
@@ -394,8 +395,9 @@ def _runtime_as_cached(request: GateRequest, gate_run, recorder: Recorder):
             runtime[dc.name] = {**gate_run.runtime[dc.name], "cached": True}
             findings[dc.name] = [f.to_json() for f in gate_run.runtime_findings.get(dc.name, [])]
             continue
-        graph, found = recorder.builder.describe(dc, candidate, image)
-        folder = state.graph_folder(candidate.sha256, graph.get("image_id", ""), describer, dc.cpu_key)
+        own = candidate_class(dc, request)             # the class the candidate ran on (--disable-pass)
+        graph, found = recorder.builder.describe(own, candidate, image)
+        folder = state.graph_folder(candidate.sha256, graph.get("image_id", ""), describer, own.graph_key)
         if graph.get("cached") is not True or not state.folder_verifies(folder):
             raise NoFastPath(f"the runtime graph on {dc.name} is not in the describe cache")
         runtime[dc.name] = graph

@@ -15,6 +15,7 @@ one edit here (and its use). Each option belongs to one group:
 from __future__ import annotations
 
 from collections.abc import Callable
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -83,6 +84,11 @@ GATE_OPTIONS: tuple[Option, ...] = (
            "the policy's early_stop, else on for emulated classes and off for the others."),
     Option("profile", ("--profile",), "flag", "request", "Also record per-op time (op type and node) per run.",
            default=False),
+    Option("disable_pass", ("--disable-pass",), "many", "request",
+           "NAME: run the candidate with this optimizer pass switched off on every tier (repeatable): an "
+           "onnxruntime graph transformer (e.g. QDQSelectorActionTransformer), XNNPACK for LiteRT's delegate, or a "
+           "TVM pass; the reference and the incumbent run as the tier does (tiergate bisect finds such passes; "
+           "docs/bisect.md).", default=()),
     Option("explain", ("--explain",), "flag", "output",
            "On REJECT, name the first divergent layer per tier (tiergate explain; the cached decision is "
            "unchanged).", default=False),
@@ -202,6 +208,7 @@ class GateRequest:
     sample_axes: tuple[str, ...] = ()        # --sample-axis NAME=AXIS, as given
     profile: bool = False
     early_stop: bool | None = None           # --early-stop / --no-early-stop (None: the policy's)
+    disabled_passes: tuple[str, ...] = ()    # --disable-pass: the candidate's runs only (candidate_class)
 
     @property
     def artifacts(self) -> dict[str, Path]:
@@ -233,7 +240,28 @@ def request_fields(values: dict, device_classes, policy: Policy) -> GateRequest:
     return GateRequest(Path(values["candidate"]), Path(values["reference"]), str(values["data"]),
                        tuple(device_classes), policy, incumbent=values.get("incumbent"),
                        metrics=tuple(values.get("metric") or ()), sample_axes=tuple(values.get("sample_axis") or ()),
-                       profile=bool(values.get("profile")), early_stop=values.get("early_stop"))
+                       profile=bool(values.get("profile")), early_stop=values.get("early_stop"),
+                       disabled_passes=disabled_passes(values.get("disable_pass") or ()))
+
+
+def disabled_passes(names) -> tuple[str, ...]:
+    """--disable-pass values: stripped, each once, in a stable (sorted) order; an empty name is an error."""
+    from tiergate.errors import InputError
+
+    out = set()
+    for name in names:
+        if not str(name).strip():
+            raise InputError("--disable-pass: give a pass name (e.g. QDQSelectorActionTransformer)")
+        out.add(str(name).strip())
+    return tuple(sorted(out))
+
+
+def candidate_class(dc: DeviceClass, request: GateRequest) -> DeviceClass:
+    """The device class the candidate runs on: the tier's, with the request's --disable-pass passes off as well
+    (the reference and the incumbent run on the tier's own)."""
+    if not request.disabled_passes:
+        return dc
+    return dataclasses.replace(dc, disabled_passes=tuple(sorted({*dc.disabled_passes, *request.disabled_passes})))
 
 
 def build_settings(values: dict) -> BuildSettings:

@@ -75,6 +75,18 @@ class RuntimeGraph:
     seconds: float = 0.0                # the container run that produced it
     cached: bool = False
     cpu: dict = field(default_factory=dict)   # the CPU the runtime saw: {"model", "features"} (CPUID / HWCAP)
+    disabled: list[str] = field(default_factory=list)         # passes switched off (DeviceClass.disabled_passes)
+    # onnxruntime: per level, [name, times applied, times it modified the graph] in first-applied order (its own
+    # verbose log): the passes `tiergate bisect` searches are those that modified the graph
+    transformers: dict[str, list] = field(default_factory=dict)
+    # tvm: each pass the compile applied, in order, with the structural hash of the module after it ({"name",
+    # "fingerprint"}), and the compile's record (target, opt level, TVM version, timings: compile_record)
+    passes: list[dict] = field(default_factory=list)
+    compile: dict = field(default_factory=dict)
+
+    def modified_by(self) -> list[str]:
+        """The optimizer passes that changed the graph at the tier's own level, in order (`modified_by`)."""
+        return modified_by(self.to_json())
 
     @property
     def runtime_artifact(self) -> Artifact | None:
@@ -91,12 +103,14 @@ class RuntimeGraph:
                "ok": self.ok, "error": self.error, "versions": self.versions,
                "placement": self.placement, "nodes": self.nodes,
                "seconds": self.seconds, "cached": self.cached,
-               "cpu": {k: v for k, v in self.cpu.items() if k in ("model", "features")}}
+               "cpu": {k: v for k, v in self.cpu.items() if k in ("model", "features")}, "disabled": self.disabled}
         if self.runtime.startswith("onnxruntime"):
-            doc.update(default_level=self.default_level, providers=self.providers,
+            doc.update(default_level=self.default_level, providers=self.providers, transformers=self.transformers,
                        levels={name: lvl.to_json() for name, lvl in self.levels.items()},
                        ops={name: lvl.ops for name, lvl in self.levels.items()},
                        fingerprints={name: lvl.fingerprint.to_json() for name, lvl in self.levels.items()})
+        elif self.runtime == "tvm":
+            doc.update(passes=self.passes, compile=self.compile)
         else:
             doc.update(ops=self.ops, needs_delegate=self.needs_delegate)
         return doc
@@ -117,9 +131,12 @@ def parse_describe(folder: Path, *, target: str, tier: str, runtime: str, emulat
                          ok=bool(doc.get("ok")), error=doc.get("error", ""), versions=doc.get("versions", {}),
                          seconds=seconds if seconds is not None else
                          sum(float(level.get("seconds", 0.0)) for level in (doc.get("levels") or {}).values()),
-                         cached=cached, cpu=dict(doc.get("cpu") or {}))
+                         cached=cached, cpu=dict(doc.get("cpu") or {}), disabled=list(doc.get("disabled") or []),
+                         transformers=dict(doc.get("transformers") or {}))
     if not graph.ok:
         return graph
+    if runtime == "tvm":
+        return _compiled(graph, doc.get("tvm") or {})
     if runtime == "tflite":
         graph.ops = doc.get("ops", {})
         graph.nodes = doc.get("nodes", [])
@@ -146,6 +163,54 @@ def _level(path: Path, name: str) -> LevelGraph:
     return LevelGraph(name, dict(sorted(ops.items())), fingerprint(artifact), len(artifact.nodes), artifact)
 
 
+COMPILE_RECORD = ("tvm_version", "target", "target_text", "opt_level", "disabled_passes", "pipeline", "inputs",
+                  "outputs", "folded", "static_seconds", "import_seconds", "compile_seconds", "export_seconds",
+                  "total_seconds")
+
+
+def _compiled(graph: RuntimeGraph, record: dict) -> RuntimeGraph:
+    """A compiled artifact's graph from its compile record (tvm-meta.json, containers/tvm/tiergate_tvm_compile.py):
+    the passes applied and the compile's settings and times."""
+    graph.passes = [{"name": str(p["name"]), "fingerprint": str(p["fingerprint"])} for p in record.get("passes", [])]
+    graph.compile = {key: record[key] for key in COMPILE_RECORD if key in record}
+    graph.compile["pass_count"] = len(graph.passes)
+    graph.disabled = graph.disabled or list(record.get("disabled_passes", []))
+    return graph
+
+
+def modified_by(graph: dict) -> list[str]:
+    """The optimizer passes that changed the graph a tier runs, each once, in the order they ran, from a runtime
+    graph's JSON (`RuntimeGraph.to_json()`, as a gate keeps it): onnxruntime's graph transformers that modified it at
+    the tier's own level; "XNNPACK" for LiteRT when the delegate took nodes; TVM's passes after which the module's
+    fingerprint changed. What `tiergate bisect` searches."""
+    runtime = str(graph.get("runtime", ""))
+    if runtime == "tflite":
+        return ["XNNPACK"] if (graph.get("placement") or {}).get("xnnpack") else []
+    if runtime == "tvm":
+        return list(dict.fromkeys(p["name"] for p in changed_passes(graph.get("passes") or [])))
+    level = graph.get("default_level", "all")
+    return [name for name, _, modified in (graph.get("transformers") or {}).get(level, []) if modified]
+
+
+def changed_passes(passes: list[dict]) -> list[dict]:
+    """The passes after which the module's fingerprint changed (the first pass always), in order."""
+    out, last = [], None
+    for p in passes:
+        if p["fingerprint"] != last:
+            out.append(p)
+        last = p["fingerprint"]
+    return out
+
+
+def first_pass_difference(old: list[dict], new: list[dict]) -> int | None:
+    """The index of the first pass at which two compiles' pass lists differ (by name or fingerprint); None when they
+    are the same."""
+    for i, (a, b) in enumerate(zip(old, new)):
+        if a["name"] != b["name"] or a["fingerprint"] != b["fingerprint"]:
+            return i
+    return None if len(old) == len(new) else min(len(old), len(new))
+
+
 def first_difference(old: RuntimeGraph, new: RuntimeGraph) -> str | None:
     """The first optimization level at which two artifacts' runtime graphs differ in structure,
     weights or quantization; None when they are the same at every level (or both have none)."""
@@ -157,6 +222,11 @@ def first_difference(old: RuntimeGraph, new: RuntimeGraph) -> str | None:
             return name
     if old.runtime == "tflite" and (old.ops != new.ops or old.placement != new.placement):
         return "delegation"
+    if old.runtime == "tvm":
+        i = first_pass_difference(old.passes, new.passes)
+        if i is not None:
+            name = (old.passes[i] if i < len(old.passes) else new.passes[i])["name"]
+            return f"pass {name} (#{i})"
     return None
 
 

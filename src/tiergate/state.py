@@ -6,6 +6,8 @@ Layout under `home()`:
   decisions/<key>.json            a decision with the hashes of every input it was made from (sealed)
   quick/<request key>.json        the fast path's entry for an unchanged `tiergate gate` (sealed)
   runtime-graphs/<key>/           the describe cache (a tier's runtime graph of an artifact)
+  compiled/<key>/                 the compile cache: an artifact compiled for a class (tiergate.compiler: model.so,
+                                  tvm-meta.json), sealed like the describe cache
   explain/<key>/                  explain's tensor dumps
   data/<sha>.npz                  content-hashed archives (loader data, early-decision chunks)
   mlflow/<key>/                   a model version's files fetched from MLflow (tiergate.mlflow_bridge), sealed;
@@ -47,6 +49,7 @@ from tiergate.paths import home
 
 RUNS, DECISIONS, LOCKS, QUICK, GRAPHS, EXPLAIN, DATA, MLFLOW = (
     "runs", "decisions", "locks", "quick", "runtime-graphs", "explain", "data", "mlflow")
+COMPILED = "compiled"
 RESULT_FILE = "result.json"
 OUTPUTS_FILE = "outputs.npz"
 SHARDS_SUFFIX = ".shards"          # runs/<key>.shards/<start>-<stop>/
@@ -86,6 +89,11 @@ def quick_entry_path(key: str) -> Path:
 def graph_folder(artifact_sha256: str, image_id: str, describer_sha256: str, cpu: str | None = None) -> Path:
     """The describe cache's folder of an artifact's runtime graph in a runtime image."""
     return home() / GRAPHS / graph_cache_key(artifact_sha256, image_id, describer_sha256, cpu)
+
+
+def compiled_folder(key: str) -> Path:
+    """The compile cache's folder of an artifact compiled for a class (key: tiergate.compiler.compile_key)."""
+    return home() / COMPILED / key
 
 
 def explain_folder(key: str) -> Path:

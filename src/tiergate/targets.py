@@ -18,10 +18,11 @@ from tiergate.errors import EnvironmentProblem, InputError
 from tiergate.paths import containers_dir, targets_dir
 
 ARCHES = ("amd64", "arm64")
-RUNTIMES = ("onnxruntime", "tflite", "onnxruntime-gpu")
+RUNTIMES = ("onnxruntime", "tflite", "onnxruntime-gpu", "tvm")
+COMPILED_RUNTIMES = ("tvm",)     # runtimes whose build step compiles the artifact first (tiergate.compiler)
 EXECUTIONS = ("native", "emulated", "remote")
 MACHINE_OF_ARCH = {"amd64": "x86_64", "arm64": "aarch64"}
-FORMAT_OF_RUNTIME = {"onnxruntime": "onnx", "onnxruntime-gpu": "onnx", "tflite": "tflite"}
+FORMAT_OF_RUNTIME = {"onnxruntime": "onnx", "onnxruntime-gpu": "onnx", "tflite": "tflite", "tvm": "onnx"}
 _NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
 _CPU = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,39}$")
 _FEATURE = re.compile(r"^[a-z0-9_]{1,32}$")
@@ -33,6 +34,7 @@ RECIPE_ENV = ("PATH", "PYTHONPATH", "PYTHONDONTWRITEBYTECODE", "PYTHONUNBUFFERED
 # [build] defaults per runtime: what a device class without a [build] table gets.
 DEFAULT_BUILD_ENV = {
     "onnxruntime-gpu": {"NVIDIA_VISIBLE_DEVICES": "all", "NVIDIA_DRIVER_CAPABILITIES": "compute,utility"},
+    "tvm": {"TVM_USE_RUNTIME_LIB": "1"},     # `import tvm` loads the runtime library only (the harness needs no more)
 }
 
 
@@ -169,6 +171,17 @@ class CpuSpec:
             ([f"has {', '.join(extra)}, which the device lacks"] if extra else [])
 
 
+@dataclass(frozen=True)
+class CompileSpec:
+    """The [compile] table of a class whose runtime compiles the artifact in the build step (tvm; docs/tvm.md):
+    `target`, the compiler's target as TVM takes it (a table: kind = "llvm", mcpu, mtriple for a cross target such
+    as aarch64-linux-gnu, mattr), and `opt_level` (0-3, TVM's PassContext). The passes switched off are the class's
+    `disabled_passes`."""
+
+    target: dict[str, object] = field(default_factory=dict)
+    opt_level: int = 3
+
+
 def available_cores() -> int:
     import os
 
@@ -200,6 +213,12 @@ class DeviceClass:
     evaluation: Evaluation | None = None  # None: the execution's defaults (filled in on creation)
     emulated_cpu: str | None = None      # emulated classes: the CPU model QEMU presents (QEMU_CPU), e.g. cortex-a76
     cpu: CpuSpec = field(default_factory=lambda: CpuSpec())   # the [cpu] table: what the device's CPU has and lacks
+    # optimizer passes switched off in this class's runtime or compiler, by the runtime's own names: onnxruntime's
+    # graph transformers (SessionOptions disabled_optimizers), "XNNPACK" for LiteRT's default delegate, TVM's
+    # passes (PassContext disabled_pass); `tiergate gate --disable-pass` and `tiergate bisect` set it on the
+    # candidate's runs only (docs/bisect.md)
+    disabled_passes: tuple[str, ...] = ()
+    compile: CompileSpec | None = None    # the [compile] table: runtimes that compile the artifact (tvm) only
 
     def __post_init__(self):
         if self.build is None:
@@ -237,9 +256,25 @@ class DeviceClass:
         return ""
 
     @property
+    def graph_key(self) -> str:
+        """What, beyond the artifact and the image, decides the graph this class's runtime runs: the CPU
+        (cpu_key) and the passes switched off (in the describe cache's key)."""
+        if not self.disabled_passes:
+            return self.cpu_key
+        import hashlib
+
+        off = hashlib.sha256("\n".join(sorted(self.disabled_passes)).encode()).hexdigest()[:12]
+        return f"{self.cpu_key}-off{off}"
+
+    @property
     def machine(self) -> str:
         """What `uname -m` says on this class's hardware."""
         return MACHINE_OF_ARCH[self.arch]
+
+    @property
+    def compiled(self) -> bool:
+        """Whether the build step compiles the artifact for this class (its image holds the compiled library)."""
+        return self.runtime in COMPILED_RUNTIMES
 
     @property
     def artifact_format(self) -> str:
@@ -272,6 +307,8 @@ _FIELDS: dict[str, tuple[type | tuple[type, ...], bool]] = {
     "evaluation": (dict, False),
     "emulated_cpu": (str, False),
     "cpu": (dict, False),
+    "disabled_passes": (list, False),
+    "compile": (dict, False),
 }
 _CPU_FIELDS = {"requires": list, "lacks": list, "on_mismatch": str}
 ON_MISMATCH = ("refuse", "emulate")
@@ -347,6 +384,12 @@ def parse_device_class(path: Path, data: dict) -> DeviceClass:
             raise _bad(path, "emulated_cpu", f"must name a QEMU CPU model (e.g. cortex-a76, Haswell-noTSX), got {cpu!r}")
     if cpu_spec.on_mismatch == "emulate" and cpu is None:
         raise _bad(path, "cpu.on_mismatch", "is \"emulate\": name the CPU to emulate in emulated_cpu")
+    passes = data.get("disabled_passes", [])
+    if not all(isinstance(p, str) and p.strip() for p in passes):
+        raise _bad(path, "disabled_passes", "must be a list of pass names (strings)")
+    compile_spec = _parse_compile(path, data)
+    if compile_spec is not None and "batch" not in data.get("evaluation", {}):
+        evaluation = dataclasses.replace(evaluation, batch=0)    # compiled shapes are static: no batched calls
     tags = data.get("cost_tags", {})
     for key, value in tags.items():
         if not isinstance(value, str):
@@ -372,7 +415,60 @@ def parse_device_class(path: Path, data: dict) -> DeviceClass:
         evaluation=evaluation,
         emulated_cpu=cpu,
         cpu=cpu_spec,
+        disabled_passes=tuple(passes),
+        compile=compile_spec,
     )
+
+
+_COMPILE_FIELDS = {"target": dict, "opt_level": int}
+_TARGET_FIELDS = {"kind": str, "mcpu": str, "mtriple": str, "mattr": list}
+_TARGET_WORD = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+_TARGET_ATTR = re.compile(r"^[+-][A-Za-z0-9._]{1,32}$")
+TRIPLE_ARCH = {"amd64": "x86_64", "arm64": "aarch64"}     # the first part of a target's mtriple per class arch
+
+
+def _parse_compile(path: Path, data: dict) -> CompileSpec | None:
+    """The [compile] table: required by a runtime that compiles (tvm), refused by the others."""
+    table = data.get("compile")
+    if data["runtime"] not in COMPILED_RUNTIMES:
+        if table is not None:
+            raise _bad(path, "compile", "applies to runtimes that compile the artifact "
+                       f"({', '.join(COMPILED_RUNTIMES)}), not {data['runtime']}")
+        return None
+    if table is None or "target" not in table:
+        raise _bad(path, "compile.target", f"is missing: runtime {data['runtime']} compiles for a target, e.g. "
+                   '[compile] target = {kind = "llvm", mcpu = "haswell"}')
+    for key, value in table.items():
+        if key not in _COMPILE_FIELDS:
+            raise _bad(path, f"compile.{key}", f"is unknown (known: {', '.join(_COMPILE_FIELDS)})")
+        _check_type(path, f"compile.{key}", value, _COMPILE_FIELDS[key])
+    opt_level = table.get("opt_level", 3)
+    if not 0 <= opt_level <= 3:
+        raise _bad(path, "compile.opt_level", f"must be 0 to 3, got {opt_level}")
+    target = table["target"]
+    for key, value in target.items():
+        if key not in _TARGET_FIELDS:
+            raise _bad(path, f"compile.target.{key}", f"is unknown (known: {', '.join(_TARGET_FIELDS)})")
+        _check_type(path, f"compile.target.{key}", value, _TARGET_FIELDS[key])
+        words = value if isinstance(value, list) else [value]
+        pattern = _TARGET_ATTR if key == "mattr" else _TARGET_WORD
+        if not all(isinstance(w, str) and pattern.match(w) for w in words):
+            what = "attribute list (+avx2, -sve)" if key == "mattr" else "name"
+            raise _bad(path, f"compile.target.{key}", f"is not a target {what}: {value!r}")
+    if target.get("kind") != "llvm":
+        raise _bad(path, "compile.target.kind", f"must be \"llvm\" (CPU code), got {target.get('kind')!r}")
+    arch = TRIPLE_ARCH[data["arch"]]
+    triple = target.get("mtriple")
+    if triple is None and arch != "x86_64":
+        raise _bad(path, "compile.target.mtriple", f"is missing: the compile runs on x86_64, so an {data['arch']} "
+                   f"class names its target triple (e.g. {arch}-linux-gnu)")
+    if triple is not None and str(triple).split("-")[0] != arch:
+        raise _bad(path, "compile.target.mtriple", f"is {triple!r}, not an {arch} triple, but the class is "
+                   f"{data['arch']}")
+    if "batch" in data.get("evaluation", {}) and data["evaluation"]["batch"] > data.get("batch_size", 1):
+        raise _bad(path, "evaluation.batch", f"is {data['evaluation']['batch']}, but the compiled shapes are static "
+                   f"at batch_size {data.get('batch_size', 1)}: give 0")
+    return CompileSpec(target=dict(target), opt_level=opt_level)
 
 
 def _parse_cpu(path: Path, table: dict) -> CpuSpec:

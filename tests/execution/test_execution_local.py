@@ -225,3 +225,44 @@ def test_a_partner_call_that_never_returns_cannot_hold_the_run(models, data, tmp
     assert result.ok and len(result.latencies_ns) == 10, result.reason
     assert "loading and warming the partner took over 10 s" in result.extra["paired"]["error"]
     assert took < 60, took
+
+
+# --- optimizer passes switched off (DeviceClass.disabled_passes: tiergate bisect, gate --disable-pass) -----------
+def test_passes_switched_off_are_the_jobs_own_and_the_describe_shows_what_ran(models, data, tmp_path):
+    import dataclasses
+
+    dc = kit.device_class(ONNX_CLASS, batch_size=1)
+    off = dataclasses.replace(dc, disabled_passes=("ConstantFolding", "MatMulAddFusion"))
+    jobs = [Job(off, data, tmp_path / "c", artifact_path=models["mlp"], describe=True),
+            Job(dc, data, tmp_path / "r", artifact_path=models["mlp"], describe=True)]
+    candidate, reference = LocalProcessBackend().run_many(jobs)
+    assert candidate.ok and reference.ok, (candidate.reason, reference.reason)
+    assert candidate.extra["disabled_passes"] == ["ConstantFolding", "MatMulAddFusion"]
+    assert "disabled_passes" not in reference.extra
+    described = {name: json.loads((tmp_path / name / "describe.json").read_text()) for name in ("c", "r")}
+    level = described["r"]["default_level"]
+    ran = {name: [t[0] for t in doc["transformers"][level]] for name, doc in described.items()}
+    assert described["c"]["disabled"] == ["ConstantFolding", "MatMulAddFusion"] and described["r"]["disabled"] == []
+    assert "ConstantFolding" in ran["r"] and "ConstantFolding" not in ran["c"] and "MatMulAddFusion" not in ran["c"]
+    assert all(len(t) == 3 and t[1] >= 1 and 0 <= t[2] <= t[1] for t in described["r"]["transformers"][level])
+    np.testing.assert_allclose(results.load_outputs(tmp_path / "c")["y"], results.load_outputs(tmp_path / "r")["y"],
+                               rtol=1e-5, atol=1e-6)
+
+
+def test_litert_runs_without_xnnpack_when_it_is_switched_off_and_refuses_other_names(tflite_models, tflite_data,
+                                                                                     tmp_path):
+    import dataclasses
+
+    dc = kit.device_class(TFLITE_CLASS, batch_size=1)
+    plain = run_target(dc, None, tflite_data, tmp_path / "plain", artifact_path=tflite_models["fp32"])
+    bare = run_target(dataclasses.replace(dc, disabled_passes=("XNNPACK",)), None, tflite_data, tmp_path / "bare",
+                      artifact_path=tflite_models["fp32"])
+    assert plain.ok and bare.ok, (plain.reason, bare.reason)
+    assert bare.extra["disabled_passes"] == ["XNNPACK"]
+    without, with_delegate = results.load_outputs(tmp_path / "bare"), results.load_outputs(tmp_path / "plain")
+    assert set(without) == set(with_delegate)
+    for name in without:
+        np.testing.assert_allclose(without[name], with_delegate[name], rtol=1e-4, atol=1e-5)
+    wrong = run_target(dataclasses.replace(dc, disabled_passes=("ConstantFolding",)), None, tflite_data,
+                       tmp_path / "wrong", artifact_path=tflite_models["fp32"])
+    assert not wrong.ok and "LiteRT has no pass named ConstantFolding" in wrong.reason

@@ -68,6 +68,9 @@ def test_the_key_names_everything_a_decision_depends_on(files, monkeypatch):
         "base image": dict(build=BuildSettings(base_image="python:3.11-slim-bookworm")),
         "CA bundle": dict(build=BuildSettings(ca_bundle=files / "ca.pem")),
         "profile": dict(profile=True),
+        "a pass switched off": dict(disabled_passes=("ConstantFolding",)),
+        "a device class's passes off": dict(device_classes=(dataclasses.replace(resolve(X86)[0],
+                                                                               disabled_passes=("NchwcTransformer",)),)),
     }
     keys = {what: _key(files, **change) for what, change in changed.items()}
     assert key not in keys.values() and len(set(keys.values())) == len(keys), keys
@@ -122,7 +125,7 @@ def test_every_option_is_defined_once_and_grouped_by_what_it_changes():
         groups.setdefault(o.group, set()).add(o.param)
     in_request_as = {"targets": "device_classes", "policy": "policy", "metric": "metrics", "sample_axis": "sample_axes",
                      "candidate": "candidate", "reference": "reference", "data": "data", "incumbent": "incumbent",
-                     "profile": "profile", "early_stop": "early_stop"}
+                     "profile": "profile", "early_stop": "early_stop", "disable_pass": "disabled_passes"}
     assert {in_request_as[p] for p in groups["request"]} == {f.name for f in dataclasses.fields(GateRequest)}
     assert groups["build"] == {f.name for f in dataclasses.fields(BuildSettings)}
     assert groups["run"] == {"registry_url", "max_parallel", "shards"}

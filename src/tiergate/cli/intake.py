@@ -74,6 +74,15 @@ def runtime_graphs(artifact, classes) -> tuple[dict, list]:
             try:
                 if dc.gpu and "nvidia" not in (client.info().get("Runtimes") or {}):
                     raise EnvironmentProblem(f"engine {dc.docker_host} has no NVIDIA container runtime")
+                if dc.compiled:
+                    graph, problem = compiled_runtime_graph(artifact, dc, client)
+                    if graph is not None:
+                        graphs[dc.name] = graph
+                    else:
+                        notes.append(Finding("runtime-graph", "warning", f"{dc.name}: runtime graph not described "
+                                             f"({problem}); judged on the file only", basis="runtime",
+                                             target=dc.name))
+                    continue
                 image = ensure_runtime_image(dc, client=client)
                 graphs[dc.name] = describe_runtime(artifact, dc, image.tag, client=client)
             finally:
@@ -84,6 +93,27 @@ def runtime_graphs(artifact, classes) -> tuple[dict, list]:
             notes.append(Finding("runtime-graph", "warning", f"{dc.name}: runtime graph not described "
                                  f"({exc}); judged on the file only", basis="runtime", target=dc.name))
     return graphs, notes
+
+
+def compiled_runtime_graph(artifact, dc, client):
+    """(graph, None): what a compiling class (tvm) runs of the artifact, its compile's record (the passes applied,
+    each with the module's fingerprint after it), compiled now or found in the compile cache, at the model's own
+    shapes (a symbolic first dimension at the class's batch size); a model it cannot compile is a refusal in its
+    words. (None, why) when the model's shapes leave dimensions that only evaluation data fix (a gate compiles it)."""
+    from tiergate.compiler import compiled, compiled_graph, static_shapes
+    from tiergate.errors import InputError
+    from tiergate.runtime_graph import RuntimeGraph
+
+    try:
+        static_shapes(dc, artifact)
+    except InputError as exc:
+        return None, exc.one_line()
+    try:
+        return compiled_graph(dc, artifact, compiled_artifact=compiled(dc, artifact, client=client)), None
+    except InputError as exc:
+        return RuntimeGraph(target=dc.name, tier=dc.tier, runtime=dc.runtime, machine=dc.machine,
+                            emulated=dc.emulated, image="", image_id="", artifact_sha256=artifact.sha256, ok=False,
+                            error=exc.one_line(), versions={"tvm": dc.runtime_version}), None
 
 
 def _merged(per_target: list[list]) -> list:
@@ -210,6 +240,9 @@ def _print_runtime(console: Console, graph: dict) -> None:
     if not graph["ok"]:
         console.print(f"[bold red]{title}: the runtime refuses the model:[/] {graph['error']}")
         return
+    if "passes" in graph:
+        _print_passes(console, title, graph)
+        return
     table = Table(title=title)
     placement = ", ".join(f"{ep} {n}" for ep, n in graph["placement"].items())
     if "levels" in graph:
@@ -223,6 +256,26 @@ def _print_runtime(console: Console, graph: dict) -> None:
         for column in ("ops", "placement"):
             table.add_column(column, overflow="fold")
         table.add_row(_op_list(graph["ops"]), placement)
+    console.print(table)
+
+
+def _print_passes(console: Console, title: str, graph: dict) -> None:
+    """A compiled artifact's graph: its compile, and the passes that changed the module (--json lists every one)."""
+    from tiergate.runtime_graph import changed_passes
+
+    record, passes = graph["compile"], graph["passes"]
+    changed = changed_passes(passes)
+    target = json.dumps(record.get("target", {}), sort_keys=True)
+    table = Table(title=title, caption=f"{len(passes)} passes applied, {len(changed)} changed the module; target "
+                                       f"{target}, opt level {record.get('opt_level')}, compiled in "
+                                       f"{record.get('compile_seconds', 0):.1f} s")
+    for column in ("#", "pass that changed the module", "fingerprint after it"):
+        table.add_column(column, overflow="fold")
+    index = {id(p): i for i, p in enumerate(passes)}
+    for p in changed[:40]:
+        table.add_row(str(index[id(p)]), p["name"], p["fingerprint"])
+    if len(changed) > 40:
+        table.add_row("...", f"{len(changed) - 40} more (--json)", "")
     console.print(table)
 
 
@@ -251,33 +304,55 @@ def diff(
     new: Path = typer.Argument(..., help="The artifact after."),
     as_json: bool = typer.Option(False, "--json", help="Print the diff as JSON (docs/json-shapes.md)."),
     target: str = typer.Option(None, "--target", help="Device class(es), comma-separated: also compare the graphs "
-                                                      "each tier's runtime makes, level by level."),
+                                                      "each tier's runtime makes, level by level (a compiling "
+                                                      "class: pass by pass)."),
+    new_disable_pass: list[str] = typer.Option([], "--new-disable-pass",
+                                               help="With --target: the new side's toolchain has this pass switched "
+                                                    "off (repeatable; tiergate gate --disable-pass). Two toolchain "
+                                                    "configurations of one artifact: diff A A --target T "
+                                                    "--new-disable-pass NAME."),
 ) -> None:
     """Compare two artifacts node by node; exit 0 when identical, 1 when different."""
     from tiergate.artifact import load_artifact
     from tiergate.diff import diff_artifacts
+    from tiergate.errors import InputError
+    from tiergate.request import disabled_passes
 
+    if new_disable_pass and not target:
+        raise InputError("--new-disable-pass compares two toolchain configurations on a tier: give --target")
     a, b = load_artifact(old), load_artifact(new)
     result = diff_artifacts(a, b)
     document = {"version": JSON_VERSION, "old": str(old), "new": str(new), **result.to_json()}
+    off = disabled_passes(new_disable_pass)
     if target:
-        document["runtime"] = runtime_diff(a, b, target)
+        document["runtime"] = runtime_diff(a, b, target, off)
+    if off:
+        document["new_disabled_passes"] = list(off)
+        same_everywhere = all(rt["first_difference"] is None for rt in document["runtime"].values())
+        code = EXIT_OK if result.identical and same_everywhere else EXIT_FAIL
+    else:
+        code = EXIT_OK if result.identical else EXIT_FAIL
     if as_json:
         typer.echo(json.dumps(document, indent=1))
     else:
         _print_diff(document)
-    raise typer.Exit(EXIT_OK if result.identical else EXIT_FAIL)
+    raise typer.Exit(code)
 
 
-def runtime_diff(old, new, target: str) -> dict:
-    """Per target: the first optimization level at which the two runtime graphs differ, and per
-    level which fingerprint parts are the same and the op-count deltas."""
+def runtime_diff(old, new, target: str, new_disabled: tuple[str, ...] = ()) -> dict:
+    """Per target: the first optimization level (a compiling class: the first pass) at which the two runtime
+    graphs differ, and per level which fingerprint parts are the same and the op-count deltas. `new_disabled`: the
+    passes the new side's toolchain has switched off."""
+    import dataclasses
+
     from tiergate.runtime_graph import first_difference, level_differences
     from tiergate.targets import resolve
 
     classes = resolve(target)
+    changed = [dataclasses.replace(dc, disabled_passes=tuple(sorted({*dc.disabled_passes, *new_disabled})))
+               for dc in classes]
     graphs_old, _ = runtime_graphs(old, classes)
-    graphs_new, _ = runtime_graphs(new, classes)
+    graphs_new, _ = runtime_graphs(new, changed)
     out = {}
     for name in graphs_old.keys() & graphs_new.keys():
         a, b = graphs_old[name], graphs_new[name]
@@ -311,7 +386,12 @@ def _print_diff(doc: dict) -> None:
                   f"{p['new']['quantized']}/{p['new']['float']}")
     for name, rt in doc.get("runtime", {}).items():
         first = rt["first_difference"]
-        verdict = "the same at every level" if first is None else f"start to differ at level [bold]{first}[/]"
+        if first is None:
+            verdict = "the same at every level"
+        elif str(first).startswith("pass "):
+            verdict = f"start to differ after [bold]{first}[/]"
+        else:
+            verdict = f"start to differ at level [bold]{first}[/]"
         console.print(f"runtime graphs on {name}: {verdict}")
         for level, d in rt["levels"].items():
             if d["op_counts"]:

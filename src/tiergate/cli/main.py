@@ -13,7 +13,7 @@ import sys
 
 from tiergate.errors import EXIT_UNUSABLE, Interrupted, TiergateError, disk_full, is_disk_full
 
-_COMMAND_MODULES = ("doctor", "intake", "gate", "explain", "registry", "demo", "serve", "gc", "attest")
+_COMMAND_MODULES = ("doctor", "intake", "gate", "explain", "bisect", "registry", "demo", "serve", "gc", "attest")
 _APP = None
 
 

@@ -53,7 +53,7 @@ def describe_runtime(artifact, dc, image: str, *, client=None, refresh: bool = F
     try:
         found = client.images.get(image)
         image_id = found.id
-        folder = state.graph_folder(artifact.sha256, image_id, file_sha256(describer_path()), dc.cpu_key)
+        folder = state.graph_folder(artifact.sha256, image_id, file_sha256(describer_path()), dc.graph_key)
         meta = dict(target=dc.name, tier=dc.tier, runtime=dc.runtime, emulated=dc.emulated, image=image,
                     image_id=image_id, artifact_sha256=artifact.sha256)
         if not refresh and state.cached_folder(folder, "runtime graph"):
@@ -124,7 +124,8 @@ def _attempt(client, dc, image: str, artifact, work: Path) -> None:
         spec = DockerBackend(dc.docker_host, gpu=dc.gpu).spec(job, data_volume, out_volume)
         spec.update(entrypoint=python_entrypoint(dc, f"{INPUT_DIR}/tiergate_describe.py"),
                     command=["--runtime", dc.runtime, "--model", model, "--out", "/out",
-                             "--threads", str(dc.threads)])
+                             "--threads", str(dc.threads),
+                             *(arg for name in dc.disabled_passes for arg in ("--disable", name))])
         container = client.containers.create(**spec)
         try:
             reason, log_tail, oom = _run(container, job)

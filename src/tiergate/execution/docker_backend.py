@@ -304,10 +304,12 @@ def upload(client, image: str, volume: str, files: list[tuple[Path, str]], mount
 
 
 def _shareable(jobs: list[Job]) -> bool:
-    """One container can run them: one runtime image, and the files of every artifact but the first at hand."""
+    """One container can run them: one runtime image, and the files of every artifact but the first at hand (a
+    compiled artifact's library is in its own image only: tiergate.compiler)."""
     runtimes = {job.image.runtime_tag or job.image.tag for job in jobs}
-    return len(runtimes) == 1 and all(job.artifact_path is not None and Path(job.artifact_path).is_file()
-                                      for job in jobs[1:])
+    compiled = any(f"{LABEL}.compile.key" in (job.image.labels or {}) for job in jobs)
+    return len(runtimes) == 1 and not compiled and all(job.artifact_path is not None and
+                                                       Path(job.artifact_path).is_file() for job in jobs[1:])
 
 
 def _upload_job(client, image: str, volume: str,

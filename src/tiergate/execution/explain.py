@@ -165,6 +165,9 @@ def explain(candidate: Path, reference: Path, data_path: Path | str, device_clas
         raise InputError("--samples must be at least 1")
     cand_art, ref_art = load_artifact(candidate), load_artifact(reference)
     for dc in device_classes:
+        if dc.compiled:      # a compiled library has no intermediate tensors to dump (docs/tvm.md)
+            raise InputError(f"device class {dc.name} runs a compiled library ({dc.runtime}): explain dumps "
+                             "intermediate tensors that only an interpreting runtime has; name another class")
         for art in (cand_art, ref_art):
             if art.format != dc.artifact_format:
                 raise InputError(f"{art.path}: is {art.format}, but device class {dc.name} runs {dc.runtime}")

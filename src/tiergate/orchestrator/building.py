@@ -2,21 +2,28 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from tiergate import leases
 from tiergate.errors import EnvironmentProblem, TiergateError
 from tiergate.images import LABEL
 from tiergate.orchestrator.types import Progress, RunSpec, say
 
 
-def build_images(specs: list[RunSpec], builder, *, progress: Progress | None = None) -> list[RunSpec]:
+def build_images(specs: list[RunSpec], builder, *, progress: Progress | None = None,
+                 input_shapes: dict | None = None) -> list[RunSpec]:
     """Build (or reuse) the image of each spec; an artifact that cannot be built fails that spec only,
-    an environment problem (engine, base image, pip) raises."""
+    an environment problem (engine, base image, pip) raises. `input_shapes` (EvalData.call_shapes) reach the
+    builder on the intake of a class that compiles the artifact (Intake.input_shapes)."""
     for spec in specs:
         say(progress, f"image for {spec.role} on {spec.device_class.name}")
         spec.image, spec.build_error = None, None
+        item = spec.intake
+        if input_shapes and spec.device_class.compiled:
+            item = dataclasses.replace(item, input_shapes=input_shapes)
         try:
             with leases.using_images():    # found or built, and leased, before any gc can remove it
-                spec.image = check_lineage(builder.build(spec.device_class, spec.intake), spec)
+                spec.image = check_lineage(builder.build(spec.device_class, item), spec)
                 leases.add(spec.image.tag, spec.image.image_id, spec.image.runtime_tag)
         except EnvironmentProblem:     # no engine, no base image, pip or docker build broken: exit 2, no verdict
             raise

@@ -59,10 +59,16 @@ def cached_decision(key: str, inputs: dict) -> Decision | None:
 def decide(outcomes: dict, basis: Basis) -> Decision:
     """The gate decision from saved outcomes (pure computation)."""
     intakes = basis.intakes
-    return evaluate(outcomes["candidate"], outcomes["reference"], {dc.name: dc for dc in basis.device_classes},
-                    basis.policy, basis.data.labels, outcomes.get("incumbent"),
-                    quantized=intakes["candidate"].artifact.is_quantized, metrics=basis.metrics,
-                    carried=carried_outputs(intakes["reference"].artifact))
+    decision = evaluate(outcomes["candidate"], outcomes["reference"], {dc.name: dc for dc in basis.device_classes},
+                        basis.policy, basis.data.labels, outcomes.get("incumbent"),
+                        quantized=intakes["candidate"].artifact.is_quantized, metrics=basis.metrics,
+                        carried=carried_outputs(intakes["reference"].artifact))
+    for name, outcome in sorted(outcomes["candidate"].items()):
+        off = outcome.result.extra.get("disabled_passes") if outcome.result.ok else None
+        if off:
+            decision.notes.append(f"{name}: the candidate ran with these optimizer passes off: {', '.join(off)} "
+                                  "(the reference and the incumbent as the tier runs them)")
+    return decision
 
 
 def decision_inputs(folders: dict[tuple[str, str], Path], basis: Basis) -> dict:

@@ -50,9 +50,19 @@ class DockerBuilder:
     def build(self, device_class: DeviceClass, intake: Intake) -> BuiltImage:
         from tiergate.build import build_image
 
+        compiled = self._compiled(device_class, intake) if device_class.compiled else None
         return build_image(device_class, intake.artifact.path, artifact_sha256=intake.sha256,
                            fingerprint=intake.fingerprint.combined, base_image=self.settings.base_image,
-                           ca_bundle=self.settings.ca_bundle)
+                           ca_bundle=self.settings.ca_bundle, files=compiled.files if compiled else None,
+                           extra_labels=compiled.labels if compiled else None)
+
+    def _compiled(self, device_class: DeviceClass, intake: Intake):
+        """The artifact compiled for the class (tiergate.compiler), at the data's input shapes (intake.input_shapes,
+        set by the building stage)."""
+        from tiergate.compiler import compiled
+
+        return compiled(device_class, intake.artifact, input_shapes=intake.input_shapes,
+                        ca_bundle=self.settings.ca_bundle)
 
     def runtime_image(self, device_class: DeviceClass, client=None) -> tuple[str, str]:
         """(tag, image id) of the class's runtime image (no artifact layer), built when missing."""
@@ -63,7 +73,14 @@ class DockerBuilder:
         return runtime.tag, runtime.image_id
 
     def describe(self, device_class: DeviceClass, intake: Intake, image: BuiltImage):
-        """The runtime graph of the artifact in the class's runtime image (cached by artifact and image)."""
+        """The runtime graph of the artifact in the class's runtime image (cached by artifact and image); for a
+        compiled artifact, what its compile recorded (tiergate.compiler)."""
+        if device_class.compiled:
+            from tiergate.compiler import compiled_graph
+            from tiergate.lint import lint
+
+            graph = compiled_graph(device_class, intake.artifact, image)
+            return graph.to_json(), lint(intake.artifact, device_class, runtime=graph)
         from tiergate.execution.describe import runtime_intake
 
         graph, findings = runtime_intake(intake.artifact, device_class, image.runtime_tag or image.tag)

@@ -18,7 +18,7 @@ from tiergate.orchestrator.intake import check_formats, intake, labels_checked, 
 from tiergate.orchestrator.running import Running, run_checking_labels
 from tiergate.orchestrator.seams import Seams
 from tiergate.orchestrator.types import Basis, RunSpec, say
-from tiergate.request import GateRequest, RunOptions
+from tiergate.request import GateRequest, RunOptions, candidate_class
 
 
 @leases.for_its_life         # the images it uses are leased: no tiergate gc, in any home, removes them meanwhile
@@ -46,9 +46,10 @@ def gate(request: GateRequest, seams: Seams | None = None, options: RunOptions |
         return GateRun(decision, intakes=intakes)
     labels_known = labels_checked(basis.data, intakes)
     partners = tuple(intakes[r] for r in ("reference", "incumbent") if r in intakes)
-    specs = [RunSpec(role, dc, item, profile=request.profile, pair_with=partners if role == "candidate" else ())
+    specs = [RunSpec(role, candidate_class(dc, request) if role == "candidate" else dc, item, profile=request.profile,
+                     pair_with=partners if role == "candidate" else ())
              for role, item in intakes.items() for dc in device_classes]
-    _build(specs, seams, options)
+    _build(specs, seams, options, basis.data.call_shapes())
     how = Running(seams, options, Describing(builder, options.progress))
     early = early_settings(request.policy, device_classes, request.early_stop, basis.data.n_samples, basis.metrics)
     if early:
@@ -81,12 +82,14 @@ def _basis(request: GateRequest, intakes: dict) -> Basis:
     return Basis(intakes, tuple(device_classes), request.policy, data, tuple(metrics))
 
 
-def _build(specs: list[RunSpec], seams: Seams, options: RunOptions) -> None:
-    """Every spec's image, one device class at a time (an environment problem raises)."""
+def _build(specs: list[RunSpec], seams: Seams, options: RunOptions, shapes: dict | None = None) -> None:
+    """Every spec's image, one device class at a time (an environment problem raises); `shapes`: one call's input
+    shapes from the data (EvalData.call_shapes), for the classes that compile the artifact at static shapes."""
     per_class: dict[str, list[RunSpec]] = {}
     for spec in specs:
         per_class.setdefault(spec.device_class.name, []).append(spec)
-    seams.steps.map("build", lambda group: build_images(group, seams.the_builder(), progress=options.progress),
+    seams.steps.map("build", lambda group: build_images(group, seams.the_builder(), progress=options.progress,
+                                                        input_shapes=shapes),
                     list(per_class.values()), limit=1, name=lambda group: group[0].device_class.name)
 
 

@@ -141,7 +141,8 @@ class PendingRuns:
         spec, out = self.pending[key], self.out_dir(key, span)
         stamp = {"started_at": state.now_iso(), "t0": time.monotonic()}
         first = span == self.ranges[0]                  # a run's extras (describe, interleaved calls) go there
-        return Job(self.dc, self.data.path, out, image=spec.image, artifact_path=spec.intake.artifact.path,
+        # the spec's own class: the tier's, or the candidate's with its passes switched off (--disable-pass)
+        return Job(spec.device_class, self.data.path, out, image=spec.image, artifact_path=spec.intake.artifact.path,
                    artifact_sha256=spec.intake.sha256, data_sha256=self.data.sha256, role=spec.role,
                    profile=spec.profile, samples=span if self.sharded else None,
                    eval_batch=self.dc.evaluation.batch, latency_calls=self.latency_calls,

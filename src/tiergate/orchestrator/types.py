@@ -25,6 +25,9 @@ class Intake:
     artifact: Artifact
     fingerprint: Fingerprint
     findings: list[Finding]
+    # one call's shape per input from the evaluation data (EvalData.call_shapes: the sample axis None), handed to
+    # the builder of a class that compiles the artifact at static shapes (building.build_images); else None
+    input_shapes: dict | None = None
 
     @property
     def sha256(self) -> str:
@@ -47,9 +50,10 @@ class RunSpec:
     @property
     def partners(self) -> tuple[Intake, ...]:
         """The artifacts this run's calls are interleaved with: pair_with on a native class whose latency_pairs is
-        set, each once and never its own file (the same file against itself is one run, its ratio 1)."""
+        set, each once and never its own file (the same file against itself is one run, its ratio 1); none where the
+        class compiles its artifacts (each library is in its own image)."""
         dc = self.device_class
-        if dc.emulated or dc.evaluation.latency_pairs <= 0:
+        if dc.emulated or dc.evaluation.latency_pairs <= 0 or dc.compiled:
             return ()
         seen, out = {self.intake.sha256}, []
         for item in self.pair_with:

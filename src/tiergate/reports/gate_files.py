@@ -64,4 +64,6 @@ def runtime_markdown(summary: dict[str, dict]) -> str:
                                                            for n in names if summary[n].get("cpu"))] \
         if any(summary[n].get("cpu") for n in names) else []
     refused = [f"- `{n}`: refused by the runtime: {summary[n]['error']}" for n in names if not summary[n]["ok"]]
-    return "\n".join(lines + [""] + refused) + "\n"
+    compiled = [f"- `{n}`: compiled (TVM): {p['count']} passes applied, {len(p['changed'])} changed the module, final "
+                f"fingerprint `{p['final']}`" for n in names if (p := summary[n].get("passes"))]
+    return "\n".join(lines + [""] + refused + compiled) + "\n"

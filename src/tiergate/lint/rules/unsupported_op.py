@@ -8,7 +8,9 @@ always asked to create a session (no inference): a refusal no node explains (an 
 version or opset newer than it reads, a kernel its registry lists but cannot build, a
 locale a kernel needs at start) is one error on the model, in the runtime's words.
 With the tier's runtime graph described, its own session decides. TFLite: custom and
-Flex ops (error), and builtins the XNNPACK delegate does not take (warning).
+Flex ops (error), and builtins the XNNPACK delegate does not take (warning). TVM (a class that
+compiles the ONNX model): the compile decides; a model it cannot import or compile is the tier's
+refusal (error, in TVM's words), else nothing.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ RULE = "unsupported-op"
 SEVERITY = "error"
 DESCRIPTION = "op (or model) the device class's runtime cannot run natively (falls back or fails)"
 
-_FORMAT_OF_RUNTIME = {"onnxruntime": "onnx", "onnxruntime-gpu": "onnx", "tflite": "tflite"}
+_FORMAT_OF_RUNTIME = {"onnxruntime": "onnx", "onnxruntime-gpu": "onnx", "tflite": "tflite", "tvm": "onnx"}
 _DEFAULT_RUNTIME = {"onnx": "onnxruntime", "tflite": "tflite"}
 
 
@@ -34,12 +36,15 @@ def check(ctx) -> list:
     described = ctx.runtime
     if described is not None and not described.ok:
         version = ", ".join(f"{k} {v}" for k, v in described.versions.items()) or runtime
-        words = ort_coverage.runtime_words(described.error) if artifact.format == "onnx" else described.error
+        ort = artifact.format == "onnx" and runtime != "tvm"     # onnxruntime's words (TVM's are its compile's)
+        words = ort_coverage.runtime_words(described.error) if ort else described.error
         why = ort_coverage.why_refused(words, described.versions.get("onnxruntime") or "(version not reported)") \
-            if artifact.format == "onnx" else ""
+            if ort else ""
         return [_runtime_finding(ctx, ctx.finding(
             RULE, "error", f"tier {described.tier} ({described.target}, {version}, {described.machine}) "
                            f"refuses the model: " + (f"{why} (it says: {words})" if why else words)))]
+    if runtime == "tvm":
+        return []     # TVM's frontend and compile decide (a model they refuse is a refusal above), not ORT's kernels
     if artifact.format == "tflite":
         return _tflite_described(ctx) if described is not None else _tflite(ctx)
     if described is not None:

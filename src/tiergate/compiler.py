@@ -1,0 +1,325 @@
+"""The build step's compile stage, for device classes whose runtime compiles the artifact (tvm; docs/tvm.md).
+
+- the compiler image: containers/tvm/compiler.Dockerfile on the amd64 base, with the TVM version of the class
+  (containers/tvm/requirements.txt rendered with its runtime_version, wheels installed on the host as for runtime
+  images), gcc and the aarch64 cross linker; tagged by a content hash of everything in it and reused, built on
+  demand (`ensure_compiler_image`);
+- the compile: containers/tvm/tiergate_tvm_compile.py in a container of that image (no network), the model copied
+  in, `model.so` and `tvm-meta.json` (the passes applied, with the structural hash of the module after each) read
+  back (`compiled`). Static input shapes come from the evaluation data (`static_shapes`: the sample axis at the
+  class's batch_size), else from the model itself;
+- the compile cache: `state.compiled_folder(compile_key(...))`, keyed by the artifact's sha256, the compiler image
+  (TVM version and lock, recipe, script, base), the target, the opt level, the passes switched off and the static
+  shapes; written whole or not at all and sealed (state.publish_folder).
+
+A model TVM cannot make static, import or compile raises InputError with TVM's reason (that tier's build fails:
+a failed run, never a crash); a compiler image that cannot be built is an EnvironmentProblem (exit 2).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import tarfile
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+
+import docker
+import requests
+
+from tiergate import state
+from tiergate.build import (_digest, _docker_build, _local_image, _reusable, base_python_version, ca_bundle_bytes,
+                            download_wheels, ensure_base_image, install_on_host, normalise_modes, render_lock)
+from tiergate.errors import EnvironmentProblem, InputError
+from tiergate.hashing import file_sha256
+from tiergate.images import LABEL
+from tiergate.paths import containers_dir
+from tiergate.targets import DeviceClass
+
+RECIPE, SCRIPT, LOCK = "tvm/compiler.Dockerfile", "tvm/tiergate_tvm_compile.py", "tvm/requirements.txt"
+LIBRARY, META, ERROR = "model.so", "tvm-meta.json", "error.json"      # what the compile script writes
+COMPILER_BASE = "tiergate/base:bookworm-amd64"    # the compile runs on x86_64 (cross-linking for aarch64)
+COMPILE_TIMEOUT_S = 1800
+COMPILE_MEMORY = "8g"
+MODEL_FORMAT = "tvm-library"          # the artifact image's model.format label for a compiled library
+KEY_LABEL = f"{LABEL}.compile.key"
+
+
+@dataclass(frozen=True)
+class CompilerImage:
+    tag: str
+    image_id: str
+    reused: bool
+
+
+@dataclass(frozen=True)
+class Compiled:
+    """An artifact compiled for a class: its cache folder (model.so, tvm-meta.json) and what the compile recorded."""
+
+    key: str
+    folder: Path
+    meta: dict
+    compiler: str            # the compiler image's tag
+    reused: bool
+    seconds: float           # this call's wall time
+
+    @property
+    def files(self) -> list[Path]:
+        """What the artifact image holds: the library first (the harness's --model), its record beside it."""
+        return [self.folder / LIBRARY, self.folder / META]
+
+    @property
+    def labels(self) -> dict[str, str]:
+        meta = self.meta
+        return {KEY_LABEL: self.key, f"{LABEL}.compile.compiler": self.compiler,
+                f"{LABEL}.compile.target": json.dumps(meta.get("target", {}), sort_keys=True),
+                f"{LABEL}.compile.opt_level": str(meta.get("opt_level", "")),
+                f"{LABEL}.compile.disabled_passes": json.dumps(meta.get("disabled_passes", [])),
+                f"{LABEL}.compile.passes": str(len(meta.get("passes", []))),
+                f"{LABEL}.model.format": MODEL_FORMAT}
+
+
+# --- static shapes ---------------------------------------------------------------------------------------------
+
+
+def static_shapes(dc: DeviceClass, artifact, input_shapes: dict | None = None) -> dict[str, list[int]]:
+    """Each model input's static shape for the compile: the data's (`input_shapes`, EvalData.call_shapes: the sample
+    axis at the class's batch_size), else the model's own, a symbolic first dimension at batch_size. InputError when a
+    dimension stays unknown (the gate knows it from the data; inspect cannot)."""
+    out = {}
+    for spec in artifact.inputs:
+        given = (input_shapes or {}).get(spec.name)
+        if given is not None:
+            out[spec.name] = [dc.batch_size if d is None else int(d) for d in given]
+            continue
+        shape = [d if isinstance(d, int) and d > 0 else (dc.batch_size if i == 0 else None)
+                 for i, d in enumerate(spec.shape)]
+        if any(d is None for d in shape):
+            dims = ", ".join(str(d) if isinstance(d, int) else (d or "?") for d in spec.shape)
+            raise InputError(f"{dc.name}: TVM compiles static shapes, and input {spec.name!r} [{dims}] has "
+                             "dimensions that only evaluation data fix (tiergate gate takes them from its --data)")
+        out[spec.name] = shape
+    return out
+
+
+def compile_key(dc: DeviceClass, artifact_sha256: str, shapes: dict, compiler_tag: str) -> str:
+    """The compile cache's key: everything that can change the library (docs/tvm.md)."""
+    spec = dc.compile
+    return _digest([compiler_tag, artifact_sha256, json.dumps(spec.target, sort_keys=True), str(spec.opt_level),
+                    json.dumps(sorted(dc.disabled_passes)), json.dumps(shapes, sort_keys=True)])[:32]
+
+
+# --- the compiler image ----------------------------------------------------------------------------------------
+
+
+def compiler_base(dc: DeviceClass) -> str:
+    """The compiler image's base: an amd64 class's own, else the offline amd64 base (scripts/setup)."""
+    return (dc.base_image or COMPILER_BASE) if dc.arch == "amd64" else COMPILER_BASE
+
+
+def ensure_compiler_image(dc: DeviceClass, *, client, ca_bundle: Path | None = None) -> CompilerImage:
+    """The compiler image for the class's TVM version, built once (content-hash tag, like runtime images)."""
+    recipe, script, lock_file = (containers_dir() / p for p in (RECIPE, SCRIPT, LOCK))
+    for path in (recipe, script, lock_file):
+        if not path.is_file():
+            raise EnvironmentProblem(f"{dc.name}: the TVM compiler's {path} is missing")
+    base = compiler_base(dc)
+    # what build's base-image and wheel helpers read of a class, for the compiler's own platform
+    amd64 = SimpleNamespace(runtime="tvm-compiler", machine="x86_64", arch="amd64", name=dc.name,
+                            platform="linux/amd64")
+    base_id = ensure_base_image(client, base, amd64)
+    python = base_python_version(client, base, base_id)
+    lock = render_lock(lock_file, dc)
+    digest = _digest([file_sha256(recipe), file_sha256(script), lock, base, base_id, python])
+    tag = f"tiergate/tvm-compiler:{digest[:20]}"
+    labels = {f"{LABEL}.compiler": "tvm", f"{LABEL}.compiler.lock": hashlib.sha256(lock.encode()).hexdigest(),
+              f"{LABEL}.base_image": base, f"{LABEL}.runtime.version": dc.runtime_version}
+    found = _local_image(client, tag)
+    if _reusable(found, tag, labels):
+        return CompilerImage(tag, found.id, True)
+    with tempfile.TemporaryDirectory(prefix="tiergate-tvm-compiler-") as tmp:
+        ctx = Path(tmp)
+        shutil.copyfile(recipe, ctx / "Dockerfile")
+        shutil.copyfile(script, ctx / Path(SCRIPT).name)
+        cert = None
+        if ca_bundle is not None:
+            cert = ctx / "ca-bundle.crt"
+            cert.write_bytes(ca_bundle_bytes(ca_bundle))
+        wheels = download_wheels(lock, amd64, python, cert)
+        install_on_host(lock, wheels, amd64, python, ctx / "site-packages")
+        if cert is not None:
+            cert.unlink()
+        normalise_modes(ctx)
+        image = _docker_build(client, ctx, tag, {"BASE_IMAGE": base}, labels, network="host")   # apt-get
+    return CompilerImage(tag, image.id, False)
+
+
+# --- the compile -----------------------------------------------------------------------------------------------
+
+
+def compiled(dc: DeviceClass, artifact, *, input_shapes: dict | None = None, client=None,
+             ca_bundle: Path | None = None) -> Compiled:
+    """`artifact` (a loaded Artifact) compiled for `dc`, from the compile cache or made now (InputError when TVM
+    cannot compile it)."""
+    from tiergate.execution.engine import connect, with_retries
+
+    if dc.compile is None:
+        raise InputError(f"{dc.name}: runtime {dc.runtime} does not compile its artifact")
+    t0 = time.monotonic()
+    own = client is None
+    client = client or with_retries(lambda: connect(dc.docker_host), what=f"connecting to {dc.docker_host}")
+    try:
+        shapes = static_shapes(dc, artifact, input_shapes)
+        image = ensure_compiler_image(dc, client=client, ca_bundle=ca_bundle)
+        key = compile_key(dc, artifact.sha256, shapes, image.tag)
+        folder = state.compiled_folder(key)
+        with state.key_lock(f"compile-{key}"):        # one compile of a key at a time, across gates
+            if state.cached_folder(folder, "compiled library"):
+                return Compiled(key, folder, read_meta(folder), image.tag, True, time.monotonic() - t0)
+            staging = state.part_path(folder)
+            shutil.rmtree(staging, ignore_errors=True)
+            staging.mkdir(parents=True)
+            try:
+                _compile(client, image, dc, artifact, shapes, staging)
+                state.publish_folder(staging, folder)
+            finally:
+                shutil.rmtree(staging, ignore_errors=True)
+            return Compiled(key, folder, read_meta(folder), image.tag, False, time.monotonic() - t0)
+    finally:
+        if own:
+            client.close()
+
+
+def read_meta(folder: Path) -> dict:
+    try:
+        return json.loads((Path(folder) / META).read_text())
+    except (OSError, ValueError) as exc:
+        raise InputError(f"{folder}: no readable {META} ({exc})") from None
+
+
+def _compile(client, image: CompilerImage, dc: DeviceClass, artifact, shapes: dict, work: Path) -> None:
+    """One compile container: the model in, model.so and tvm-meta.json (or error.json) out, into `work`."""
+    from tiergate.execution import janitor
+
+    spec = dc.compile
+    command = ["--model", f"/in/model{Path(artifact.path).suffix}", "--out", "/out",
+               "--target", json.dumps(spec.target, sort_keys=True), "--opt-level", str(spec.opt_level)]
+    command += [arg for name in sorted(dc.disabled_passes) for arg in ("--disable-pass", name)]
+    command += [f"--shape={name}={','.join(map(str, dims))}" for name, dims in sorted(shapes.items())]
+    try:
+        container = client.containers.create(
+            image.image_id, command=command, network_mode="none", user="65534:65534", init=True,
+            tmpfs={"/tmp": "rw,nosuid,nodev,size=1g,mode=1777"}, cap_drop=["ALL"],
+            security_opt=["no-new-privileges"], mem_limit=COMPILE_MEMORY, memswap_limit=COMPILE_MEMORY,
+            labels={f"{LABEL}.compile": dc.name, **janitor.owner_labels()})
+    except docker.errors.DockerException as exc:
+        raise EnvironmentProblem(f"{dc.name}: the TVM compile container could not be created: {_one_line(exc)}") \
+            from None
+    try:
+        if not container.put_archive("/in", _model_tar(artifact)):
+            raise EnvironmentProblem(f"{dc.name}: could not copy the model into the TVM compile container")
+        container.start()
+        try:
+            code = container.wait(timeout=COMPILE_TIMEOUT_S)["StatusCode"]
+        except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError):
+            container.kill()
+            raise InputError(f"{dc.name}: TVM's compile of {Path(artifact.path).name} ran past "
+                             f"{COMPILE_TIMEOUT_S} s") from None
+        container.reload()
+        _fetch(container, work)
+        log = container.logs(tail=20).decode("utf-8", "replace")
+        oom = bool(container.attrs["State"].get("OOMKilled"))
+    except docker.errors.DockerException as exc:
+        raise EnvironmentProblem(f"{dc.name}: the TVM compile container failed: {_one_line(exc)}") from None
+    finally:
+        try:
+            container.remove(force=True)
+        except docker.errors.DockerException:
+            pass
+    name = Path(artifact.path).name
+    if (work / ERROR).is_file():
+        try:
+            why = str(json.loads((work / ERROR).read_text()).get("error", ""))
+        except (OSError, ValueError, AttributeError):
+            why = ""
+        raise InputError(f"{dc.name}: TVM cannot compile {name}: {why or _last(log)}")
+    if oom:
+        raise InputError(f"{dc.name}: TVM's compile of {name} ran out of memory ({COMPILE_MEMORY})")
+    if code != 0 or not (work / META).is_file() or not (work / LIBRARY).is_file():
+        raise InputError(f"{dc.name}: TVM's compile of {name} exited with code {code}: {_last(log)}")
+
+
+def _model_tar(artifact) -> bytes:
+    """The model (named model.onnx) and its external-data files (their own names), readable by anyone."""
+    path = Path(artifact.path)
+    files = [(path, f"model{path.suffix}")] + [(path.parent / loc, loc) for loc in artifact.external_data]
+    with tempfile.TemporaryFile() as buf:
+        with tarfile.open(fileobj=buf, mode="w") as tar:
+            for source, name in files:
+                info = tar.gettarinfo(str(source), arcname=name)
+                info.uid = info.gid = 0
+                info.uname = info.gname = "root"
+                info.mode = 0o444
+                with open(source, "rb") as fh:
+                    tar.addfile(info, fh)
+        buf.seek(0)
+        return buf.read()
+
+
+def _fetch(container, work: Path) -> None:
+    """The compile's files from /out (only the names it writes)."""
+    stream, _ = container.get_archive("/out/.")
+    with tempfile.TemporaryFile() as buf:
+        for chunk in stream:
+            buf.write(chunk)
+        buf.seek(0)
+        with tarfile.open(fileobj=buf, mode="r") as tar:
+            for member in tar.getmembers():
+                name = Path(member.name).name
+                if member.isfile() and name in (LIBRARY, META, ERROR):
+                    with tar.extractfile(member) as src, open(work / name, "wb") as dst:
+                        shutil.copyfileobj(src, dst)
+
+
+def _last(log: str) -> str:
+    lines = [line.strip() for line in log.splitlines() if line.strip()]
+    return lines[-1][:400] if lines else "no output"
+
+
+def _one_line(exc) -> str:
+    return " ".join(str(exc).split())[:400]
+
+
+# --- what a tier runs of a compiled artifact ----------------------------------------------------------------------
+
+
+def describe_doc(meta: dict, machine: str = "") -> dict:
+    """The describe.json of a compiled artifact, made on the host from its compile record (the describer in a run's
+    container writes the same from the record beside the library)."""
+    return {"ok": True, "runtime": "tvm", "machine": machine, "error": "", "tvm": meta,
+            "versions": {"tvm": meta.get("tvm_version", "")}}
+
+
+def compiled_graph(dc: DeviceClass, artifact, image=None, compiled_artifact: Compiled | None = None):
+    """The RuntimeGraph of a compiled artifact on its class: from the compile cache's record of the image's compile
+    (its compile-key label) or of `compiled_artifact`. InputError when the record is gone (tiergate gc)."""
+    from tiergate.runtime_graph import parse_describe
+
+    if compiled_artifact is not None:
+        folder, image_ref, image_id = compiled_artifact.folder, "", ""
+    else:
+        key = (image.labels or {}).get(KEY_LABEL) if image is not None else None
+        if not key:
+            raise InputError(f"{dc.name}: the image {getattr(image, 'tag', '?')} names no compile of the artifact")
+        folder, image_ref, image_id = state.compiled_folder(key), image.tag, image.image_id
+        if not state.cached_folder(folder, "compiled library"):
+            raise InputError(f"{dc.name}: the compile record of {Path(artifact.path).name} is no longer cached")
+    with tempfile.TemporaryDirectory(prefix="tiergate-compiled-graph-") as tmp:
+        (Path(tmp) / "describe.json").write_text(json.dumps(describe_doc(read_meta(folder), dc.machine)))
+        return parse_describe(Path(tmp), target=dc.name, tier=dc.tier, runtime=dc.runtime, emulated=dc.emulated,
+                              image=image_ref, image_id=image_id, artifact_sha256=artifact.sha256, seconds=0.0,
+                              cached=True)

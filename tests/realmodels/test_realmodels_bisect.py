@@ -1,0 +1,54 @@
+"""tiergate bisect on a real case: PaddleOCR's direction classifier quantized s8s8 (kit.int8_s8s8) loses accuracy
+on an AVX2 edge x86 (emulated Haswell, whatever this host has): bisect names the onnxruntime graph transformer
+behind it, searching the transformers the tier's own runtime reports changing the candidate's graph.
+
+The check is the output's cosine with the FP32 reference (policy agreement = "gate", min_cosine 0.98): on 24
+lines it fails beyond doubt with every pass on (about 0.82) and passes with the culprit off (about 0.99: what is
+left is the quantization's own error), where the accuracy ratio needs 72 lines or more to decide (see
+test_realmodels_cpu.py). Each step is a cached gate of the candidate alone: the FP32 reference runs once. --first:
+the search from the last pass only (7 gates of about a minute here); the search from the first pass, which names
+ConstantFolding as another link of the same chain, is the fakes' test (tests/bisect)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from tiergate.cli.main import main
+
+from . import kit
+
+pytestmark = [pytest.mark.realmodels, pytest.mark.docker, pytest.mark.emulated, pytest.mark.slow]
+AVX2 = "x86_64-avx2-onnxruntime"
+LINES = 24
+
+
+@pytest.fixture(scope="module")
+def case(real_model, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("bisect")
+    source = real_model("paddleocr_cls")
+    x, y = kit.text_lines(72, seed=0)
+    np.savez(folder / "lines.npz", x=x[:LINES], labels=y[:LINES])
+    calibration, _ = kit.text_lines(64, seed=1)
+    policy = folder / "policy.toml"
+    policy.write_text('[defaults]\nagreement = "gate"\nmin_cosine = 0.98\nmin_sqnr_db = false\n')
+    return {"candidate": kit.int8_s8s8(source, folder, calibration), "reference": source,
+            "data": folder / "lines.npz", "policy": policy}
+
+
+def test_bisect_names_the_qdq_transformer_on_the_avx2_tier(case, realmodels_home, capsys):
+    code = main(["bisect", "-c", str(case["candidate"]), "-r", str(case["reference"]), "-d", str(case["data"]),
+                 "--target", AVX2, "--policy", str(case["policy"]), "--first", "--shards", "2", "--json"])
+    out, err = capsys.readouterr()
+    doc = json.loads(out)
+    assert code == 0 and doc["status"] == "found", (doc, err[-2000:])
+    assert doc["culprits"] == ["QDQSelectorActionTransformer"] and doc["alternatives"] == [], doc
+    assert doc["check"]["label"].startswith("cosine")
+    assert doc["check"]["before"] < 0.95 < 0.98 <= doc["check"]["after"]
+    assert "QDQSelectorActionTransformer" in doc["searched"] and len(doc["searched"]) >= 4
+    steps = doc["steps"]
+    assert steps[0]["applied"] == [] and steps[0]["outcome"] == "fail"
+    assert steps[1]["applied"] == doc["searched"] and steps[1]["outcome"] == "pass"
+    assert len(steps) <= 2 + 2 * int(np.ceil(np.log2(len(doc["searched"])))) + 1

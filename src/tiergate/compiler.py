@@ -255,19 +255,10 @@ def _compile(client, image: CompilerImage, dc: DeviceClass, artifact, shapes: di
 
 def _model_tar(artifact) -> bytes:
     """The model (named model.onnx) and its external-data files (their own names), readable by anyone."""
+    from tiergate.execution.docker_backend import readonly_tar
+
     path = Path(artifact.path)
-    files = [(path, f"model{path.suffix}")] + [(path.parent / loc, loc) for loc in artifact.external_data]
-    with tempfile.TemporaryFile() as buf:
-        with tarfile.open(fileobj=buf, mode="w") as tar:
-            for source, name in files:
-                info = tar.gettarinfo(str(source), arcname=name)
-                info.uid = info.gid = 0
-                info.uname = info.gname = "root"
-                info.mode = 0o444
-                with open(source, "rb") as fh:
-                    tar.addfile(info, fh)
-        buf.seek(0)
-        return buf.read()
+    return readonly_tar([(path, f"model{path.suffix}")] + [(path.parent / loc, loc) for loc in artifact.external_data])
 
 
 def _fetch(container, work: Path) -> None:

@@ -287,20 +287,26 @@ def upload(client, image: str, volume: str, files: list[tuple[Path, str]], mount
     helper = client.containers.create(image, entrypoint=["true"], command=[], network_mode="none",
                                       labels=janitor.owner_labels(), volumes={volume: {"bind": mount, "mode": "rw"}})
     try:
-        with tempfile.TemporaryFile() as buf:
-            with tarfile.open(fileobj=buf, mode="w") as tar:
-                for path, name in files:
-                    info = tar.gettarinfo(str(path), arcname=name)
-                    info.uid = info.gid = 0
-                    info.uname = info.gname = "root"
-                    info.mode = 0o444
-                    with open(path, "rb") as fh:
-                        tar.addfile(info, fh)
-            buf.seek(0)
-            if not helper.put_archive(mount, buf.read()):
-                raise InfrastructureFault(f"could not copy {', '.join(n for _, n in files)} into the job's volume")
+        if not helper.put_archive(mount, readonly_tar(files)):
+            raise InfrastructureFault(f"could not copy {', '.join(n for _, n in files)} into the job's volume")
     finally:
         helper.remove(force=True)
+
+
+def readonly_tar(files: list[tuple[Path, str]]) -> bytes:
+    """A tar of files (host path, name in it) owned by root and readable by anyone (0444), whatever their owner and
+    modes on the host: what a container's unprivileged user reads."""
+    with tempfile.TemporaryFile() as buf:
+        with tarfile.open(fileobj=buf, mode="w") as tar:
+            for path, name in files:
+                info = tar.gettarinfo(str(path), arcname=name)
+                info.uid = info.gid = 0
+                info.uname = info.gname = "root"
+                info.mode = 0o444
+                with open(path, "rb") as fh:
+                    tar.addfile(info, fh)
+        buf.seek(0)
+        return buf.read()
 
 
 def _shareable(jobs: list[Job]) -> bool:

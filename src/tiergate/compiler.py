@@ -21,7 +21,6 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-import tarfile
 import tempfile
 import time
 from dataclasses import dataclass
@@ -262,18 +261,10 @@ def _model_tar(artifact) -> bytes:
 
 
 def _fetch(container, work: Path) -> None:
-    """The compile's files from /out (only the names it writes)."""
-    stream, _ = container.get_archive("/out/.")
-    with tempfile.TemporaryFile() as buf:
-        for chunk in stream:
-            buf.write(chunk)
-        buf.seek(0)
-        with tarfile.open(fileobj=buf, mode="r") as tar:
-            for member in tar.getmembers():
-                name = Path(member.name).name
-                if member.isfile() and name in (LIBRARY, META, ERROR):
-                    with tar.extractfile(member) as src, open(work / name, "wb") as dst:
-                        shutil.copyfileobj(src, dst)
+    """The compile's files from /out (only the names it writes), within the output limit (docker_backend.download)."""
+    from tiergate.execution.docker_backend import download
+
+    download(container, work, lambda name: name in (LIBRARY, META, ERROR))
 
 
 def _last(log: str) -> str:

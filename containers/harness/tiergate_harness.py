@@ -247,8 +247,6 @@ class OnnxRunner:
         self.output_names = [o.name for o in self.session.get_outputs()]
         self.versions = {"onnxruntime": ort.__version__}
         self.extra = {"providers": self.session.get_providers()}
-        if disabled:
-            self.extra["disabled_passes"] = sorted(disabled)
 
     def batch_size(self, wanted, axes):
         sizes = [batch_for(i.shape[axes.get(i.name, 0)], wanted) for i in self.inputs
@@ -302,8 +300,6 @@ class TfliteRunner:
         self.output_names = [o["name"] for o in self.outputs]
         self.versions = {"ai-edge-litert": getattr(ai_edge_litert, "__version__", "")}
         self.extra = {"dequantized_outputs": [o["name"] for o in self.outputs if _quantized(o)]}
-        if disabled:
-            self.extra["disabled_passes"] = sorted(disabled)
         self.current = None
         self.axes = {}
 
@@ -415,8 +411,6 @@ class TvmRunner:
         self.versions = {"tvm": tvm.__version__}
         self.extra = {"tvm": {"target": meta.get("target"), "opt_level": meta.get("opt_level"),
                               "passes": len(meta.get("passes", []))}}
-        if disabled:
-            self.extra["disabled_passes"] = disabled
 
     def batch_size(self, wanted, axes):
         """The compiled batch, whatever is wanted (static shapes: a larger --eval-batch is never taken)."""
@@ -629,7 +623,9 @@ def write(args, runner, batch, n, outputs, latencies):
         "n_samples": n,
         "warmup": args.warmup,
         "latencies_ns": [int(x) for x in latencies],
-        "extra": {**runner.extra, "clock": "time.monotonic_ns"},
+        "extra": {**runner.extra, "clock": "time.monotonic_ns",
+                  **({"disabled_passes": sorted(args.disabled_passes)} if getattr(args, "disabled_passes", None)
+                     else {})},
         "device": getattr(runner, "device", {}),
     }
     write_json(os.path.join(args.out, "result.json"), result)

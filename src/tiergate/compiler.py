@@ -31,8 +31,9 @@ import docker
 import requests
 
 from tiergate import state
-from tiergate.build import (_digest, _docker_build, _local_image, _reusable, base_python_version, ca_bundle_bytes,
-                            download_wheels, ensure_base_image, install_on_host, normalise_modes, render_lock)
+from tiergate.build import (_digest, _docker_build, _local_image, _one_line, _reusable, base_python_version,
+                            ca_bundle_bytes, download_wheels, ensure_base_image, install_on_host, normalise_modes,
+                            render_lock)
 from tiergate.errors import EnvironmentProblem, InputError
 from tiergate.hashing import file_sha256
 from tiergate.images import LABEL
@@ -272,10 +273,6 @@ def _last(log: str) -> str:
     return lines[-1][:400] if lines else "no output"
 
 
-def _one_line(exc) -> str:
-    return " ".join(str(exc).split())[:400]
-
-
 # --- what a tier runs of a compiled artifact ----------------------------------------------------------------------
 
 
@@ -289,7 +286,7 @@ def describe_doc(meta: dict, machine: str = "") -> dict:
 def compiled_graph(dc: DeviceClass, artifact, image=None, compiled_artifact: Compiled | None = None):
     """The RuntimeGraph of a compiled artifact on its class: from the compile cache's record of the image's compile
     (its compile-key label) or of `compiled_artifact`. InputError when the record is gone (tiergate gc)."""
-    from tiergate.runtime_graph import parse_describe
+    from tiergate.runtime_graph import from_describe
 
     if compiled_artifact is not None:
         folder, image_ref, image_id = compiled_artifact.folder, "", ""
@@ -300,8 +297,6 @@ def compiled_graph(dc: DeviceClass, artifact, image=None, compiled_artifact: Com
         folder, image_ref, image_id = state.compiled_folder(key), image.tag, image.image_id
         if not state.cached_folder(folder, "compiled library"):
             raise InputError(f"{dc.name}: the compile record of {Path(artifact.path).name} is no longer cached")
-    with tempfile.TemporaryDirectory(prefix="tiergate-compiled-graph-") as tmp:
-        (Path(tmp) / "describe.json").write_text(json.dumps(describe_doc(read_meta(folder), dc.machine)))
-        return parse_describe(Path(tmp), target=dc.name, tier=dc.tier, runtime=dc.runtime, emulated=dc.emulated,
-                              image=image_ref, image_id=image_id, artifact_sha256=artifact.sha256, seconds=0.0,
-                              cached=True)
+    return from_describe(describe_doc(read_meta(folder), dc.machine), None, target=dc.name, tier=dc.tier,
+                         runtime=dc.runtime, emulated=dc.emulated, image=image_ref, image_id=image_id,
+                         artifact_sha256=artifact.sha256, seconds=0.0, cached=True)

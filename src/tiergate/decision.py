@@ -313,16 +313,24 @@ def runtime_summary(runtime: dict[str, dict]) -> dict[str, dict]:
     return summary
 
 
+def changed_passes(passes: list[dict]) -> list[dict]:
+    """A compile's passes ({"name", "fingerprint"} in order) after which the module's fingerprint changed (the
+    first pass always), in order: the record's summary here, bisect's search and inspect's table
+    (runtime_graph re-exports it)."""
+    out, last = [], None
+    for p in passes:
+        if p["fingerprint"] != last:
+            out.append(p)
+        last = p["fingerprint"]
+    return out
+
+
 def pass_summary(passes: list[dict]) -> dict:
     """A compiled tier's passes kept small for the record: how many were applied, a digest of the whole list, the
     module's final fingerprint, and the passes that changed the module as [name, fingerprint] in order."""
     import hashlib
 
-    changed, last = [], None
-    for p in passes:
-        if p["fingerprint"] != last:
-            changed.append([p["name"], p["fingerprint"]])
-        last = p["fingerprint"]
+    changed = [[p["name"], p["fingerprint"]] for p in changed_passes(passes)]
     digest = hashlib.sha256("\n".join(f"{p['name']} {p['fingerprint']}" for p in passes).encode()).hexdigest()
     return {"count": len(passes), "sha256": digest, "final": passes[-1]["fingerprint"], "changed": changed}
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tiergate.artifact.model import Artifact
+from tiergate.decision import changed_passes      # its one home is light (decision.pass_summary uses it too)
 from tiergate.errors import InputError
 from tiergate.fingerprint import Fingerprint, fingerprint
 from tiergate.images import DESCRIBE_FILE  # noqa: F401 - the one name of the describer's file (importers use it)
@@ -126,6 +127,15 @@ def parse_describe(folder: Path, *, target: str, tier: str, runtime: str, emulat
         doc = json.loads((folder / DESCRIBE_FILE).read_text())
     except (OSError, json.JSONDecodeError) as exc:
         raise InputError(f"{folder}: no readable {DESCRIBE_FILE} from the runtime describer ({exc})") from None
+    return from_describe(doc, folder, target=target, tier=tier, runtime=runtime, emulated=emulated, image=image,
+                         image_id=image_id, artifact_sha256=artifact_sha256, seconds=seconds, cached=cached)
+
+
+def from_describe(doc: dict, folder: Path | None, *, target: str, tier: str, runtime: str, emulated: bool,
+                  image: str, image_id: str, artifact_sha256: str, seconds: float | None = None,
+                  cached: bool = False) -> RuntimeGraph:
+    """A RuntimeGraph from a describe.json document; `folder` holds the optimized models it names (onnxruntime),
+    None where it names none (a compile's record made on the host: compiler.compiled_graph)."""
     graph = RuntimeGraph(target=target, tier=tier, runtime=runtime, machine=doc.get("machine", ""),
                          emulated=emulated, image=image, image_id=image_id, artifact_sha256=artifact_sha256,
                          ok=bool(doc.get("ok")), error=doc.get("error", ""), versions=doc.get("versions", {}),
@@ -190,16 +200,6 @@ def modified_by(graph: dict) -> list[str]:
         return list(dict.fromkeys(p["name"] for p in changed_passes(graph.get("passes") or [])))
     level = graph.get("default_level", "all")
     return [name for name, _, modified in (graph.get("transformers") or {}).get(level, []) if modified]
-
-
-def changed_passes(passes: list[dict]) -> list[dict]:
-    """The passes after which the module's fingerprint changed (the first pass always), in order."""
-    out, last = [], None
-    for p in passes:
-        if p["fingerprint"] != last:
-            out.append(p)
-        last = p["fingerprint"]
-    return out
 
 
 def first_pass_difference(old: list[dict], new: list[dict]) -> int | None:

@@ -13,7 +13,8 @@ and exports the library for the target's architecture (a cross linker for aarch6
                    "fingerprint"}] in the order applied), "static_seconds", "import_seconds", "compile_seconds"
                    (tvm.compile: the passes and lowering), "export_seconds" (export_library: LLVM emits the
                    object code here, then the link), "total_seconds", "folded" (shape
-                   computations folded), "library"}
+                   computations folded), "library", "kernels" (the lowered graph: one entry per kernel main
+                   calls, see kernel_graph), "kernels_after" (the pass whose module they were read from)}
   error.json       instead, when the model cannot be compiled: {"error": one line, "stage": "static" | "import" |
                    "compile" | "export"}; exit 1
 
@@ -243,6 +244,7 @@ def compile_model(args):
         raise Refused("import", f"TVM's ONNX frontend cannot import the model: {one_line(exc)}") from None
     import_s = time.monotonic() - t0
     passes = []
+    lowered = {"pipeline": True}          # the module after the last graph-level pass of the pipeline
 
     @tvm.instrument.pass_instrument
     class Record:
@@ -251,6 +253,8 @@ def compile_model(args):
             # (MakePackedAPI leaves free handles that a plain structural hash takes by address)
             fingerprint = tvm_ffi.structural_hash(mod, map_free_vars=True) & (2**64 - 1)
             passes.append({"name": info.name, "fingerprint": f"{fingerprint:016x}"})
+            if lowered["pipeline"] and info.name in GRAPH_PASSES:
+                lowered.update(mod=mod, after=info.name)
 
     target_doc = json.loads(args.target)
     t0 = time.monotonic()
@@ -258,11 +262,17 @@ def compile_model(args):
         target = tvm.target.Target(target_doc)
         with tvm.transform.PassContext(opt_level=args.opt_level, instruments=[Record()],
                                        disabled_pass=list(args.disabled)):
-            executable = tvm.compile(relax.get_pipeline("zero")(mod), target=target)
+            pipelined = relax.get_pipeline("zero")(mod)
+            lowered["pipeline"] = False
+            executable = tvm.compile(pipelined, target=target)
     except Exception as exc:  # noqa: BLE001
         raise Refused("compile", f"TVM cannot compile the model for {json.dumps(target_doc, sort_keys=True)}: "
                                  f"{one_line(exc)}") from None
     compile_s = time.monotonic() - t0
+    try:
+        kernels = kernel_graph(lowered["mod"]) if "mod" in lowered else []
+    except Exception:  # noqa: BLE001 - the record is for lint; a TVM whose IR reads otherwise still compiles
+        kernels = []
     t0 = time.monotonic()
     library = os.path.join(args.out, LIBRARY)
     arch = str(target_doc.get("mtriple", "")).split("-")[0]
@@ -281,8 +291,88 @@ def compile_model(args):
     return {"schema": SCHEMA, "tvm_version": tvm.__version__, "target": target_doc, "target_text": str(target),
             "opt_level": args.opt_level, "disabled_passes": sorted(args.disabled), "pipeline": "zero",
             "inputs": inputs, "outputs": outputs, "passes": passes, "library": LIBRARY, "folded": folded,
+            "kernels": kernels, "kernels_after": lowered.get("after", ""),
             "static_seconds": round(static_s, 3), "import_seconds": round(import_s, 3),
             "compile_seconds": round(compile_s, 3), "export_seconds": round(time.monotonic() - t0, 3)}
+
+
+# --- the lowered graph ----------------------------------------------------------------------------------------
+
+# the pipeline's graph-level passes: the module after the last of them that ran shows each kernel with the operators
+# in it (after FuseOps a fused function calls one PrimFunc per operator; FuseTIR merges them into one body)
+GRAPH_PASSES = ("LegalizeOps", "AnnotateTIROpPattern", "FoldConstant", "FuseOps")
+
+
+def kernel_graph(mod):
+    """The kernels `main` calls, in order: [{"name": the value's name, "kernel": the function called, "ops":
+    [[operator, TVM op pattern (0 elementwise .. 4 out-elementwise-fusable, 8 opaque; -1 unknown), [input dtypes]]],
+    "inputs": [names of the graph values it reads ("" for constants)], "dtype": what it writes}]. A value that only
+    picks a tuple's field is its source (a kernel's name); other bindings are left out."""
+    from tvm import ir, relax
+
+    alias = {}
+    kernels = []
+
+    def name_of(var):
+        name = getattr(var, "name_hint", None)
+        if not isinstance(name, str):
+            name = getattr(var, "name", None)
+        name = name if isinstance(name, str) else ""
+        return alias.get(name, name)
+
+    def dtype_of(expr):
+        for attr in ("struct_info", "ty", "checked_type"):
+            try:
+                return str(getattr(expr, attr).dtype)
+            except Exception:  # noqa: BLE001 - another TVM version's accessor, or no dtype (a tuple)
+                continue
+        try:
+            return str(expr.data.dtype)
+        except Exception:  # noqa: BLE001
+            return ""
+
+    def inputs_of(args):
+        return [name_of(a) if isinstance(a, relax.Var) else "" for a in args]
+
+    def pattern(gv):
+        attrs = mod[gv].attrs
+        try:
+            return int(attrs["op_pattern"]) if attrs is not None and "op_pattern" in attrs else -1
+        except Exception:  # noqa: BLE001
+            return -1
+
+    def bindings(func):
+        for block in func.body.blocks:
+            yield from block.bindings
+
+    def call_tir(value):
+        return (isinstance(value, relax.Call) and isinstance(value.op, ir.Op) and value.op.name == "relax.call_tir")
+
+    for binding in bindings(mod["main"]):
+        value, name = binding.value, name_of(binding.var)
+        if isinstance(value, relax.TupleGetItem) and isinstance(value.tuple_value, relax.Var):
+            alias[name] = name_of(value.tuple_value)
+            continue
+        if call_tir(value):
+            gv = value.args[0]
+            ops = [[op_name(gv.name_hint), pattern(gv), [dtype_of(a) for a in value.args[1].fields]]]
+            kernels.append({"name": name, "kernel": gv.name_hint, "ops": ops,
+                            "inputs": inputs_of(value.args[1].fields), "dtype": dtype_of(binding.var)})
+        elif isinstance(value, relax.Call) and isinstance(value.op, relax.GlobalVar) and \
+                isinstance(mod[value.op], relax.Function):
+            ops = [[op_name(inner.value.args[0].name_hint), pattern(inner.value.args[0]),
+                    [dtype_of(a) for a in inner.value.args[1].fields]]
+                   for inner in bindings(mod[value.op]) if call_tir(inner.value)]
+            kernels.append({"name": name, "kernel": value.op.name_hint, "ops": ops, "inputs": inputs_of(value.args),
+                            "dtype": dtype_of(binding.var)})
+    return kernels
+
+
+def op_name(function_name):
+    """The operator a legalized PrimFunc computes: its name less the number that tells duplicates apart
+    ("quantize1" -> "quantize"; "conv2d" stays)."""
+    base = function_name.rstrip("0123456789")
+    return function_name if not base or base.endswith(("conv", "_")) else base
 
 
 def one_line(exc):

@@ -84,6 +84,9 @@ class RuntimeGraph:
     # "fingerprint"}), and the compile's record (target, opt level, TVM version, timings: compile_record)
     passes: list[dict] = field(default_factory=list)
     compile: dict = field(default_factory=dict)
+    # tvm: the lowered graph, one entry per kernel main calls ({"name", "kernel", "ops", "inputs", "dtype"}, the
+    # compile's kernel_graph): what the graph rules judge on a compiled tier (tiergate.lint.kernels)
+    kernels: list[dict] = field(default_factory=list)
 
     def modified_by(self) -> list[str]:
         """The optimizer passes that changed the graph at the tier's own level, in order (`modified_by`)."""
@@ -111,7 +114,7 @@ class RuntimeGraph:
                        ops={name: lvl.ops for name, lvl in self.levels.items()},
                        fingerprints={name: lvl.fingerprint.to_json() for name, lvl in self.levels.items()})
         elif self.runtime == "tvm":
-            doc.update(passes=self.passes, compile=self.compile)
+            doc.update(passes=self.passes, compile=self.compile, kernels=self.kernels)
         else:
             doc.update(ops=self.ops, needs_delegate=self.needs_delegate)
         return doc
@@ -174,7 +177,7 @@ def _level(path: Path, name: str) -> LevelGraph:
 
 
 COMPILE_RECORD = ("tvm_version", "target", "target_text", "opt_level", "disabled_passes", "pipeline", "inputs",
-                  "outputs", "folded", "static_seconds", "import_seconds", "compile_seconds", "export_seconds",
+                  "outputs", "folded", "kernels_after", "static_seconds", "import_seconds", "compile_seconds", "export_seconds",
                   "total_seconds")
 
 
@@ -184,6 +187,7 @@ def _compiled(graph: RuntimeGraph, record: dict) -> RuntimeGraph:
     graph.passes = [{"name": str(p["name"]), "fingerprint": str(p["fingerprint"])} for p in record.get("passes", [])]
     graph.compile = {key: record[key] for key in COMPILE_RECORD if key in record}
     graph.compile["pass_count"] = len(graph.passes)
+    graph.kernels = [dict(k) for k in record.get("kernels") or []]
     graph.disabled = graph.disabled or list(record.get("disabled_passes", []))
     return graph
 

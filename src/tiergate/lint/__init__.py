@@ -40,6 +40,8 @@ def lint(artifact: Artifact, device_class=None, *, only: list[str] | None = None
 def _runtime_context(artifact: Artifact, device_class, runtime) -> LintContext | None:
     if runtime is None or not runtime.ok or device_class is None:
         return None
+    if runtime.runtime == "tvm":
+        return _lowered_context(artifact, device_class, runtime)
     graph = runtime.runtime_artifact if artifact.format == "onnx" else artifact
     if graph is None:
         return None
@@ -49,3 +51,15 @@ def _runtime_context(artifact: Artifact, device_class, runtime) -> LintContext |
     fused = artifact.format == "onnx"  # onnxruntime's optimized graph: the Q/DQ it could fuse are fused
     return LintContext(graph, device_class, index, node_precision(graph, index, fused=fused), runtime=runtime,
                        basis="runtime", where=where)
+
+
+def _lowered_context(artifact: Artifact, device_class, runtime) -> LintContext | None:
+    """A compiled tier (TVM): the graph rules judge the kernels its compile lowered the model to."""
+    from tiergate.lint import kernels
+
+    graph = kernels.kernel_artifact(runtime, artifact)
+    if graph is None:
+        return None
+    after = (runtime.compile or {}).get("kernels_after") or "its graph passes"
+    return LintContext(graph, device_class, index_graph(graph), kernels.precision(graph), runtime=runtime,
+                       basis="runtime", where=f"{device_class.name}: TVM's lowered graph after {after}")

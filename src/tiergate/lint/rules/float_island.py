@@ -1,6 +1,9 @@
 """float-island: float compute between quantized regions of a quantized graph. Each
 connected run of float nodes with quantized nodes both upstream and downstream is
-one finding: the values are dequantized, computed in float, and quantized again."""
+one finding: the values are dequantized, computed in float, and quantized again.
+On a compiled tier (TVM's lowered graph, tiergate.lint.kernels) a kernel's precision is
+its compute operator's input type; a quantized model none of whose compute kernels reads
+integers computes wholly in float there, which is one finding naming them all."""
 
 from __future__ import annotations
 
@@ -13,6 +16,8 @@ def check(ctx) -> list:
     if not ctx.artifact.is_quantized:
         return []
     kinds = ctx.precision
+    if ctx.artifact.format == "tvm" and "quantized" not in kinds:
+        return _all_float(ctx)
     islands = []
     seen: set[int] = set()
     for node in ctx.artifact.nodes:
@@ -60,3 +65,22 @@ def _reaches(ctx, island: set[int], upstream: bool) -> bool:
         if ctx.precision[j] == "neutral":
             todo.extend(_neighbours(ctx, j, upstream))
     return False
+
+
+def _all_float(ctx) -> list:
+    """A quantized model whose compiled kernels all compute in float (TVM imports QuantizeLinear/DequantizeLinear
+    as quantize and dequantize around float arithmetic)."""
+    from tiergate.lint import kernels
+
+    computing = [n.index for n in ctx.artifact.nodes if ctx.precision[n.index] == "float"]
+    if not computing:
+        return []
+    ops = sorted({kernels.compute(ctx.artifact.nodes[i])[0] for i in computing})
+    requantized = any(name in kernels.QUANTIZE for node in ctx.artifact.nodes for name in kernels.names(node))
+    return [ctx.finding(
+        RULE, SEVERITY,
+        f"the quantized model computes in float on this tier: all {len(computing)} compute kernel(s) "
+        f"({', '.join(ops)}) read float data"
+        + ("; its quantize/dequantize pairs only round the values (fake quantization), so it keeps INT8's error "
+           "without INT8's speed" if requantized else ""),
+        computing)]

@@ -8,7 +8,9 @@ with constant operands. It reads a convolution's output (its only reader) direct
 no-ops (Identity, Dropout, a Clip over the whole float range), and the convolution carries no
 activation that is not a no-op (a FusedConv's fused Clip over the float range is one): a real
 activation in between makes the fold wrong, so that is never flagged. One finding per graph,
-naming every convolution, no-op and normalization it found.
+naming every convolution, no-op and normalization it found. On a compiled tier (TVM's
+lowered graph, tiergate.lint.kernels) a batch_norm computed at inference after a
+convolution's kernel, without an activation between them, is one.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ SHOWN = 4
 
 
 def check(ctx) -> list:
+    if ctx.artifact.format == "tvm":
+        return _lowered(ctx)
     nodes = ctx.artifact.nodes
     pairs = []          # (conv, no-ops, normalization nodes, what the normalization is)
     for node in nodes:
@@ -188,3 +192,31 @@ def _blockers(ctx, pairs) -> str:
         said.append(f"{fused} convolution(s) carry a fused Clip over the whole float range (a no-op between "
                     "the convolution and its normalization, fused in) that stopped the fold: remove it from the model")
     return "; ".join(said)
+
+
+def _lowered(ctx) -> list:
+    """TVM's kernels: a batch_norm whose kernel reads a convolution's kernel (its only reader) that ends with the
+    convolution or with elementwise operators that are no activation."""
+    from tiergate.lint import kernels
+
+    nodes = ctx.artifact.nodes
+    pairs = []
+    for node in nodes:
+        after = ctx.index.sole_consumer(node)
+        names = kernels.names(node)
+        if after is None or not any(name.startswith("conv") for name in names):
+            continue
+        tail = names[max(i for i, name in enumerate(names) if name.startswith("conv")):]
+        following = kernels.names(nodes[after])
+        if any(name in kernels.ACTIVATIONS for name in tail) or not following or \
+                following[0] not in kernels.NORMALIZATIONS:
+            continue
+        pairs.append((node.index, after))
+    if not pairs:
+        return []
+    examples = ", ".join(f"{nodes[a].op} -> {nodes[b].op}" for a, b in pairs[:SHOWN])
+    more = f" and {len(pairs) - SHOWN} more" if len(pairs) > SHOWN else ""
+    return [ctx.finding(RULE, SEVERITY,
+                        f"{len(pairs)} batch_norm(s) computed at inference in a kernel after a convolution's, not "
+                        f"folded into its weights (TVM's pipeline does not fold them): {examples}{more}",
+                        sorted({i for pair in pairs for i in pair}))]

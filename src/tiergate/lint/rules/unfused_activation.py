@@ -1,7 +1,10 @@
 """unfused-activation: a no-op (Identity, Dropout, a same-shape Reshape...) between a
 normalization / conv / gemm and its activation stops the runtime fusing the pair.
 In TFLite an activation that stays a separate op after a producer that could
-carry it as fused_activation_function is flagged too."""
+carry it as fused_activation_function is flagged too. On a compiled tier (TVM's
+lowered graph, tiergate.lint.kernels) an activation whose kernel holds no producer
+of its own, read from a conv/norm/matmul kernel, is flagged with why FuseOps left
+them apart (an Identity the frontend dropped is no finding there)."""
 
 from __future__ import annotations
 
@@ -26,6 +29,8 @@ TFLITE_FUSABLE = {"RELU", "RELU6", "RELU_N1_TO_1", "TANH"}
 
 
 def check(ctx) -> list:
+    if ctx.artifact.format == "tvm":
+        return _lowered(ctx)
     findings = []
     nodes = ctx.artifact.nodes
     for node in nodes:
@@ -97,3 +102,47 @@ def _both_delegated(ctx, node, activation) -> bool:
 def _tflite_unfused(ctx, node, activation) -> bool:
     return (ctx.artifact.format == "tflite" and activation.op in TFLITE_FUSABLE
             and node.attributes.get("fused_activation_function") == "NONE")
+
+
+def _lowered(ctx) -> list:
+    """TVM's kernels: an activation computed in a kernel apart from the producer it follows."""
+    from tiergate.lint import kernels
+
+    findings = []
+    nodes = ctx.artifact.nodes
+    for node in nodes:
+        producer = _producer(kernels, node)
+        after = ctx.index.sole_consumer(node)
+        if producer is None or after is None:
+            continue
+        ops = kernels.ops(nodes[after])
+        first = next((i for i, op in enumerate(ops) if op[0] in kernels.ACTIVATIONS), None)
+        if first is None or any(op[1] == kernels.COMPUTE or op[0] in kernels.NORMALIZATIONS for op in ops[:first]):
+            continue           # no activation, or one fused with a producer of its own kernel
+        activation = ops[first][0]
+        findings.append(ctx.finding(
+            RULE, SEVERITY,
+            f"{node.op} -> {nodes[after].op}: {activation} runs in a kernel apart from {producer}, an extra pass "
+            f"over its output; {_why(ctx, kernels, producer, ops[0])}", [node.index, after]))
+    return findings
+
+
+def _producer(kernels, node) -> str | None:
+    """The conv/norm/matmul a kernel ends its arithmetic with, None when it has none or already activates."""
+    names = kernels.names(node)
+    if any(name in kernels.ACTIVATIONS for name in names):
+        return None
+    heavy = [op[0] for op in kernels.ops(node) if op[1] == kernels.COMPUTE or op[0] in kernels.NORMALIZATIONS]
+    return heavy[-1] if heavy else None
+
+
+def _why(ctx, kernels, producer: str, first: list) -> str:
+    runtime = ctx.runtime
+    if "FuseOps" in (getattr(runtime, "disabled", None) or []):
+        return "FuseOps is switched off on this tier (disabled_passes)"
+    if (getattr(runtime, "compile", None) or {}).get("kernels_after") != "FuseOps":
+        return "FuseOps did not run"
+    if first[1] > kernels.FUSABLE_AFTER_COMPUTE:
+        return (f"{first[0]} ({kernels.pattern_name(first[1])}) comes first, and FuseOps fuses only elementwise and "
+                f"broadcast operators into a {producer} kernel")
+    return "FuseOps left them apart"

@@ -30,11 +30,13 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import docker
 
+from tiergate import leases
 from tiergate.hashing import file_sha256
 from tiergate.errors import EnvironmentProblem, InputError
 from tiergate.images import HOST_CA_BUNDLE, HOST_PIP_CONF, LABEL, BuiltImage  # noqa: F401 - re-exported
@@ -81,14 +83,14 @@ def build_image(device_class: DeviceClass | str, artifact_path: Path | str, *, a
                                    pip_mode=pip_mode)
     labels = {**image_labels(dc, runtime, files[0].name, artifact_sha256, fingerprint), **(extra_labels or {})}
     tag = artifact_image_tag(dc, runtime, labels, files)
-    found = _local_image(client, tag)
-    if _reusable(found, tag, labels):
-        return BuiltImage(tag, found.id, dict(found.labels), True, runtime.tag, runtime.reused,
-                          time.monotonic() - t0)
-    with tempfile.TemporaryDirectory(prefix="tiergate-artifact-") as tmp:
-        ctx = Path(tmp)
-        artifact_context(files, ctx)
-        image = _docker_build(client, ctx, tag, {"RUNTIME_IMAGE": runtime.tag}, labels)
+    with building(client, tag, labels) as found:
+        if found is not None:
+            return BuiltImage(tag, found.id, dict(found.labels), True, runtime.tag, runtime.reused,
+                              time.monotonic() - t0)
+        with tempfile.TemporaryDirectory(prefix="tiergate-artifact-") as tmp:
+            ctx = Path(tmp)
+            artifact_context(files, ctx)
+            image = _docker_build(client, ctx, tag, {"RUNTIME_IMAGE": runtime.tag}, labels)
     problems = lineage_problems(image.labels, labels)
     if problems:
         raise EnvironmentProblem(f"the image built as {tag} does not carry its lineage ({'; '.join(problems)})")
@@ -252,14 +254,14 @@ def ensure_runtime_image(dc: DeviceClass, *, client, base_image: str | None = No
                          ca_bundle: Path | None = None, pip_mode: str = "host") -> RuntimeImage:
     """The runtime image for the device class's runtime and arch, built once."""
     plan = plan_runtime_image(dc, client=client, base_image=base_image, ca_bundle=ca_bundle, pip_mode=pip_mode)
-    found = _local_image(client, plan.tag)
-    if _reusable(found, plan.tag, plan.labels):
-        return RuntimeImage(plan.tag, found.id, plan.versions, plan.base, True, dict(found.labels))
-    with tempfile.TemporaryDirectory(prefix="tiergate-runtime-") as tmp:
-        ctx = Path(tmp)
-        _runtime_context(plan, client, ctx)
-        network = "host" if plan.pip_mode == "image" else "none"  # host: needs no docker0 bridge
-        image = _docker_build(client, ctx, plan.tag, plan.buildargs, plan.labels, network)
+    with building(client, plan.tag, plan.labels) as found:
+        if found is not None:
+            return RuntimeImage(plan.tag, found.id, plan.versions, plan.base, True, dict(found.labels))
+        with tempfile.TemporaryDirectory(prefix="tiergate-runtime-") as tmp:
+            ctx = Path(tmp)
+            _runtime_context(plan, client, ctx)
+            network = "host" if plan.pip_mode == "image" else "none"  # host: needs no docker0 bridge
+            image = _docker_build(client, ctx, plan.tag, plan.buildargs, plan.labels, network)
     return RuntimeImage(plan.tag, image.id, plan.versions, plan.base, False, dict(image.labels))
 
 
@@ -464,6 +466,20 @@ def _docker_build(client, ctx: Path, tag: str, buildargs: dict, labels: dict, ne
         tail = [t for t in tail if t][-6:]
         raise EnvironmentProblem(f"building {tag} failed: {_one_line(exc.msg)}",
                                  hint=" | ".join(tail)[-600:]) from None
+
+
+@contextmanager
+def building(client, tag: str, labels: dict[str, str]):
+    """The reusable image `tag` when there is one (None: build it inside the block). A missing image is looked for
+    again under the engine's build lock for the tag (leases.building), held through the block: two processes that
+    need one new image build it once, and the second reuses the first's."""
+    found = _local_image(client, tag)
+    if _reusable(found, tag, labels):
+        yield found
+        return
+    with leases.building(str(getattr(getattr(client, "api", None), "base_url", "")), tag):
+        found = _local_image(client, tag)
+        yield found if _reusable(found, tag, labels) else None
 
 
 def _local_image(client, name: str):

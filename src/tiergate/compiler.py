@@ -31,7 +31,7 @@ import docker
 import requests
 
 from tiergate import state
-from tiergate.build import (_digest, _docker_build, _local_image, _one_line, _reusable, base_python_version,
+from tiergate.build import (_digest, _docker_build, _one_line, base_python_version, building,
                             ca_bundle_bytes, download_wheels, ensure_base_image, install_on_host, normalise_modes,
                             render_lock)
 from tiergate.errors import EnvironmentProblem, InputError
@@ -138,9 +138,14 @@ def ensure_compiler_image(dc: DeviceClass, *, client, ca_bundle: Path | None = N
     tag = f"tiergate/tvm-compiler:{digest[:20]}"
     labels = {f"{LABEL}.compiler": "tvm", f"{LABEL}.compiler.lock": hashlib.sha256(lock.encode()).hexdigest(),
               f"{LABEL}.base_image": base, f"{LABEL}.runtime.version": dc.runtime_version}
-    found = _local_image(client, tag)
-    if _reusable(found, tag, labels):
-        return CompilerImage(tag, found.id, True)
+    with building(client, tag, labels) as found:
+        if found is not None:
+            return CompilerImage(tag, found.id, True)
+        image = _build_compiler(client, tag, labels, recipe, script, lock, amd64, python, base, ca_bundle)
+    return CompilerImage(tag, image.id, False)
+
+
+def _build_compiler(client, tag, labels, recipe, script, lock, amd64, python, base, ca_bundle):
     with tempfile.TemporaryDirectory(prefix="tiergate-tvm-compiler-") as tmp:
         ctx = Path(tmp)
         shutil.copyfile(recipe, ctx / "Dockerfile")
@@ -154,8 +159,7 @@ def ensure_compiler_image(dc: DeviceClass, *, client, ca_bundle: Path | None = N
         if cert is not None:
             cert.unlink()
         normalise_modes(ctx)
-        image = _docker_build(client, ctx, tag, {"BASE_IMAGE": base}, labels, network="host")   # apt-get
-    return CompilerImage(tag, image.id, False)
+        return _docker_build(client, ctx, tag, {"BASE_IMAGE": base}, labels, network="host")   # apt-get
 
 
 # --- the compile -----------------------------------------------------------------------------------------------

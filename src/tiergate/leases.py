@@ -12,12 +12,17 @@ holds it shared from finding (or building) an image until the image is in its le
 holds it exclusive while it reads the leases and removes images (`excluding_gates()`). Either gc removed the
 image before the gate looked (the gate builds it again), or the lease names it before gc reads the leases.
 
+Builds are serialised in the same folder (`building(engine, tag)`): one flock-ed `build-<hash>.buildlock` per
+image tag and engine, so two gates that need the same new image build it once, and the second reuses the first's
+(the same image id, hence the same run keys) instead of tagging a second build of its own over it.
+
 Stdlib only: gc and the orchestrator both read it.
 """
 
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import os
 import sys
@@ -137,11 +142,26 @@ def add(*refs: str | None) -> None:
 
 @contextmanager
 def _gc_lock(mode: int, waiting: str = "") -> Iterator[None]:
+    with _flock(GC_LOCK, mode, waiting):
+        yield
+
+
+@contextmanager
+def building(engine: str, tag: str) -> Iterator[None]:
+    """Held (exclusive) while a process looks for the image `tag` on `engine` and builds it when it is missing:
+    whoever waited looks again once it holds it. Not a lease (leased() never reads or prunes these files)."""
+    digest = hashlib.sha256(f"{engine}\0{tag}".encode()).hexdigest()[:32]
+    with _flock(f"build-{digest}.buildlock", fcntl.LOCK_EX, f"waiting for another process building {tag}"):
+        yield
+
+
+@contextmanager
+def _flock(name: str, mode: int, waiting: str = "") -> Iterator[None]:
     try:
         root = _ready()
-        fd = os.open(root / GC_LOCK, os.O_RDONLY | os.O_CREAT, 0o644)
+        fd = os.open(root / name, os.O_RDONLY | os.O_CREAT, 0o644)
     except OSError:
-        yield                  # no lease folder: nothing to exclude against (holding() warned)
+        yield                  # no lease folder: nothing to lock against (holding() warned)
         return
     try:
         os.fchmod(fd, 0o644)   # every user's gates and gc open it (a flock needs no write access)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
+from pathlib import Path
 
 import docker
 import pytest
@@ -144,3 +146,28 @@ def test_runtime_image_holds_the_whole_harness_folder_and_the_env(client):
     finally:
         if not runtime.reused:
             client.images.remove(runtime.tag)
+
+
+def test_two_processes_needing_one_new_image_build_it_once(images, models, tmp_path, client):
+    """Two gates at once on one engine: the second waits on the tag's build lock and reuses the first's image
+    (without the lock each built its own and the last tag won: two image ids, two run keys)."""
+    images.get(X86, models["mlp"])                      # the runtime image exists: only the artifact layer builds
+    fingerprint = f"build-lock-{tmp_path.name}"          # a tag no earlier run has built
+    script = ("import json, sys; sys.path.insert(0, sys.argv[1]); import execution_kit as kit\n"
+              "from pathlib import Path; from tiergate.build import build_image\n"
+              "m = Path(sys.argv[3])\n"
+              "b = build_image(kit.device_class(sys.argv[2]), m, artifact_sha256=kit.sha256(m),"
+              " fingerprint=sys.argv[4])\n"
+              "print(json.dumps([b.tag, b.image_id, b.reused]))\n")
+    tests = str(Path(__file__).resolve().parent)
+    procs = [subprocess.Popen([sys.executable, "-c", script, tests, X86, str(models["mlp"]), fingerprint],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    done = [p.communicate(timeout=600) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [err[-800:] for _, err in done]
+    built = [json.loads(out.strip().splitlines()[-1]) for out, _ in done]
+    try:
+        assert built[0][:2] == built[1][:2]                  # one tag, one image id
+        assert sorted(reused for _, _, reused in built) == [False, True]
+        assert client.images.get(built[0][0]).id == built[0][1]
+    finally:
+        client.images.remove(built[0][0], force=True)

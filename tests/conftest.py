@@ -23,6 +23,13 @@ ALLOW_SKIP = os.environ.get("TIERGATE_ALLOW_SKIP", "").lower() in ("1", "true", 
 # server's first start in a fresh venv (its modules compiled, its database migrated) on a loaded 2-core machine
 # took longer than Prefect's default 20 s; give every temporary server of the run 180 s.
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # parallel workers (make test): each its own Prefect home, so that two temporary servers never share one
+    # SQLite database (a test that wants another home sets PREFECT_HOME itself)
+    import tempfile
+
+    os.environ.setdefault("PREFECT_HOME", tempfile.mkdtemp(prefix=f"tiergate-test-prefect-"
+                                                                  f"{os.environ['PYTEST_XDIST_WORKER']}-"))
 RELAX_HINT = "set TIERGATE_ALLOW_SKIP=1 to skip these tests instead"
 SSHD = "/usr/sbin/sshd"
 EXIT_MISSING_PART = 2   # the run stops at the first test that needs a missing part
@@ -132,3 +139,38 @@ def pytest_configure(config: pytest.Config) -> None:
 
         folder = tempfile.mkdtemp(prefix="tiergate-test-key-")
         os.environ["TIERGATE_CACHE_KEY"] = os.path.join(folder, "cache.key")
+
+
+# --- parallel runs (pytest-xdist, `make test`: -n 2 --dist loadgroup) ----------------------------------------------
+# Each test module is one unit of work for a worker, except the folders whose session fixtures are worth sharing
+# across their modules (one TIERGATE_HOME of real-model reference runs, one compile cache, one filled registry,
+# one PostgreSQL server, one Prefect demo): those folders are one unit each. Units are handed out heaviest first
+# (the measured seconds below, from a serial run: a unit not listed counts as light), so the longest unit starts
+# at once and the rest fills the other worker around it. What the workers share is shared as gates share it: the
+# Docker engine (images built once under their build lock, leases.building), the wheel and model caches (locked).
+SHARED_FOLDERS = ("realmodels", "tvm", "reports", "registry", "flows", "mlflow")
+# seconds, serial `make test` of 2026-11-26 (--durations=0, setup + call + teardown per unit; 2,018 s in all)
+HEAVY_UNITS: dict[str, float] = {
+    "realmodels": 638, "flows": 248, "pipeline/test_demo.py": 100, "registry": 90, "reports": 87,
+    "faults/test_faults_registry.py": 72, "gc/test_gc_docker.py": 49, "artifact/test_onnx_corpus.py": 49,
+    "faults/test_faults_docker.py": 49, "gate/test_paired_coverage.py": 47, "tvm": 43,
+    "execution/test_execution_build.py": 43, "explain/test_explain_flow.py": 34, "explain/test_explain_tiers.py": 33,
+    "execution/test_execution_docker.py": 32, "mlflow": 29, "execution/test_execution_local.py": 24,
+}
+
+
+def _unit(item: pytest.Item) -> str:
+    parts = Path(str(item.fspath)).relative_to(Path(__file__).parent).parts
+    return parts[0] if len(parts) > 1 and parts[0] in SHARED_FOLDERS else "/".join(parts)
+
+
+@pytest.hookimpl(tryfirst=True)      # before xdist's own hook reads the groups into the test ids
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not getattr(config.option, "numprocesses", None) or getattr(config.option, "dist", "no") != "loadgroup":
+        return
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(_unit(item)))
+    first = {}
+    for i, item in enumerate(items):
+        first.setdefault(_unit(item), i)
+    items.sort(key=lambda item: (-HEAVY_UNITS.get(_unit(item), 0.0), first[_unit(item)]))

@@ -22,6 +22,7 @@ See docs/execution.md for the measurements behind that default.
 from __future__ import annotations
 
 import configparser
+import fcntl
 import hashlib
 import json
 import os
@@ -411,10 +412,13 @@ def download_wheels(lock: str, dc: DeviceClass, python: str, cert: Path | None) 
     done = folder / ".complete"
     if not done.exists():
         folder.mkdir(parents=True, exist_ok=True)
-        args = ["download", "--quiet", "--dest", str(folder), *_pip_target_args(dc, python),
-                *(["--cert", str(cert)] if cert is not None else [])]
-        _pip(args, lock, f"download the {dc.runtime} wheels for {dc.machine}")
-        done.write_text(lock)
+        with open(folder / ".lock", "w") as held:        # two builds needing one set download it once
+            fcntl.flock(held, fcntl.LOCK_EX)
+            if not done.exists():
+                args = ["download", "--quiet", "--dest", str(folder), *_pip_target_args(dc, python),
+                        *(["--cert", str(cert)] if cert is not None else [])]
+                _pip(args, lock, f"download the {dc.runtime} wheels for {dc.machine}")
+                done.write_text(lock)
     return folder
 
 

@@ -29,6 +29,7 @@ bench/ imports this as `realmodels.kit` with tests/ on sys.path, as pytest does.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import subprocess
 import sys
@@ -73,6 +74,14 @@ def fetch(key: str) -> Path:
     target = folder / Path(shipped.member).name
     if target.is_file():
         return target
+    with open(folder / ".fetch.lock", "w") as lock:       # parallel test workers fetch one model once
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if target.is_file():
+            return target
+        return _fetch(shipped, folder, target)
+
+
+def _fetch(shipped, folder: Path, target: Path) -> Path:
     name = shipped.requirement.split("==")[0]
     args = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--disable-pip-version-check",
             "--quiet", "-d", str(folder), shipped.requirement]

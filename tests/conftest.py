@@ -164,12 +164,24 @@ def _unit(item: pytest.Item) -> str:
     return parts[0] if len(parts) > 1 and parts[0] in SHARED_FOLDERS else "/".join(parts)
 
 
+def _grouped(config: pytest.Config) -> bool:
+    return bool(getattr(config.option, "numprocesses", None)) and getattr(config.option, "dist", "no") == "loadgroup"
+
+
 @pytest.hookimpl(tryfirst=True)      # before xdist's own hook reads the groups into the test ids
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if not getattr(config.option, "numprocesses", None) or getattr(config.option, "dist", "no") != "loadgroup":
+    if _grouped(config):
+        for item in items:
+            item.add_marker(pytest.mark.xdist_group(_unit(item)))
+
+
+# after pytest's own ordering by fixture scope (each unit keeps the serial order), before xdist's own hook sends the
+# worker's collection
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_finish(session: pytest.Session) -> None:
+    if not _grouped(session.config):
         return
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group(_unit(item)))
+    items = session.items
     first = {}
     for i, item in enumerate(items):
         first.setdefault(_unit(item), i)

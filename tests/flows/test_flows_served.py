@@ -197,6 +197,13 @@ def test_release_gate_deployment_rejects_the_broken_candidate_with_junit_and_mar
     """The CD gate as a served deployment: a REJECT fails the flow run (fail_on_reject), reports are written."""
     from prefect.deployments import run_deployment
 
+    from tiergate.artifact import load_artifact
+
+    badcal = demo.candidate("onnx-int8-badcal")
+    with _registry(served) as registry:                # the registry records decisions of registered artifacts
+        known = any(a.sha256 == load_artifact(badcal.path).sha256 for a in registry.artifacts(MODEL))
+    if not known:          # not yet by the drift report's test: registered here, its revalidation waited for
+        assert kit.completed(_triggered_run(served, _register(served, badcal.path, demo.reference_onnx)["sha256"]))
     out = tmp_path / "gate"
     flow_run = run_deployment("tiergate-gate/release-gate", timeout=300, poll_interval=2, parameters={
         "candidate": str(demo.candidate("onnx-int8-badcal").path), "reference": str(demo.reference_onnx),

@@ -456,9 +456,12 @@ def select(data: EvalData, rows) -> EvalData:
 
 def sample_keys(data: EvalData, seed: int) -> np.ndarray:
     """One 128-bit key per sample, (n, 2) uint64: a keyed hash of the seed and the sample's own bytes (every
-    input's slice along its sample axis, with its shape and dtype, and its label; constants left out). Equal
-    samples get equal keys wherever they are in the file, so an order made from the keys is the file order's
-    no more than the samples' (an early decision's partition, orchestrator.spans.sample_order)."""
+    input's slice along its sample axis, with its shape and dtype, and its label; constants left out), so an
+    order made from the keys is the file order's no more than the samples' (an early decision's partition,
+    orchestrator.spans.sample_order). Copies of one sample (a blank frame, a repeated line) are told apart by
+    their occurrence: the j-th copy's key hashes the sample's key with j, so the copies scatter over the
+    chunks like any samples instead of all landing in one (which copy is the j-th cannot matter: they are the
+    same sample)."""
     salt = int(seed).to_bytes(8, "little")
     columns = []
     for name in sorted(data.info):
@@ -475,6 +478,14 @@ def sample_keys(data: EvalData, seed: int) -> np.ndarray:
             digest.update(f"{name}\0{one.dtype.str}\0{one.shape}\0".encode())
             digest.update(one.tobytes())
         keys[i] = np.frombuffer(digest.digest(), dtype="<u8")
+    seen: dict[bytes, int] = {}
+    for i in range(data.n_samples):
+        own = keys[i].tobytes()
+        copy = seen.get(own, 0)
+        seen[own] = copy + 1
+        if copy:
+            keys[i] = np.frombuffer(hashlib.blake2b(salt + own + copy.to_bytes(8, "little"), digest_size=16).digest(),
+                                    dtype="<u8")
     return keys
 
 

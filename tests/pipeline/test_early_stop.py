@@ -317,6 +317,32 @@ def test_early_stop_on_the_real_engine_x86(tmp_path, tiergate_home):
     assert again.containers_started == 0 and again.decision_cached and again.decision.dumps() == run.decision.dumps()
 
 
+def test_copies_of_one_sample_scatter_over_the_chunks(tmp_path, tiergate_home):
+    """A set with many copies of one sample (blank frames: the same bytes, the same label) splits them over the
+    chunks like any samples, not all into one; another file order gives the same partition of the samples."""
+    from tiergate.orchestrator.spans import partition, sample_order
+
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(400, 4)).astype(np.float32)
+    labels = np.arange(400) % 2
+    blank = np.flatnonzero(labels == 0)[:60]
+    x[blank] = 1.0
+
+    def halves(rows):
+        path = tmp_path / f"copies-{rows[0]}.npz"
+        np.savez(path, x=x[rows], labels=labels[rows])
+        data = evaldata.load_eval_data(path)
+        first, second = partition(sample_order(evaldata.sample_keys(data, 0), data.labels, 0), 2)[1]
+        return rows[first], rows[second]
+
+    first, second = halves(np.arange(400))
+    assert 20 <= np.isin(first, blank).sum() <= 40 and np.isin(first, blank).sum() + np.isin(second, blank).sum() == 60
+    shuffle = rng.permutation(400)
+    again, _ = halves(shuffle)
+    key = lambda rows: sorted(map(bytes, (x[r].tobytes() + bytes([labels[r]]) for r in rows)))   # noqa: E731
+    assert key(again) == key(first)             # the same samples (copies are interchangeable)
+
+
 def test_the_looks_are_a_stratified_seeded_partition_made_from_the_samples(tmp_path, tiergate_home):
     """Every prefix of the order holds each class within two samples of its share; without labels (or with labels
     that are no class index) a plain seeded permutation; the same samples in another file order give the same

@@ -16,6 +16,8 @@ import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
 
+from servekit import untraced
+
 REPO = Path(__file__).resolve().parents[2]
 TIERGATE = Path(sys.executable).parent / "tiergate"
 PREFECT = Path(sys.executable).parent / "prefect"
@@ -97,7 +99,7 @@ def prefect_server(folder: Path):
     env = prefect_env(dict(os.environ), folder / "prefect-home", api_url)
     env["PREFECT_API_DATABASE_CONNECTION_URL"] = f"sqlite+aiosqlite:///{folder / 'prefect.db'}"
     log = folder / "prefect-server.log"
-    proc = start([PREFECT, "server", "start", "--host", "127.0.0.1", "--port", port], log, env)
+    proc = start([PREFECT, "server", "start", "--host", "127.0.0.1", "--port", port], log, untraced(env))
     try:
         wait_for(lambda: healthy(api_url), 120, "the Prefect server", proc=proc, log=log)
         yield api_url, env

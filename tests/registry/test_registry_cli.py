@@ -15,6 +15,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 from registry_kit import make_onnx
+from servekit import untraced
 
 import modelkit as mk
 from tiergate.cli.main import main
@@ -149,7 +150,7 @@ def prefect_server(tmp_path):
     env.pop("PREFECT_API_URL", None)
     log = open(tmp_path / "prefect-server.log", "w")
     proc = subprocess.Popen([str(TIERGATE.with_name("prefect")), "server", "start", "--host", "127.0.0.1",
-                             "--port", str(port)], stdout=log, stderr=subprocess.STDOUT, env=env)
+                             "--port", str(port)], stdout=log, stderr=subprocess.STDOUT, env=untraced(env))
     url = f"http://127.0.0.1:{port}/api"
     try:
         deadline = time.monotonic() + 120

@@ -229,6 +229,8 @@ class RunOptions:
     """How a gate does its work, never what it decides (the "run" options, and where its state goes)."""
 
     registry: Any = None                     # a tiergate.registry.Registry to reuse and record runs in
+    records: bool = False                    # the decision will be recorded in `registry`: the candidate must be
+                                             # registered there (checked before anything is built or run)
     max_parallel: int = 2
     shards: int | None = None
     progress: Callable[[str], None] | None = None

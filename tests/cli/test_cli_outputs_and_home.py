@@ -222,6 +222,31 @@ def test_a_sample_axis_of_no_input_or_output_is_refused(case, tiergate_home, mon
     assert backend.runs == []
 
 
+def test_a_gate_to_be_recorded_refuses_an_unregistered_candidate_before_any_run(case, tiergate_home, tmp_path,
+                                                                                 monkeypatch, capsys):
+    """`gate --registry` records its decision against the registered candidate: one not registered is refused
+    after intake, before anything is built or run (not after every run, when the decision cannot be written);
+    registered, the same gate runs and is recorded."""
+    from tiergate.registry import Registry
+
+    backend, builder = FakeBackend(), FakeBuilder()
+    gatekit.fake_cli_seams(monkeypatch, builder, backend)
+    url = f"sqlite:///{tmp_path / 'registry.db'}"
+    code = main(_gate(case, "--registry", url))
+    _one_line_error(capsys, code, "cand.onnx", "is not in the registry", "tiergate register")
+    assert backend.runs == [] and builder.calls == []
+    assert main(["register", str(case["cand"]), "--model", "tiny", "--reference", str(case["ref"]),
+                 "--registry", url]) == 0
+    capsys.readouterr()
+    assert main(_gate(case, "--registry", url)) in (0, 1)
+    assert backend.runs and builder.calls
+    registry = Registry(url)
+    try:
+        assert len(registry.decisions(artifact_sha=hashlib.sha256(case["cand"].read_bytes()).hexdigest())) == 1
+    finally:
+        registry.close()
+
+
 def test_serve_takes_its_own_default_drift_folder_named_but_no_other_place_in_the_home(case, tiergate_home):
     """`serve --drift-out $TIERGATE_HOME/drift` names serve's own default: allowed; any other folder inside the
     home is tiergate's state and is refused before the server starts."""

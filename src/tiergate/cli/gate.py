@@ -110,13 +110,13 @@ def _gate(request, build, values: dict, progress, sources: dict | None = None):
 
         janitor.install_signal_handlers()
     registry = _registry(values["registry_url"])
+    if registry is not None and sources and "candidate" in sources:
+        _register_mlflow(registry, request, sources["candidate"])   # with its MLflow identity as tags
     recorder = quickgate.Recorder(orchestrator.DockerBuilder(build))
-    options = orchestrator.RunOptions(registry=registry, max_parallel=values["max_parallel"],
-                                      shards=values["shards"], progress=progress)
+    options = orchestrator.RunOptions(registry=registry, records=registry is not None,
+                                      max_parallel=values["max_parallel"], shards=values["shards"], progress=progress)
     run = orchestrator.gate(request, orchestrator.Seams(builder=recorder), options)
     if registry is not None:
-        if sources and "candidate" in sources:     # the candidate registered with its MLflow identity as tags
-            _register_mlflow(registry, request, sources["candidate"])
         recorded, _ = orchestrator.record_or_reuse(registry, run)
         return run, recorded
     quickgate.remember(request, build, run, recorder)

@@ -164,7 +164,7 @@ def _gate_one(registry, demo: DemoSet, candidate: Candidate, targets, policy, sa
     say(f"{candidate.name}: gating on {', '.join(dc.name for dc in device_classes)}")
     request = GateRequest(candidate.path, reference, str(demo.eval_data), tuple(device_classes), policy,
                           incumbent=incumbent)
-    options = RunOptions(registry=registry, max_parallel=max_parallel,
+    options = RunOptions(registry=registry, records=True, max_parallel=max_parallel,
                          progress=lambda text: say(f"{candidate.name}: {text}"))
     run = orchestrator.gate(request, orchestrator.Seams(), options)
     recorded, _ = orchestrator.record_or_reuse(registry, run, cost_tags={"demo": candidate.name})

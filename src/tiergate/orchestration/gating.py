@@ -92,11 +92,12 @@ def gate_in_flow(request: GateRequest, *, registry=None, build: BuildSettings | 
                  remote: Remote | None = None, max_parallel: int | None = None) -> GateRun:
     """tiergate.orchestrator.gate with Prefect steps; raises the first task failure (after all ended).
 
-    `request.data`: an .npz or a data loader FILE.py:FUNCTION (run once, here)."""
+    `request.data`: an .npz or a data loader FILE.py:FUNCTION (run once, here). With a `registry` the decision is
+    recorded there (conclude): the candidate must be registered, checked before anything is built or run."""
     import os
 
     parallel = max_parallel or int(os.environ.get("TIERGATE_MAX_PARALLEL", "2"))
-    options = orchestrator.RunOptions(registry=registry, max_parallel=parallel)
+    options = orchestrator.RunOptions(registry=registry, records=registry is not None, max_parallel=parallel)
     return orchestrator.gate(request, flow_seams(remote, build), options)
 
 

@@ -8,6 +8,19 @@ from tiergate import results
 from tiergate.decision import GateRun
 
 
+def check_registered(registry, candidate) -> None:
+    """A gate whose decision is to be recorded needs its candidate (an orchestrator intake) in the registry: said
+    before anything is built or run, not after the runs (the decision's row names the artifact's)."""
+    from tiergate.errors import InputError
+    from tiergate.registry.masking import masked
+
+    if registry.find_artifact(candidate.sha256) is None:
+        path = candidate.artifact.path
+        raise InputError(f"the candidate {path.name} ({candidate.sha256[:12]}) is not in the registry "
+                         f"{masked(registry.url)}: register it first (tiergate register {path} --model NAME "
+                         f"--reference FP32.onnx), or gate without --registry")
+
+
 def record(registry, gate_run: GateRun, *, cost_tags: dict[str, str] | None = None, reuse_same: bool = False):
     """Record the candidate's runs and the decision in one transaction (moves aliases on PROMOTE)."""
     from tiergate.registry import NewRun, record_gate_decision

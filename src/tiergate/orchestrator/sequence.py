@@ -15,6 +15,7 @@ from tiergate.orchestrator.deciding import decide_saved, resolve_metrics
 from tiergate.orchestrator.describing import Describing
 from tiergate.orchestrator.early import early_settings, gate_early
 from tiergate.orchestrator.intake import check_formats, intake, labels_checked, load_data, signature_differences
+from tiergate.orchestrator.recording import check_registered
 from tiergate.orchestrator.running import Running, run_checking_labels
 from tiergate.orchestrator.seams import Seams
 from tiergate.orchestrator.types import Basis, RunSpec, say
@@ -37,6 +38,8 @@ def gate(request: GateRequest, seams: Seams | None = None, options: RunOptions |
     intakes = dict(zip([r for r, _ in roles],
                        seams.steps.map("intake", lambda rp: intake(rp[1], device_classes), roles,
                                        name=lambda rp: rp[0])))
+    if options.records and options.registry is not None:
+        check_registered(options.registry, intakes["candidate"])
     basis = _basis(request, intakes)
     differences = signature_differences(intakes)
     if differences:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import tempfile
 import time
@@ -36,7 +37,7 @@ from tiergate.build import (_digest, _docker_build, _one_line, base_python_versi
                             render_lock)
 from tiergate.errors import EnvironmentProblem, InputError
 from tiergate.hashing import file_sha256
-from tiergate.images import LABEL
+from tiergate.images import COMPILE_KEY_LABEL, LABEL
 from tiergate.paths import containers_dir
 from tiergate.targets import DeviceClass
 
@@ -46,7 +47,7 @@ COMPILER_BASE = "tiergate/base:bookworm-amd64"    # the compile runs on x86_64 (
 COMPILE_TIMEOUT_S = 1800
 COMPILE_MEMORY = "8g"
 MODEL_FORMAT = "tvm-library"          # the artifact image's model.format label for a compiled library
-KEY_LABEL = f"{LABEL}.compile.key"
+KEY_LABEL = COMPILE_KEY_LABEL
 
 
 @dataclass(frozen=True)
@@ -183,12 +184,14 @@ def compiled(dc: DeviceClass, artifact, *, input_shapes: dict | None = None, cli
         folder = state.compiled_folder(key)
         with state.key_lock(f"compile-{key}"):        # one compile of a key at a time, across gates
             if state.cached_folder(folder, "compiled library"):
+                os.utime(folder)       # last used now: tiergate gc's --older-than and in-progress rules see it
                 return Compiled(key, folder, read_meta(folder), image.tag, True, time.monotonic() - t0)
             staging = state.part_path(folder)
             shutil.rmtree(staging, ignore_errors=True)
             staging.mkdir(parents=True)
             try:
                 _compile(client, image, dc, artifact, shapes, staging)
+                state.write_compile_source(staging, artifact.sha256, dc.name, image.tag)
                 state.publish_folder(staging, folder)
             finally:
                 shutil.rmtree(staging, ignore_errors=True)

@@ -1,4 +1,4 @@
-"""`tiergate gc`: remove the images, run folders and cached decisions nothing needs any more.
+"""`tiergate gc`: remove the images, run folders, cached decisions and compiled libraries nothing needs any more.
 
 Planning and applying are separate. `plan()` reads TIERGATE_HOME (runs/, decisions/,
 locks/), what the registry needs (`registry_needs`) and an inventory of the Docker
@@ -15,6 +15,8 @@ What is kept, first rule that matches (docs/gc.md):
 - everything a kept decision names (its run folders and images), and the image of a kept run;
 - what a gate in progress holds (a locked `locks/<key>.lock`, a part file or folder (state.parse_part) of a live
   process), and while one runs, anything from the last hour;
+- a compiled library (compiled/<key>/, a TVM class's compile cache) while an artifact image that stays was built
+  from it (its compile-key label), or its artifact is kept; without the engine's inventory, every one;
 - anything newer than --older-than;
 - an image a running gate uses, in any home (its lease names it: tiergate.leases; the CLI holds the leases'
   gc lock while it plans and removes, so that no gate takes an image up meanwhile).
@@ -37,7 +39,7 @@ from typing import Any, Callable, Iterable, Protocol
 
 from tiergate import state
 from tiergate.errors import InputError
-from tiergate.images import LABEL
+from tiergate.images import COMPILE_KEY_LABEL, LABEL
 from tiergate.state import (RESULT_FILE, SHARDS_SUFFIX, Saved, flock_held,  # noqa: F401 - flock_held re-exported
                             parse_part, process_alive)
 
@@ -50,7 +52,7 @@ BASE_PREFIX = "tiergate/base:"
 OWN_PREFIX = "tiergate/"
 DEFAULT_KEEP_LAST = 3
 GRACE = timedelta(hours=1)   # engine-shared leftovers and, while a gate runs, anything this recent
-APPLY_ORDER = ("container", "volume", "decision", "run", "image")
+APPLY_ORDER = ("container", "volume", "decision", "run", "compiled", "image")
 LEDGER = "gc-images.json"    # image ids of removed runs whose image could not be removed yet
 _RUNNING = ("running", "restarting", "paused", "removing")
 
@@ -146,7 +148,7 @@ def registry_needs(registry, keep_last: int = DEFAULT_KEEP_LAST) -> Needs:
 
 @dataclass
 class Item:
-    kind: str                  # image | run | decision | container | volume
+    kind: str                  # image | run | decision | compiled | container | volume
     id: str                    # image id, path, container id, volume name
     name: str                  # what a person reads: tag, folder name, file name
     size: int
@@ -214,11 +216,13 @@ class _Planner:
         self.keep_images: dict[str, str] = {}    # image key -> why
         self.known_images: set[str] = set(needs.images) | _read_ledger(home)
         self.ledger: set[str] = set()
+        self.staying_compiles: dict[str, str] = {}   # compile key -> the kept artifact image built from it
 
     def run(self, inventory: Inventory | None) -> Plan:
         decisions = state.saved_decisions(self.home)
         runs = state.saved_runs(self.home)
-        self.busy = self.busy or any(self._live_part(e.path.name) for e in [*decisions, *runs])
+        compiles = state.saved_compiles(self.home)
+        self.busy = self.busy or any(self._live_part(e.path.name) for e in [*decisions, *runs, *compiles])
         for doc, item in self._decisions(decisions):
             self.items.append(self._aged(item))
             if not item.remove:
@@ -244,6 +248,8 @@ class _Planner:
         self.ledger = set(self.known_images)
         if inventory is not None:
             self._engine(inventory)
+        for compiled in compiles:
+            self.items.append(self._aged(self._compiled(compiled, inventory is not None)))
         self._check_protected()
         return Plan(self.items, [], self.ledger)
 
@@ -310,6 +316,27 @@ class _Planner:
             item.reason = f"unregistered artifact {_short(run.artifact)}: no kept decision names this run"
         return item
 
+    # -- the compile cache -------------------------------------------------------------
+    def _compiled(self, compiled: Saved, engine_known: bool) -> Item:
+        name = compiled.path.name
+        item = Item("compiled", str(compiled.path), name, compiled.size, compiled.created, True, "",
+                    artifact=compiled.artifact)
+        if parse_part(name) is not None:
+            live = self._live_part(name)
+            item.remove, item.reason = (False, "being written by a compile in progress") if live else \
+                (True, "partial compile of a gate that is no longer running")
+        elif f"compile-{name}" in self.held:
+            item.remove, item.reason = False, "pending: a gate holds its lock"
+        elif compiled.artifact in self.needs.keep:
+            item.remove, item.reason = False, f"artifact {_short(compiled.artifact)}: {self.needs.keep[compiled.artifact]}"
+        elif name in self.staying_compiles:
+            item.remove, item.reason = False, f"kept image {self.staying_compiles[name]} was built from it"
+        elif not engine_known:
+            item.remove, item.reason = False, "the engine's images were not looked at: one may be built from it"
+        else:
+            item.reason = "compiled library no kept image was built from (a gate that needs it compiles it again)"
+        return item
+
     # -- the engine --------------------------------------------------------------------
     def _engine(self, inventory: Inventory) -> None:
         leftover_cutoff = self.now - max(GRACE, self.older_than or timedelta(0))
@@ -348,6 +375,8 @@ class _Planner:
             self.items.append(item)
             if not item.remove:
                 staying_runtime_tags.add(image.labels.get(RUNTIME_IMAGE_LABEL, ""))
+                if image.labels.get(COMPILE_KEY_LABEL):
+                    self.staying_compiles[image.labels[COMPILE_KEY_LABEL]] = ", ".join(image.tags) or image.id[:19]
         for image in runtime:
             self.items.append(self._runtime_image(image, staying_runtime_tags, leftover_cutoff))
         present = {_image_key(i.id) for i in inventory.images}
@@ -437,7 +466,7 @@ def apply(plan: Plan, home: Path, engine: Engine | None) -> Plan:
     order = {kind: n for n, kind in enumerate(APPLY_ORDER)}
     for item in sorted(plan.removals, key=lambda i: order[i.kind]):
         try:
-            if item.kind in ("run", "decision"):
+            if item.kind in ("run", "decision", "compiled"):
                 _remove_file(Path(item.id), home, item)
             elif engine is None:
                 continue
@@ -462,6 +491,8 @@ def _remove_file(path: Path, home: Path, item: Item) -> None:
         raise AssertionError(f"{path} is not under {root}")
     if item.kind == "run":
         item.error = state.remove_run(path, home)
+    elif item.kind == "compiled":
+        item.error = state.remove_compiled(path, home)
     elif path.is_dir():
         shutil.rmtree(path)
     else:

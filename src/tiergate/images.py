@@ -16,6 +16,7 @@ DESCRIBER = "harness/tiergate_describe.py"                    # the runtime-grap
 DESCRIBE_FILE = "describe.json"                               # what it writes (in a describe folder or a run's)
 
 LABEL = "org.tiergate"
+COMPILE_KEY_LABEL = f"{LABEL}.compile.key"   # an artifact image built from a compile: its cache key
 
 
 @dataclass(frozen=True)

@@ -96,6 +96,15 @@ def compiled_folder(key: str) -> Path:
     return home() / COMPILED / key
 
 
+COMPILE_SOURCE = "source.json"      # in a compiled folder: the artifact, class and compiler image it is of (gc)
+
+
+def write_compile_source(folder: Path, artifact_sha256: str, device_class: str, compiler_image: str) -> None:
+    (Path(folder) / COMPILE_SOURCE).write_text(json.dumps(
+        {"artifact_sha256": artifact_sha256, "device_class": device_class, "compiler_image": compiler_image},
+        sort_keys=True))
+
+
 def explain_folder(key: str) -> Path:
     return home() / EXPLAIN / key
 
@@ -549,6 +558,23 @@ def saved_runs(root: Path) -> list[Saved]:
     return [_read_run(p) for p in entries(root / RUNS) if p.is_dir()]
 
 
+def saved_compiles(root: Path) -> list[Saved]:
+    """The compile cache's folders (and part folders of compiles being written), each with its artifact's sha256
+    when its source.json says it."""
+    out = []
+    for path in entries(root / COMPILED):
+        if not path.is_dir():
+            continue
+        try:
+            doc = json.loads((path / COMPILE_SOURCE).read_text())
+        except (OSError, ValueError):
+            doc = {}
+        artifact = doc.get("artifact_sha256") if isinstance(doc, dict) else None
+        out.append(Saved(path, path.name, datetime.fromtimestamp(path.stat().st_mtime, timezone.utc),
+                         folder_size(path), artifact=artifact or None))
+    return out
+
+
 def _read_decision(path: Path) -> Saved:
     stat = path.stat()
     created = datetime.fromtimestamp(stat.st_mtime, timezone.utc)
@@ -594,6 +620,19 @@ def parse_iso(value) -> datetime | None:
             return None
         when = datetime.fromisoformat(match[1]).replace(tzinfo=timezone.utc)
     return when if when.tzinfo else when.replace(tzinfo=timezone.utc)
+
+
+def remove_compiled(path: Path, root: Path) -> str | None:
+    """Remove a compiled library's folder under its compile's lock (tiergate.compiler.compiled); returns why it
+    was kept, or None when removed."""
+    if parse_part(path.name) is not None:
+        shutil.rmtree(path)
+        return None
+    with try_key_lock(f"compile-{path.name}", root) as got:
+        if not got:
+            return "a gate is compiling or reading this compile meanwhile; kept"
+        shutil.rmtree(path)
+    return None
 
 
 def remove_run(path: Path, root: Path) -> str | None:

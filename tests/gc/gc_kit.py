@@ -65,14 +65,31 @@ class Home:
         _touch(path, when)
         return key
 
+    def compiled(self, artifact: str | None, key: str, *, when: datetime = NOW - timedelta(days=60)) -> str:
+        """A compiled library's folder (a TVM class's compile cache) of `artifact` (a name; None: no source.json,
+        as an older tiergate wrote it); returns the folder name (the compile key)."""
+        from tiergate.state import write_compile_source
+
+        folder = self.root / "compiled" / key
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "model.so").write_bytes(b"\0" * 2000)
+        (folder / "tvm-meta.json").write_text("{}")
+        if artifact is not None:
+            write_compile_source(folder, sha(artifact), "x86_64-cpu-tvm", "tiergate/tvm-compiler:c1")
+        for path in [*folder.iterdir(), folder]:
+            _touch(path, when)
+        return key
+
     def image_of(self, run: str) -> str:
         return json.loads((self.root / "runs" / run / "result.json").read_text())["image_id"]
 
 
 def artifact_image(name: str, *, when: datetime = NOW - timedelta(days=60), tags: tuple[str, ...] | None = None,
-                   runtime_tag: str = "tiergate/runtime-onnxruntime-amd64:r1", size: int = 5000) -> ImageInfo:
+                   runtime_tag: str = "tiergate/runtime-onnxruntime-amd64:r1", size: int = 5000,
+                   compile_key: str | None = None) -> ImageInfo:
     labels = {"org.tiergate.artifact.sha256": sha(name), "org.tiergate.device_class": DC,
-              "org.tiergate.runtime": "onnxruntime", "org.tiergate.runtime_image": runtime_tag}
+              "org.tiergate.runtime": "onnxruntime", "org.tiergate.runtime_image": runtime_tag,
+              **({"org.tiergate.compile.key": compile_key} if compile_key else {})}
     return ImageInfo(image_id(name), tags if tags is not None else (f"tiergate/{DC}:{sha(name)[:20]}",), labels,
                      when, size)
 

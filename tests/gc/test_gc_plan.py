@@ -159,6 +159,34 @@ def test_pending_runs_and_live_parts_are_kept(tmp_path):
     assert _removed(plan, "run") == {pending, recent, "deadbeef.part-999999-1", "cafe.part-4242-1"}
 
 
+def test_compiled_libraries_stay_while_a_kept_image_was_built_from_them(tmp_path):
+    """The compile cache (compiled/<key>/): a compile stays while an artifact image that stays was built from it
+    (its compile-key label) or its artifact is kept; one whose image goes, one no image was built from and a dead
+    compile's part folder go; without the engine's inventory every compile stays; apply removes the folders."""
+    home = Home(tmp_path)
+    home.run("gone")                                     # this home used the image of "gone": it is removed
+    kept = home.compiled("fresh", "k-fresh")             # its image is a day old: kept under --older-than 7d
+    with_gone = home.compiled("gone", "k-gone")
+    orphan = home.compiled("orphan", "k-orphan")
+    promoted = home.compiled("promoted", "k-promoted")
+    unknown = home.compiled(None, "k-unknown")
+    dead = home.compiled("x", "k-dead.part-999999-1")
+    engine = FakeEngine(images=[artifact_image("fresh", when=NOW - timedelta(days=1), compile_key=kept),
+                                artifact_image("gone", compile_key=with_gone)])
+    needs = Needs(keep={sha("promoted"): "promoted on edge"})
+    plan = _plan(home, needs, engine, keep_last=0, older_than=timedelta(days=7))
+    compiled = {i.name: i for i in plan.items if i.kind == "compiled"}
+    assert {name for name, i in compiled.items() if i.remove} == {with_gone, orphan, unknown, dead}
+    assert compiled[kept].reason.startswith("kept image tiergate/") and compiled[kept].reason.endswith("was built from it")
+    assert compiled[promoted].reason == f"artifact {sha('promoted')[:12]}: promoted on edge"
+    assert compiled[with_gone].artifact == sha("gone") and compiled[with_gone].size >= 2000
+    assert image_id("gone") in _removed(plan, "image")
+    blind = _plan(home, needs, None, keep_last=0, older_than=timedelta(days=7))
+    assert {i.name for i in blind.items if i.kind == "compiled" and i.remove} == {dead}
+    gc.apply(plan, home.root, engine)
+    assert sorted(p.name for p in (home.root / "compiled").iterdir()) == [kept, promoted]
+
+
 def test_apply_skips_a_run_a_gate_started_after_planning(tmp_path):
     home = Home(tmp_path)
     key = home.run("x")

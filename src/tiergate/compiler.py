@@ -185,12 +185,23 @@ def compiled(dc: DeviceClass, artifact, *, input_shapes: dict | None = None, cli
         with state.key_lock(f"compile-{key}"):        # one compile of a key at a time, across gates
             if state.cached_folder(folder, "compiled library"):
                 os.utime(folder)       # last used now: tiergate gc's --older-than and in-progress rules see it
+                if (folder / ERROR).is_file() and not (folder / LIBRARY).is_file():
+                    raise InputError(f"{_refusal(dc, artifact, folder)} (recorded when this compile first failed; "
+                                     f"tiergate gc removes the record)")
                 return Compiled(key, folder, read_meta(folder), image.tag, True, time.monotonic() - t0)
             staging = state.part_path(folder)
             shutil.rmtree(staging, ignore_errors=True)
             staging.mkdir(parents=True)
             try:
-                _compile(client, image, dc, artifact, shapes, staging)
+                try:
+                    _compile(client, image, dc, artifact, shapes, staging)
+                except InputError:
+                    if (staging / ERROR).is_file():       # TVM refused the model: the same key always will
+                        (staging / LIBRARY).unlink(missing_ok=True)
+                        (staging / META).unlink(missing_ok=True)
+                        state.write_compile_source(staging, artifact.sha256, dc.name, image.tag)
+                        state.publish_folder(staging, folder)
+                    raise
                 state.write_compile_source(staging, artifact.sha256, dc.name, image.tag)
                 state.publish_folder(staging, folder)
             finally:
@@ -249,15 +260,20 @@ def _compile(client, image: CompilerImage, dc: DeviceClass, artifact, shapes: di
             pass
     name = Path(artifact.path).name
     if (work / ERROR).is_file():
-        try:
-            why = str(json.loads((work / ERROR).read_text()).get("error", ""))
-        except (OSError, ValueError, AttributeError):
-            why = ""
-        raise InputError(f"{dc.name}: TVM cannot compile {name}: {why or _last(log)}")
+        raise InputError(_refusal(dc, artifact, work, _last(log)))
     if oom:
         raise InputError(f"{dc.name}: TVM's compile of {name} ran out of memory ({COMPILE_MEMORY})")
     if code != 0 or not (work / META).is_file() or not (work / LIBRARY).is_file():
         raise InputError(f"{dc.name}: TVM's compile of {name} exited with code {code}: {_last(log)}")
+
+
+def _refusal(dc: DeviceClass, artifact, folder: Path, log_line: str = "") -> str:
+    """The one line for a model TVM refused, from the compile's error.json in `folder`."""
+    try:
+        why = str(json.loads((Path(folder) / ERROR).read_text()).get("error", ""))
+    except (OSError, ValueError, AttributeError):
+        why = ""
+    return f"{dc.name}: TVM cannot compile {Path(artifact.path).name}: {why or log_line or 'no reason given'}"
 
 
 def _model_tar(artifact) -> bytes:

@@ -5,6 +5,7 @@ build, never a crash."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -82,7 +83,14 @@ def test_a_model_tvm_cannot_import_is_a_failed_tier_not_a_crash(tiny, tvm_home, 
     assert code == 1 and "Traceback" not in err, err + out
     decision = json.loads(out)
     run = next(c for c in decision["checks"] if c["name"] == "run")
-    assert not run["passed"] and "TVM cannot compile" in run["detail"]
+    assert not run["passed"] and "TVM cannot compile" in run["detail"] and "Celu" in run["detail"]
+    # TVM's refusal is recorded under the compile's key: the gate (the same model, shapes and toolchain as
+    # inspect's compile) says so without compiling again, and tiergate gc removes the record
+    assert "recorded when this compile first failed" in run["detail"], run["detail"]
+    failed = [p for p in (tvm_home / "compiled").iterdir() if (p / "error.json").is_file()]
+    assert len(failed) == 1 and not (failed[0] / "model.so").exists()
+    assert json.loads((failed[0] / "source.json").read_text())["artifact_sha256"] == \
+        hashlib.sha256(tiny["celu"].read_bytes()).hexdigest()
 
 
 def test_inspect_without_data_notes_dimensions_only_data_fix(tiny, tvm_home, tmp_path, capsys, monkeypatch):

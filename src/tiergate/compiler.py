@@ -42,7 +42,7 @@ from tiergate.paths import containers_dir
 from tiergate.targets import DeviceClass
 
 RECIPE, SCRIPT, LOCK = "tvm/compiler.Dockerfile", "tvm/tiergate_tvm_compile.py", "tvm/requirements.txt"
-LIBRARY, META, ERROR = "model.so", "tvm-meta.json", "error.json"      # what the compile script writes
+LIBRARY, META, ERROR = "model.so", state.COMPILE_META, "error.json"      # what the compile script writes
 COMPILER_BASE = "tiergate/base:bookworm-amd64"    # the compile runs on x86_64 (cross-linking for aarch64)
 COMPILE_TIMEOUT_S = 1800
 COMPILE_MEMORY = "8g"

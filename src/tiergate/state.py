@@ -97,6 +97,16 @@ def compiled_folder(key: str) -> Path:
 
 
 COMPILE_SOURCE = "source.json"      # in a compiled folder: the artifact, class and compiler image it is of (gc)
+COMPILE_META = "tvm-meta.json"      # in a compiled folder: what the compile recorded (passes, target, timings)
+
+
+def compile_record(key: str) -> dict | None:
+    """What the compile of `key` recorded (its tvm-meta.json), or None when it is not cached (or unreadable)."""
+    try:
+        doc = json.loads((compiled_folder(key) / COMPILE_META).read_text())
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) else None
 
 
 def write_compile_source(folder: Path, artifact_sha256: str, device_class: str, compiler_image: str) -> None:

@@ -138,3 +138,26 @@ def test_a_gate_with_a_tvm_pass_off_compiles_the_candidate_alone_so(tiny, tvm_ho
     assert graph["disabled"] == ["FuseOps"] and "FuseOps" not in [p["name"] for p in graph["passes"]]
     reference = json.loads((Path(decision["runs"]["reference/x86_64-cpu-tvm"]) / "result.json").read_text())
     assert reference["status"] == "ok" and not reference["extra"].get("disabled_passes")
+
+
+def test_a_disabled_pass_tvm_never_applies_is_refused_before_any_run(tiny, tvm_home, capsys, monkeypatch):
+    """TVM ignores a disabled pass name it does not know: a typo in --disable-pass would switch nothing off. The
+    name is checked against the passes the compile applied to the reference on that class (exit 2, one line, the
+    closest name offered); a real pass name is gated."""
+    def runs():
+        return sorted(p.name for p in (tvm_home / "runs").iterdir()) if (tvm_home / "runs").is_dir() else []
+
+    before = runs()
+    code, out, err = _cli(capsys, monkeypatch, tvm_home, "gate", "--candidate", str(tiny["model"]), "--reference",
+                          str(tiny["model"]), "--data", str(tiny["data"]), "--targets", "x86_64-cpu-tvm",
+                          "--disable-pass", "FuseOpz")
+    lines = [line for line in err.splitlines() if line.startswith("tiergate: error:")]
+    assert code == 2 and len(lines) == 1 and "Traceback" not in err, err + out
+    assert "--disable-pass FuseOpz" in lines[0] and "did you mean FuseOps?" in lines[0], lines[0]
+    assert runs() == before                                   # refused after the build, before any run
+    code, out, err = _cli(capsys, monkeypatch, tvm_home, "gate", "--candidate", str(tiny["model"]), "--reference",
+                          str(tiny["model"]), "--data", str(tiny["data"]), "--targets", "x86_64-cpu-tvm",
+                          "--disable-pass", "FuseOps")
+    assert code == 0, err + out
+    runtime = json.loads(out)["runtime"]["x86_64-cpu-tvm"]
+    assert "FuseOps" not in [p["name"] for p in runtime["passes"]]

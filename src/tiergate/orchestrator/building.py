@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import difflib
 
-from tiergate import leases
-from tiergate.errors import EnvironmentProblem, TiergateError
-from tiergate.images import LABEL
+from tiergate import leases, state
+from tiergate.errors import EnvironmentProblem, InputError, TiergateError
+from tiergate.images import COMPILE_KEY_LABEL, LABEL
 from tiergate.orchestrator.types import Progress, RunSpec, say
 
 
@@ -29,7 +30,31 @@ def build_images(specs: list[RunSpec], builder, *, progress: Progress | None = N
             raise
         except TiergateError as exc:  # this artifact cannot be built for this class: that class's run fails
             spec.build_error = f"image build failed: {exc.one_line()}"
+    check_disabled_passes(specs)
     return specs
+
+
+def check_disabled_passes(specs: list[RunSpec]) -> None:
+    """A compiled class's candidate with passes switched off beyond the class's own (--disable-pass, bisect): each
+    name must be a pass the compiler applied to the reference on that class (its compile record), else InputError
+    (exit 2): TVM ignores an unknown name, so a typo would switch nothing off and the gate would say nothing."""
+    by_role = {spec.role: spec for spec in specs}
+    candidate, reference = by_role.get("candidate"), by_role.get("reference")
+    if candidate is None or reference is None or not candidate.device_class.compiled or reference.image is None:
+        return
+    extra = sorted(set(candidate.device_class.disabled_passes) - set(reference.device_class.disabled_passes))
+    key = (reference.image.labels or {}).get(COMPILE_KEY_LABEL)
+    record = state.compile_record(key) if extra and key else None
+    if record is None:
+        return
+    applied = {p.get("name") for p in record.get("passes", []) if isinstance(p, dict)} - {None}
+    for name in extra:
+        if name not in applied:
+            close = difflib.get_close_matches(name, sorted(applied), n=1)
+            raise InputError(f"--disable-pass {name}: {reference.device_class.name}'s compiler applies no pass of "
+                             f"that name to the reference" + (f" (did you mean {close[0]}?)" if close else
+                                                              f" ({len(applied)} passes; tiergate inspect --target "
+                                                              f"{reference.device_class.name} --json lists them)"))
 
 
 def check_lineage(image, spec: RunSpec):

@@ -23,7 +23,7 @@ from onnx import TensorProto, helper, numpy_helper
 from faultkit import X86, cli, error_lines
 from tiergate import state
 from tiergate.execution import janitor
-from tiergate.registry import Registry, count_rows
+from tiergate.registry import Registry, count_rows, register_artifact
 
 pytestmark = [pytest.mark.faults, pytest.mark.docker]
 SRC = str(Path(__file__).resolve().parents[2] / "src")
@@ -45,6 +45,8 @@ def _owned_by(client, pid: int):
 
 def test_engine_unreachable_is_exit_2_and_records_no_decision(case, tmp_path):
     db = tmp_path / "reg.db"
+    with Registry(f"sqlite:///{db}", tmp_path / "store") as reg:      # registered: the engine is what fails
+        register_artifact(reg, case["good"], model="faults", reference=case["reference"])
     code, out, err = cli("gate", "-c", str(case["good"]), "-r", str(case["reference"]), "-d", str(case["data"]),
                          "-t", X86, "--registry", f"sqlite:///{db}",
                          env={"TIERGATE_HOME": str(case["home"]), "DOCKER_HOST": f"unix://{tmp_path}/dead.sock"})

@@ -185,27 +185,29 @@ def compiled(dc: DeviceClass, artifact, *, input_shapes: dict | None = None, cli
         with state.key_lock(f"compile-{key}"):        # one compile of a key at a time, across gates
             if state.cached_folder(folder, "compiled library"):
                 os.utime(folder)       # last used now: tiergate gc's --older-than and in-progress rules see it
-                if (folder / ERROR).is_file() and not (folder / LIBRARY).is_file():
+                if (folder / ERROR).is_file():      # TVM refused the model (published without a library)
                     raise InputError(f"{_refusal(dc, artifact, folder)} (recorded when this compile first failed; "
                                      f"tiergate gc removes the record)")
                 return Compiled(key, folder, read_meta(folder), image.tag, True, time.monotonic() - t0)
             staging = state.part_path(folder)
             shutil.rmtree(staging, ignore_errors=True)
             staging.mkdir(parents=True)
+            refused = None
             try:
                 try:
                     _compile(client, image, dc, artifact, shapes, staging)
-                except InputError:
-                    if (staging / ERROR).is_file():       # TVM refused the model: the same key always will
-                        (staging / LIBRARY).unlink(missing_ok=True)
-                        (staging / META).unlink(missing_ok=True)
-                        state.write_compile_source(staging, artifact.sha256, dc.name, image.tag)
-                        state.publish_folder(staging, folder)
-                    raise
+                except InputError as exc:
+                    if not (staging / ERROR).is_file():   # a timeout, OOM or crash: not recorded, tried again
+                        raise
+                    refused = exc                         # TVM refused the model: the same key always will
+                    for name in (LIBRARY, META):
+                        (staging / name).unlink(missing_ok=True)
                 state.write_compile_source(staging, artifact.sha256, dc.name, image.tag)
                 state.publish_folder(staging, folder)
             finally:
                 shutil.rmtree(staging, ignore_errors=True)
+            if refused is not None:
+                raise refused
             return Compiled(key, folder, read_meta(folder), image.tag, False, time.monotonic() - t0)
     finally:
         if own:
@@ -213,10 +215,10 @@ def compiled(dc: DeviceClass, artifact, *, input_shapes: dict | None = None, cli
 
 
 def read_meta(folder: Path) -> dict:
-    try:
-        return json.loads((Path(folder) / META).read_text())
-    except (OSError, ValueError) as exc:
-        raise InputError(f"{folder}: no readable {META} ({exc})") from None
+    record = state.compile_record(folder)
+    if record is None:
+        raise InputError(f"{folder}: no readable {META}")
+    return record
 
 
 def _compile(client, image: CompilerImage, dc: DeviceClass, artifact, shapes: dict, work: Path) -> None:

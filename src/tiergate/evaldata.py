@@ -471,21 +471,19 @@ def sample_keys(data: EvalData, seed: int) -> np.ndarray:
     if data.labels is not None:
         columns.append((LABELS, np.asarray(data.labels)))
     keys = np.empty((data.n_samples, 2), dtype=np.uint64)
+    copies: dict[bytes, int] = {}
     for i in range(data.n_samples):
         digest = hashlib.blake2b(salt, digest_size=16)
         for name, column in columns:
             one = np.ascontiguousarray(column[i])
             digest.update(f"{name}\0{one.dtype.str}\0{one.shape}\0".encode())
             digest.update(one.tobytes())
-        keys[i] = np.frombuffer(digest.digest(), dtype="<u8")
-    seen: dict[bytes, int] = {}
-    for i in range(data.n_samples):
-        own = keys[i].tobytes()
-        copy = seen.get(own, 0)
-        seen[own] = copy + 1
-        if copy:
-            keys[i] = np.frombuffer(hashlib.blake2b(salt + own + copy.to_bytes(8, "little"), digest_size=16).digest(),
-                                    dtype="<u8")
+        key = digest.digest()
+        copy = copies.get(key, 0)
+        copies[key] = copy + 1
+        if copy:            # the j-th copy of a sample seen before
+            key = hashlib.blake2b(salt + key + copy.to_bytes(8, "little"), digest_size=16).digest()
+        keys[i] = np.frombuffer(key, dtype="<u8")
     return keys
 
 

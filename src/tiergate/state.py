@@ -100,10 +100,10 @@ COMPILE_SOURCE = "source.json"      # in a compiled folder: the artifact, class 
 COMPILE_META = "tvm-meta.json"      # in a compiled folder: what the compile recorded (passes, target, timings)
 
 
-def compile_record(key: str) -> dict | None:
-    """What the compile of `key` recorded (its tvm-meta.json), or None when it is not cached (or unreadable)."""
+def compile_record(folder: Path) -> dict | None:
+    """What a compile recorded in its folder (tvm-meta.json), or None when it is not there (or unreadable)."""
     try:
-        doc = json.loads((compiled_folder(key) / COMPILE_META).read_text())
+        doc = json.loads((Path(folder) / COMPILE_META).read_text())
     except (OSError, ValueError):
         return None
     return doc if isinstance(doc, dict) else None
@@ -635,24 +635,22 @@ def parse_iso(value) -> datetime | None:
 def remove_compiled(path: Path, root: Path) -> str | None:
     """Remove a compiled library's folder under its compile's lock (tiergate.compiler.compiled); returns why it
     was kept, or None when removed."""
-    if parse_part(path.name) is not None:
-        shutil.rmtree(path)
-        return None
-    with try_key_lock(f"compile-{path.name}", root) as got:
-        if not got:
-            return "a gate is compiling or reading this compile meanwhile; kept"
-        shutil.rmtree(path)
-    return None
+    return _remove_locked(path, root, f"compile-{path.name}", "a gate is compiling or reading this compile meanwhile")
 
 
 def remove_run(path: Path, root: Path) -> str | None:
     """Remove a run folder under its key's lock (a gate that starts this run meanwhile waits, then re-runs
     it); returns why it was kept, or None when removed."""
+    return _remove_locked(path, root, path.name, "a gate started this run meanwhile")
+
+
+def _remove_locked(path: Path, root: Path, lock: str, busy: str) -> str | None:
+    """Remove a folder under the key lock `lock` (a part folder at once); `busy` + "; kept" when it is held."""
     if parse_part(path.name) is not None:
         shutil.rmtree(path)
         return None
-    with try_key_lock(path.name, root) as got:
+    with try_key_lock(lock, root) as got:
         if not got:
-            return "a gate started this run meanwhile; kept"
+            return f"{busy}; kept"
         shutil.rmtree(path)
     return None

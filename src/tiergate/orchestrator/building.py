@@ -44,7 +44,7 @@ def check_disabled_passes(specs: list[RunSpec]) -> None:
         return
     extra = sorted(set(candidate.device_class.disabled_passes) - set(reference.device_class.disabled_passes))
     key = (reference.image.labels or {}).get(COMPILE_KEY_LABEL)
-    record = state.compile_record(key) if extra and key else None
+    record = state.compile_record(state.compiled_folder(key)) if extra and key else None
     if record is None:
         return
     applied = {p.get("name") for p in record.get("passes", []) if isinstance(p, dict)} - {None}

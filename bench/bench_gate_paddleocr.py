@@ -193,7 +193,9 @@ def build(candidate: tuple[Path, ...], reference: Path, classes) -> dict[str, di
 def looks(doc: dict) -> str:
     """Where each tier's early decision stopped, from the gate's JSON."""
     found = doc.get("early_stop") or {}
-    return "; ".join(f"{name} {t['verdict']} at look {t['look']} of {t['looks']} on {t['samples_used']} samples"
+    return "; ".join(f"{name} stopped by {t['stopped_by']}'s REJECT after {t['look']} of {t['looks']} looks"
+                     if t.get("stopped_by") else
+                     f"{name} {t['verdict']} at look {t['look']} of {t['looks']} on {t['samples_used']} samples"
                      for name, t in found.items()) or "no early decision"
 
 

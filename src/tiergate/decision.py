@@ -195,6 +195,7 @@ class TierLooks:
     confidence: float             # every interval's confidence at that look
     plan: list[Look] = field(default_factory=list)   # every look: samples, taken, confidence
     seed: int | None = None       # the seed of the looks' random partition of the samples (None: before it had one)
+    stopped_by: str = ""          # the class whose final REJECT stopped this one before it was decided
 
     def to_json(self) -> dict:
         return encode(self)

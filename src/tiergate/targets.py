@@ -118,9 +118,10 @@ class Evaluation:
                    and the batched outputs of those samples must equal their single-call outputs (else
                    every sample runs at batch_size). 0 turns it off: every call is timed. Default: 64 on
                    emulated classes (their latency is never gated), 0 on the others.
-    latency_calls  calls timed for latency when batched, spread over the shards (default 16; emulated: 4, one
-                   per shard at least: their latency is QEMU time, reported, never gated; the single calls
-                   check that the batched outputs equal single-call outputs).
+    latency_calls  calls timed for latency when batched, spread over the shards (default 16; emulated: 4, all in
+                   the first shard: their latency is QEMU time, reported, never gated; the single calls check
+                   that the batched outputs equal single-call outputs, and a later shard checks its batched
+                   outputs against its cold first call alone).
     warmup         calls before the timed ones, the cold first call included (default 3; emulated: 1, the
                    first call only).
     latency_pairs  after the candidate's run, its calls interleaved with the FP32 reference's and the

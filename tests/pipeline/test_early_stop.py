@@ -94,12 +94,17 @@ def test_a_bad_candidate_is_rejected_at_the_first_look(tmp_path, tiergate_home):
     assert d.verdict == REJECT
     for name in (X86, ARM):
         tier = d.early_stop[name]
+        if tier.stopped_by:         # the other tier's REJECT came first and stopped it before its run started
+            assert tier.stopped_by == ({X86, ARM} - {name}).pop() and tier.look == 0
+            assert not d.early_stop[tier.stopped_by].stopped_by
+            continue
         assert (tier.look, tier.looks, tier.samples_used, tier.samples_total) == (1, 2, 200, 400)
         assert tier.stopped_early and tier.verdict == REJECT and tier.confidence == tier.plan[0].confidence
         assert d.metrics[name].task["top1_accuracy"].n == 200
         assert any(n.startswith(f"{name}: early stop: REJECT settled at look 1 of 2, on 200 of 400") for n in d.notes)
     failed = [c for c in d.checks if c.name == "accuracy_ratio"]
     assert failed and all(not c.passed and not c.inconclusive for c in failed)
+    assert {c.device_class for c in failed} | {n for n, t in d.early_stop.items() if t.stopped_by} == {X86, ARM}
     assert all(results.load(f).n_samples == 200 for f in run.run_dirs.values())
     assert len({j.data_sha256 for j in backend.jobs}) == 1          # only the first chunk ran
     assert Decision.from_json(json.loads(d.dumps())) == d
@@ -376,3 +381,62 @@ def test_the_looks_are_a_stratified_seeded_partition_made_from_the_samples(tmp_p
     assert np.array_equal(partition(order, 1)[1][0], np.arange(997))   # one look: the file as it is
     chunk = evaldata.select(data, rows[1])
     assert np.array_equal(np.load(chunk.path)["x"], x[rows[1]]) and np.array_equal(chunk.labels, labels[rows[1]])
+
+
+class _HeldBackend(FakeBackend):
+    """A fake whose runs of one device class wait until the gate stops them (Job.cancel), as a container runs on
+    until it is killed; every other class runs at once."""
+
+    def __init__(self, held: str, **kw):
+        super().__init__(**kw)
+        self.held, self.stopped = held, []
+
+    def run(self, job):
+        if job.device_class.name != self.held:
+            return super().run(job)
+        import threading
+
+        self.jobs.append(job)
+        ended = threading.Event()
+        job.cancel.on_cancel(ended.set)
+        assert ended.wait(60), "the held run was never stopped"
+        self.stopped.append((job.role, job.device_class.name))
+        from tiergate.results import failed
+
+        return failed(job.device_class.name, "killed by signal 9")
+
+
+def test_a_final_reject_stops_the_other_tiers_runs(tmp_path, tiergate_home):
+    """x86 (one look, early stop off) REJECTs on every sample while arm64's first chunk still runs: the gate's
+    verdict is REJECT whatever arm64 shows, so arm64's run is stopped, nothing of it is recorded as a failure, no
+    further chunk runs, and the decision says arm64 was stopped (an inconclusive "stopped" check, not a verdict)."""
+    case = _case(tmp_path, 400, "random")
+    backend = _HeldBackend(ARM)
+    run, _ = _gate(case, load_policy(None), targets=(X86, ARM), backend=backend, early_stop=None)
+    d = run.decision
+    assert d.verdict == REJECT
+    assert d.early_stop[X86].verdict == REJECT and not d.early_stop[X86].stopped_by
+    arm = d.early_stop[ARM]
+    assert (arm.stopped_by, arm.look, arm.samples_used) == (X86, 0, 0)
+    assert backend.stopped and {role for role, _ in backend.stopped} <= {"candidate", "reference"}
+    assert len({j.data_sha256 for j in backend.jobs if j.device_class.name == ARM}) == 1     # no second chunk
+    stopped = [c for c in d.checks if c.device_class == ARM]
+    assert [(c.name, c.inconclusive, c.passed) for c in stopped] == [("stopped", True, False)]
+    assert "x86_64-cpu-onnxruntime's REJECT is final" in stopped[0].detail
+    assert not any(key[1] == ARM for key in run.run_dirs)        # no run of arm64 stands for a result
+    root = state.runs_root()
+    assert not [p for p in root.iterdir() if p.name.endswith(state.SHARDS_SUFFIX)]     # nothing half-written kept
+    assert Decision.from_json(json.loads(d.dumps())) == d
+    # with early decision off every tier runs to its end, and the verdict is the same
+    full, _ = _gate(case, load_policy(None), targets=(X86, ARM), early_stop=False)
+    assert full.decision.verdict == REJECT
+    assert {c.device_class for c in full.decision.checks if c.name == "accuracy_ratio" and not c.passed} == {X86, ARM}
+
+
+def test_a_promote_stops_no_tier(tmp_path, tiergate_home):
+    """A near-identical candidate: no tier REJECTs, so no tier is stopped (a PROMOTE settles only its own tier)."""
+    case = _case(tmp_path, 400, "near")
+    run, backend = _gate(case, load_policy(None), targets=(X86, ARM), early_stop=None)
+    assert run.decision.verdict in (PROMOTE, INCONCLUSIVE)
+    assert not any(t.stopped_by for t in run.decision.early_stop.values())
+    assert not any(c.name == "stopped" for c in run.decision.checks)

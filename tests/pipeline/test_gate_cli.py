@@ -53,8 +53,10 @@ def test_good_calibration_promoted_bad_rejected_on_both_tiers(demo_set, larger_e
                    for op in graph["ops"]["all"])
     assert "What each tier's runtime executes" in (tmp_path / "good" / "gate-summary.md").read_text()
 
+    # every tier judged to its end: with early decision on, the first tier's final REJECT stops the others
+    # (test_early_stop.py::test_a_final_reject_stops_the_other_tiers_runs)
     code, out, err = _gate(capsys, monkeypatch, shared_home, "--candidate", str(bad), *base,
-                           "--junit", str(tmp_path / "bad.xml"))
+                           "--junit", str(tmp_path / "bad.xml"), "--no-early-stop")
     decision = json.loads(out)
     assert code == 1, err + out
     assert decision["verdict"] == "REJECT"
@@ -68,7 +70,8 @@ def test_good_calibration_promoted_bad_rejected_on_both_tiers(demo_set, larger_e
             assert any(w.startswith(f"{dc}: {metric}[probs] is ") and "evidence only" in w
                        for w in decision["warnings"]), decision["warnings"]
     assert not any(c["name"] in ("cosine", "sqnr_db") for c in decision["checks"])
-    assert decision["cache_hits"] == 2  # the FP32 reference's runs were reused from the first gate
+    assert decision["cache_hits"] >= 1  # the FP32 reference's x86 run was reused from the first gate (arm64's ran
+    # in the early decision's chunks there, unless another test of this home ran it whole)
     suite = ET.parse(tmp_path / "bad.xml").getroot()
     assert int(suite.get("failures")) == 2
 

@@ -61,3 +61,28 @@ def test_a_clear_reject_stops_at_half_the_samples_on_the_emulated_tier_by_defaul
           f"{tier.samples_used} samples, containers started {run.containers_started}")
     assert run.decision.verdict == REJECT and tier.stopped_early and (tier.look, tier.samples_used) == (1, 200)
     assert _failing(run.decision) == {(ARM, "accuracy_ratio")}
+
+
+@pytest.mark.emulated
+def test_a_final_reject_on_x86_stops_the_emulated_tier_at_once(lines, realmodels_home):
+    """x86 (native: one look on every sample) REJECTs the clear INT8 in seconds while arm64's first chunk still
+    runs under QEMU: the gate's verdict is REJECT whatever arm64 shows, so arm64's containers are killed and it is
+    reported stopped; the full gate's verdict is the same (test_early_decision_gives_the_full_gates_verdict)."""
+    import time
+
+    import docker
+
+    from tiergate.execution import janitor
+
+    source, data, candidates = lines
+    t0 = time.monotonic()
+    run = gatekit.gate(candidates["clear"], source, data, resolve([X86, ARM]), load_policy())
+    wall = time.monotonic() - t0
+    d = run.decision
+    print(f"PaddleOCR cls clear INT8 on {X86} + {ARM}: {d.verdict} in {wall:.1f} s; arm64 {d.early_stop[ARM]}")
+    assert d.verdict == REJECT and d.early_stop[X86].verdict == REJECT
+    assert d.early_stop[ARM].stopped_by == X86 and d.early_stop[ARM].look == 0
+    assert [c.name for c in d.checks if c.device_class == ARM] == ["stopped"]
+    client = docker.from_env()
+    mine = client.containers.list(all=True, filters={"label": f"{janitor.OWNER_PID}={__import__('os').getpid()}"})
+    assert not mine, [c.name for c in mine]          # the killed containers are gone

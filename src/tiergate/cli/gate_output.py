@@ -123,6 +123,11 @@ def print_run(run, explained=None) -> None:
     for name, files in run.report_files.items():
         console.print(f"{name}: {files}", highlight=False)
     for name, t in decision.early_stop.items():
+        if t.stopped_by:
+            console.print(f"early stop: {name}: stopped by {t.stopped_by}'s final REJECT, undecided after "
+                          f"{t.look} of {t.looks} looks, {t.samples_used} of {t.samples_total} samples judged",
+                          highlight=False)
+            continue
         how = (f"settled {t.verdict} at look {t.look} of {t.looks}" if t.stopped_early
                else f"{t.verdict} at its last look ({t.look} of {t.looks})")
         console.print(f"early stop: {name}: {how}, {t.samples_used} of {t.samples_total} samples used "

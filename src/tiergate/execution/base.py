@@ -54,13 +54,18 @@ class Job:
     profile: bool = False                               # per-op time in device.op_profile (harness --profile)
     samples: tuple[int, int] | None = None              # [start, stop) of the data (a shard); None: all
     eval_batch: int = 0                                 # samples per call for outputs (0: the class's batch size)
-    latency_calls: int = 0                              # with eval_batch: calls timed for latency
+    latency_calls: int = 1                              # with eval_batch: calls timed for latency (0: none, the
+                                                        # cold first call only checks batching: a later shard)
+    count: bool = True                                  # under the counting QEMU where it is set up (an emulated
+                                                        # class's first shard: counts are exact, one is enough)
     describe: bool = False                              # also describe its runtime graph after the run (harness
                                                         # --describe: describe.json, optimized-LEVEL.onnx)
     pair_with: tuple[Path, ...] = ()                    # after the run, interleave its calls with these artifacts'
     pairs: int = 0                                      # (the FP32 reference's, the incumbent's) for this many
                                                         # rounds at most: extra.paired (harness_paired.py, native)
     pair_sha256: tuple[str, ...] = ()                   # pair_with's content hashes, stamped in extra.paired
+    # set when the gate no longer needs this run (execution.cancel): the backend stops what it started for it
+    cancel: object = field(default=None, compare=False, repr=False)
     # called with the result when a backend has this job's folder complete before the whole start ends
     # (several artifacts in one container): the orchestrator puts it in place at once
     on_done: Callable[[TargetResult], None] | None = field(default=None, compare=False, repr=False)
@@ -90,7 +95,7 @@ def harness_command(jobs: list[Job], models: list[str], data: str, outs: list[st
              "--warmup", str(job.warmup)]
     args += ["--samples", f"{job.samples[0]}:{job.samples[1]}"] if job.samples else []
     if job.eval_batch > dc.batch_size:
-        args += ["--eval-batch", str(job.eval_batch), "--latency-calls", str(max(job.latency_calls, 1))]
+        args += ["--eval-batch", str(job.eval_batch), "--latency-calls", str(max(job.latency_calls, 0))]
     args += ["--compare-rounds", str(job.compare_rounds)] if job.compare_rounds else []
     args += ["--timeout", str(dc.limits.timeout_s)] if len(jobs) > 1 else []    # each artifact its own time
     for n, j in enumerate(jobs):
@@ -116,8 +121,8 @@ def start_timeout(jobs: list[Job]) -> int:
 def groupable(jobs: list[Job]) -> bool:
     """Jobs one harness start can run: same class, data, samples, evaluation, options and environment."""
     def shape(j: Job):
-        return (j.device_class.name, j.data_npz, j.samples, j.eval_batch, j.latency_calls, j.warmup, j.profile,
-                j.compare_rounds, tuple(sorted(j.env.items())))
+        return (j.device_class.name, j.data_npz, j.samples, j.eval_batch, j.latency_calls, j.count, j.warmup,
+                j.profile, j.compare_rounds, tuple(sorted(j.env.items())))
     return len({shape(j) for j in jobs}) == 1
 
 

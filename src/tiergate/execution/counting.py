@@ -34,7 +34,8 @@ EMULATOR = {"arm64": "qemu-aarch64", "amd64": "qemu-x86_64"}
 COUNTED_ENV = {"PYTHONHASHSEED": "0"}
 # "1": the guest's memory reads are counted too (reads_per_inference). Off by default: an inline add on every read
 # cost 15-30 % of an emulated call's CPU time (measured on PaddleOCR's classifier), where counting instructions
-# alone (an add per translated block) cost nothing measurable; the limit for counting is 20 %.
+# alone (an add per translated block) cost little: 2 % of a batch-64 loop on 2026-11-27, where the dynamic QEMU
+# build itself was 6 % slower than Debian's static one; only an emulated class's first shard is counted.
 READS_ENV = "TIERGATE_COUNT_READS"
 
 
@@ -43,7 +44,7 @@ def reads_counted() -> bool:
 
 
 
-PROTOCOL = "3"     # how a counted run is made (markers, environment): a change here is another run (the run key)
+PROTOCOL = "4"     # how a counted run is made (markers, environment): a change here is another run (the run key)
 
 
 @dataclass(frozen=True)

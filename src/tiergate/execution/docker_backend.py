@@ -180,7 +180,7 @@ class DockerBackend:
             environment={**dc.container_env, **job.env, CONTAINER_ENV: "1"},
             labels={f"{LABEL}.device_class": dc.name, **janitor.owner_labels()},
         )
-        count = counting.counts(dc, self.docker_host)
+        count = counting.counts(dc, self.docker_host) if job.count else None
         if count is not None:     # under the counting QEMU: instructions per inference (execution/counting.py)
             spec["entrypoint"] = [*count.launcher(dc), "/usr/bin/python3", "-s", HARNESS_IN_IMAGE]
             spec["volumes"].update(count.mount())
@@ -202,7 +202,10 @@ def _run(container, job: Job, runs: int = 1, poll=None) -> tuple[str | None, str
     the end)."""
     dc = job.device_class
     timeout_s = start_timeout([job] * runs)
+    if job.cancel is not None:
+        job.cancel.check()
     container.start()
+    forget = job.cancel.on_cancel(container.kill) if job.cancel is not None else (lambda: None)
     timed_out = False
     try:
         code = _wait(container, timeout_s, poll)
@@ -213,6 +216,8 @@ def _run(container, job: Job, runs: int = 1, poll=None) -> tuple[str | None, str
         container.kill()
         container.wait(timeout=60)
         code, timed_out = None, True
+    finally:
+        forget()
     container.reload()
     log_tail = tail(container.logs(tail=LOG_TAIL_LINES).decode("utf-8", "replace"))
     if poll is not None and not timed_out:

@@ -18,13 +18,15 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from tiergate import results, state
-from tiergate.decision import GateRun
+from tiergate.decision import INCONCLUSIVE, REJECT, Check, Decision, GateRun
+from tiergate.execution.cancel import Cancel
 from tiergate.evaldata import EvalData, sample_keys, select
 from tiergate.gate import EARLY_METHOD, RunOutcome, TierLooks, combine_tiers, cross_tier_drift, settled, verdict_of
 from tiergate.orchestrator.deciding import cached_decision, decide_saved, deciding_code_hash, named_runs
@@ -79,6 +81,9 @@ class _Tier:
     failed: dict[str, Path] = field(default_factory=dict)           # role -> the chunk run that failed
     decided: GateRun | None = None
     look: int = 0                       # the look it was decided at (1-based)
+    judged: GateRun | None = None       # its last judged look's decision (settled or not)
+    judged_look: int = 0
+    stopped_by: str = ""                # the class whose final REJECT stopped it before it was decided
 
 
 def _tiers(specs: list[RunSpec], basis: Basis, early: dict[str, EarlyStop]) -> dict[str, _Tier]:
@@ -108,8 +113,11 @@ def gate_early(specs: list[RunSpec], basis: Basis, early: dict[str, EarlyStop], 
     tiers = _tiers(specs, basis, early)
     chunk_data: dict[bytes, EvalData] = {}
     counts = [0, 0]                     # cache hits, runs started
+    # a class with early stop on is stopped (its runs killed) once another class's final verdict is REJECT
+    cancels = {name: Cancel() for name, t in tiers.items() if t.setting.enabled}
+    guard = threading.Lock()
     for k in range(max(len(t.ranges) for t in tiers.values())):
-        active = [t for t in tiers.values() if t.decided is None and k < len(t.ranges)]
+        active = [t for t in tiers.values() if t.decided is None and not t.stopped_by and k < len(t.ranges)]
         if not active:
             break
         # a look the plan does not take is not judged: its chunk runs with the next taken look's (one start)
@@ -123,20 +131,61 @@ def gate_early(specs: list[RunSpec], basis: Basis, early: dict[str, EarlyStop], 
                 chunk_data[rows.tobytes()] = select(data, rows)
             datas[t.dc.name] = chunk_data[rows.tobytes()]
         todo = [s for t in due for s in t.specs if s.role not in t.failed]
-        todo, done = run_checking_labels(todo, datas, data, labels_known or k > 0, how)
-        counts[0] += sum(d.cached for d in done)
-        counts[1] += sum(d.started for d in done)
-        for spec, d in zip(todo, done):
-            t = tiers[spec.device_class.name]
-            if results.load(d.folder).ok:
-                t.chunks.setdefault(spec.role, []).append(d.folder)
-                t.spans.setdefault(spec.role, []).append((t.ranges[t.ran][0], t.ranges[k][1]))
-            else:
-                t.failed[spec.role] = d.folder
-        for t in due:
-            t.ran = k + 1
-            _look(t, k, basis, how)
+        wanted = {t.dc.name: {s.role for s in todo if s.device_class is t.dc or s.device_class.name == t.dc.name}
+                  for t in due}
+
+        def tier_done(group: list[RunSpec], done: list, k: int = k) -> None:
+            """A class's chunk judged as soon as its runs end (not after the slowest class's): a final REJECT
+            stops the classes still running."""
+            t = tiers[group[0].device_class.name]
+            if {s.role for s in group} != wanted.get(t.dc.name):     # the label check's reference-first run
+                return
+            _after_chunk(t, k, group, done, basis, how)
+            _stop_others(t, tiers, cancels, guard, how)
+
+        round_how = dataclasses.replace(how, cancels=cancels, on_tier_done=tier_done)
+        todo, done = run_checking_labels(todo, datas, data, labels_known or k > 0, round_how)
+        counts[0] += sum(d.cached for d in done if d is not None)
+        counts[1] += sum(d.started for d in done if d is not None)
+        for t in due:                   # what no callback judged: a class stopped, or run in two parts
+            if t.ran > k or t.stopped_by:
+                continue
+            mine = [(s, d) for s, d in zip(todo, done) if s.device_class.name == t.dc.name]
+            if any(d is None for _, d in mine):
+                continue
+            _after_chunk(t, k, [s for s, _ in mine], [d for _, d in mine], basis, how)
+            _stop_others(t, tiers, cancels, guard, how)
     return _early_decision(tiers, basis, counts)
+
+
+def _after_chunk(t: _Tier, k: int, specs: list[RunSpec], done: list, basis: Basis, how: Running) -> None:
+    """Class t's runs of chunk k (through look k) kept in order, then look k judged (runs that ended before a stop
+    reached them are judged as any: a class they decide is decided, not stopped)."""
+    for spec, d in zip(specs, done):
+        if results.load(d.folder).ok:
+            t.chunks.setdefault(spec.role, []).append(d.folder)
+            t.spans.setdefault(spec.role, []).append((t.ranges[t.ran][0], t.ranges[k][1]))
+        else:
+            t.failed[spec.role] = d.folder
+    t.ran = k + 1
+    _look(t, k, basis, how)
+    if t.decided is not None:
+        t.stopped_by = ""
+
+
+def _stop_others(t: _Tier, tiers: dict[str, _Tier], cancels: dict[str, Cancel], guard: threading.Lock,
+                 how: Running) -> None:
+    """Once class t's final verdict is REJECT the gate's is too, whatever the others show: every other class with
+    early stop on that is not decided yet is stopped (its running containers killed, no further chunk)."""
+    if t.decided is None or verdict_of(t.decided.decision.checks) != REJECT:
+        return
+    with guard:
+        for name, other in tiers.items():
+            if other is t or other.decided is not None or other.stopped_by or name not in cancels:
+                continue
+            other.stopped_by = t.dc.name
+            say(how.options.progress, f"{name}: stopped: {t.dc.name}'s REJECT is final")
+            cancels[name].set(f"{t.dc.name}'s REJECT is final")
 
 
 def _look(t: _Tier, k: int, basis: Basis, how: Running) -> None:
@@ -147,6 +196,7 @@ def _look(t: _Tier, k: int, basis: Basis, how: Running) -> None:
     if not (look.taken or forced or last):
         return
     judged = _judge_look(t, k, basis, how.options.root or state.runs_root())
+    t.judged, t.judged_look = judged, k + 1
     verdict = settled(judged.decision.checks)
     if verdict is not None or forced or last:
         t.decided, t.look = judged, k + 1
@@ -172,14 +222,18 @@ def _judge_look(t: _Tier, k: int, basis: Basis, root: Path) -> GateRun:
 def _early_decision(tiers: dict[str, _Tier], basis: Basis, counts: list[int]) -> GateRun:
     """The gate's decision from each class's own (decided at its look), cached as one decision naming them."""
     n, policy = basis.data.n_samples, basis.policy
+    for t in tiers.values():
+        if t.decided is None:                       # stopped by another class's final REJECT
+            t.decided, t.look = _stopped(t, basis), t.judged_look
     folders = {key: folder for t in tiers.values() for key, folder in t.decided.run_dirs.items()}
     outcomes = load_outcomes(folders)
     looks = {}
     for name, t in tiers.items():
-        look = t.plan[t.look - 1]
-        looks[name] = TierLooks(verdict_of(t.decided.decision.checks), t.look, len(t.ranges), look.samples, n,
-                                t.look < len(t.ranges), t.setting.spending,
-                                look.confidence if look.taken else t.confidence, list(t.plan), t.setting.seed)
+        look = t.plan[max(t.look, 1) - 1]
+        looks[name] = TierLooks(verdict_of(t.decided.decision.checks), t.look, len(t.ranges),
+                                look.samples if t.look else 0, n, t.look < len(t.ranges) and not t.stopped_by,
+                                t.setting.spending, look.confidence if look.taken else t.confidence, list(t.plan),
+                                t.setting.seed, t.stopped_by)
     named = dict(folders)       # the chunk runs too: what a re-run reuses (and tiergate gc keeps)
     for t in tiers.values():
         for role, parts in t.chunks.items():
@@ -194,7 +248,7 @@ def _early_decision(tiers: dict[str, _Tier], basis: Basis, counts: list[int]) ->
     decision = cached_decision(key, inputs)
     cached = decision is not None
     if decision is None:
-        rows = {name: _rows(t, t.look) for name, t in tiers.items()}
+        rows = {name: _rows(t, t.look) for name, t in tiers.items() if t.look}
         common = _common_rows(rows)
         drift = {side: cross_tier_drift(_on_rows(outcomes.get(side, {}), rows, common))
                  for side in ("candidate", "reference")}
@@ -206,6 +260,21 @@ def _early_decision(tiers: dict[str, _Tier], basis: Basis, counts: list[int]) ->
         state.save_decision(key, inputs, decision.to_json())
     return GateRun(decision, folders, basis.intakes, outcomes, counts[0], counts[1], decision_cached=cached,
                    decision_key=key)
+
+
+def _stopped(t: _Tier, basis: Basis) -> GateRun:
+    """A class stopped by another's final REJECT: one inconclusive check saying so (its verdict is not known, and
+    the gate's does not depend on it); the runs of its last judged look, if it had one, as its evidence."""
+    by = t.stopped_by
+    seen = (f"after look {t.judged_look} of {len(t.ranges)} ({t.plan[t.judged_look - 1].samples} samples), not "
+            f"settled" if t.judged_look else "before its first look")
+    check = Check(t.dc.name, t.dc.tier, "stopped", "stopped", None, "==", False, inconclusive=True,
+                  detail=f"stopped {seen}: {by}'s REJECT is final, so the gate's verdict is REJECT whatever this "
+                         f"class shows (--no-early-stop runs every class to its end)")
+    decision = Decision(INCONCLUSIVE, [check], {}, {}, [], basis.intakes["candidate"].artifact.is_quantized,
+                        list(basis.policy.sources))
+    return GateRun(decision, dict(t.judged.run_dirs) if t.judged is not None else {}, basis.intakes,
+                   decision_key=f"stopped-by-{by}-after-look-{t.judged_look}")
 
 
 def _at_confidence(policy: Policy, confidence: float) -> Policy:

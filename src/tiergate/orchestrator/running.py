@@ -14,13 +14,15 @@ import shutil
 import sys
 import threading
 from contextlib import ExitStack
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from tiergate import results, state
 from tiergate.errors import TiergateError, disk_full, is_disk_full
 from tiergate.evaldata import EvalData
 from tiergate.execution import counting, janitor
+from tiergate.execution.cancel import Cancelled
 from tiergate.orchestrator.intake import check_labels_after
 from tiergate.orchestrator.seams import Seams
 from tiergate.orchestrator.spans import PendingRuns
@@ -60,7 +62,7 @@ def run_one(spec: RunSpec, data: EvalData, backend, options: RunOptions | None =
 
 
 def run_tier(specs: list[RunSpec], data: EvalData, backend, options: RunOptions, slots=None,
-             describe: bool = False) -> list[RunDone]:
+             describe: bool = False, cancel=None) -> list[RunDone]:
     """Run the specs of one device class, reusing each verified saved (or recorded) result; a RunDone each.
 
     What must run runs together: the pending artifacts (candidate, reference, incumbent) in one harness
@@ -69,6 +71,8 @@ def run_tier(specs: list[RunSpec], data: EvalData, backend, options: RunOptions,
     its own, under its run key. Never two runs of one key at once. A failed run whose backend then reports its
     engine gone raises InfrastructureFault: never a verdict. `describe`: a candidate run that starts also
     describes its runtime graph in its first span (describing.Describing reads it from the run's folder).
+    `cancel` (execution.cancel.Cancel): set when the gate no longer needs these runs; a run it cut short raises
+    Cancelled, and what finished before is kept.
     """
     dc = specs[0].device_class
     root = options.root or state.runs_root()
@@ -98,7 +102,7 @@ def run_tier(specs: list[RunSpec], data: EvalData, backend, options: RunOptions,
                 done[i] = RunDone(spec.role, dc.name, root / key, cached=True, started=False)
             else:
                 pending[key] = spec
-        started = PendingRuns(pending, data, backend, options, slots, describe).run() if pending else {}
+        started = PendingRuns(pending, data, backend, options, slots, describe, cancel).run() if pending else {}
         for key, ran in started.items():
             if ran:
                 _stamp_key(root / key, key)
@@ -155,29 +159,41 @@ class Running:
     seams: Seams
     options: RunOptions
     describe: object = None
+    # an early decision's: device class name -> its execution.cancel.Cancel (set: its runs stop, run_specs gives
+    # None for them), and what is called with each class's RunDones as soon as its runs end (it may set others)
+    cancels: dict = field(default_factory=dict)
+    on_tier_done: Callable | None = None
 
 
 def run_specs(specs: list[RunSpec], data: EvalData | dict[str, EvalData], how: Running) -> list[RunDone]:
     """Run every spec (verified saved results are reused): one step per device class (run_tier), every tier at
-    once, at most `max_parallel` containers (or processes) running at a time; RunDones in the specs' order.
-    `data`: the samples of every tier, or per device class name (an early decision's chunks)."""
+    once, at most `max_parallel` containers (or processes) running at a time; RunDones in the specs' order (None
+    for a spec whose class was stopped: Running.cancels). `data`: the samples of every tier, or per device class
+    name (an early decision's chunks)."""
     tiers: dict[str, list[RunSpec]] = {}
     for spec in specs:
         tiers.setdefault(spec.device_class.name, []).append(spec)
     slots = threading.BoundedSemaphore(max(1, how.options.max_parallel))
 
-    def one(group: list[RunSpec]) -> list[RunDone]:
+    def one(group: list[RunSpec]) -> list[RunDone | None]:
+        name = group[0].device_class.name
         describing = how.describe is not None and how.describe.claim(group)
-        tier_data = data if isinstance(data, EvalData) else data[group[0].device_class.name]
+        tier_data = data if isinstance(data, EvalData) else data[name]
         try:
             done = run_tier(group, tier_data, how.seams.backend_for(group[0].device_class), how.options, slots,
-                            describe=describing)
+                            describe=describing, cancel=how.cancels.get(name))
             if describing:
                 how.describe.after_runs(group, done, slots)
+        except Cancelled:
+            if describing:
+                how.describe.release(group)
+            return [None] * len(group)
         except BaseException:
             if describing:
                 how.describe.release(group)
             raise
+        if how.on_tier_done is not None:
+            how.on_tier_done(group, done)
         return done
 
     groups = list(tiers.values())
@@ -194,7 +210,8 @@ def run_checking_labels(specs: list[RunSpec], runs_data, data: EvalData, labels_
         return specs, run_specs(specs, runs_data, how)
     first = [s for s in specs if s.role == "reference"][:1]
     done = run_specs(first, runs_data, how)
-    check_labels_after(data, done[0].folder)
+    if done[0] is not None:                 # None: its class was stopped (an early decision)
+        check_labels_after(data, done[0].folder)
     rest = [s for s in specs if s not in first]
     return first + rest, done + run_specs(rest, runs_data, how)
 

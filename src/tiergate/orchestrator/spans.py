@@ -26,6 +26,7 @@ from tiergate import results, state
 from tiergate.errors import EnvironmentProblem, InfrastructureFault, TiergateError, disk_full, is_disk_full
 from tiergate.evaldata import EvalData
 from tiergate.execution import janitor
+from tiergate.execution.cancel import Cancel, Cancelled
 from tiergate.hashing import file_sha256
 from tiergate.orchestrator.types import RunSpec, say
 from tiergate.runtime_graph import described_files
@@ -76,8 +77,9 @@ class PendingRuns:
     (False: the backend's far side reused a recorded run), None for a key with nothing left to run."""
 
     def __init__(self, pending: dict[str, RunSpec], data: EvalData, backend, options: RunOptions, slots=None,
-                 describe: bool = False):
+                 describe: bool = False, cancel: Cancel | None = None):
         self.pending, self.data, self.options, self.slots = pending, data, options, slots
+        self.cancel = cancel                # set when the gate no longer needs these runs (execution.cancel)
         self.describe = describe            # the candidate's first span also describes its runtime graph
         self.backend = _HostFaults(backend)
         self.raw_backend = backend
@@ -89,8 +91,9 @@ class PendingRuns:
         self.ranges = shard_ranges(data.n_samples, count)
         self.sharded = len(self.ranges) > 1
         per_shard = -(-ev.latency_calls // len(self.ranges))
-        # a native class times at least 4 calls per shard (its percentiles); an emulated one's are never gated
-        self.latency_calls = per_shard if self.dc.emulated else max(per_shard, min(4, ev.latency_calls))
+        # a native class times at least 4 calls per shard (its percentiles); an emulated one's are never gated: its
+        # first shard times them all, the others make the cold first call only (it checks their batched outputs)
+        self.latency_calls = ev.latency_calls if self.dc.emulated else max(per_shard, min(4, ev.latency_calls))
         self.tag = state.part_tag()            # one writer: the spans' threads write under the tier's tag
         self.works = {key: state.part_path(self.root / key, self.tag) for key in pending}
         todo = [(span, [key for key in pending
@@ -125,10 +128,14 @@ class PendingRuns:
         where = f" samples {span[0]}-{span[1]}" if self.sharded else ""
         with self.slots if self.slots is not None else nullcontext():
             janitor.check_stop()
+            if self.cancel is not None:
+                self.cancel.check()
             say(self.options.progress, f"running {roles} on {self.dc.name}{where}")
             jobs = [self.job(key, span) for key in keys]
             ran = execute_group(jobs, self.backend)
         janitor.check_stop()               # a run cut short by a stop is no result: only what finished is kept
+        if self.cancel is not None and self.cancel.is_set() and not all(r.ok for r in ran):
+            raise Cancelled(self.cancel.reason)     # likewise a run the gate stopped: what finished is in place
         self.backend.raise_fault()
         for key, job, result in zip(keys, jobs, ran):
             if (key, span) not in self.placed:
@@ -145,12 +152,14 @@ class PendingRuns:
         return Job(spec.device_class, self.data.path, out, image=spec.image, artifact_path=spec.intake.artifact.path,
                    artifact_sha256=spec.intake.sha256, data_sha256=self.data.sha256, role=spec.role,
                    profile=spec.profile, samples=span if self.sharded else None,
-                   eval_batch=self.dc.evaluation.batch, latency_calls=self.latency_calls,
+                   eval_batch=self.dc.evaluation.batch,
+                   latency_calls=self.latency_calls if first or not self.dc.emulated else 0,
+                   count=first,         # instructions are exact: the first shard's are the run's (merge_shards)
                    warmup=self.dc.evaluation.warmup,
                    describe=self.describe and spec.role == "candidate" and first,
                    pair_with=tuple(p.artifact.path for p in spec.partners) if first else (),
                    pairs=spec.pairs if first else 0,
-                   pair_sha256=tuple(p.sha256 for p in spec.partners) if first else (),
+                   pair_sha256=tuple(p.sha256 for p in spec.partners) if first else (), cancel=self.cancel,
                    on_done=lambda result: self.place(key, span, out, stamp))
 
     def place(self, key: str, span: Span, out: Path, stamp: dict) -> None:
@@ -223,8 +232,12 @@ class PendingRuns:
                 part = state.part_path(self.shard(key, span), self.tag)
                 if disk or not keep_finished(part, self.shard(key, span)):
                     shutil.rmtree(part, ignore_errors=True)
-        for work in self.works.values():
+        for key, work in self.works.items():
             shutil.rmtree(work, ignore_errors=True)
+            try:
+                state.shards_of(self.root, key).rmdir()     # nothing kept there: no empty folder left
+            except OSError:
+                pass
         if disk:
             raise disk_full(exc, self.root) from None
 

@@ -253,7 +253,7 @@ def main() -> None:
                        second_reused=second_doc.get("cache_hits"),
                        second_top1={dc.name: top1(second_doc, dc.name)[0] for dc in classes},
                        early_s=early_s, early_verdict=early_doc["verdict"], early_looks=looks(early_doc),
-                       early_checks_equal=_verdicts(early_doc) == _verdicts(doc),
+                       early_checks_equal=_verdicts(early_doc, _decided(early_doc)) == _verdicts(doc, _decided(early_doc)),
                        clear_s=clear_s, clear_verdict=clear_doc["verdict"], clear_looks=looks(clear_doc),
                        clear_top1={dc.name: top1(clear_doc, dc.name)[0] for dc in classes})
 
@@ -292,8 +292,8 @@ def main() -> None:
           f"{second_doc['verdict']} (containers started {figures['second_containers']}, runs reused "
           f"{figures['second_reused']})")
     print(f"  warm gate with early decision (fresh home, the default)   {early_s:8.2f} s   verdict "
-          f"{early_doc['verdict']} ({figures['early_looks']}); failing checks as the full gate's: "
-          f"{figures['early_checks_equal']}")
+          f"{early_doc['verdict']} ({figures['early_looks']}); failing checks of the classes it decided as the "
+          f"full gate's: {figures['early_checks_equal']}")
     print(f"  the same, a clearer INT8 (97th percentile ranges)        {clear_s:8.2f} s   verdict "
           f"{clear_doc['verdict']} ({figures['clear_looks']})")
     print("  floor per tier = bare runtime (load + every sample x 2 models at the gate's batch, threads = the class's, "
@@ -337,9 +337,15 @@ def main() -> None:
         print(f"  figures saved to {args.json}")
 
 
-def _verdicts(doc: dict) -> set:
-    """The failing checks of a gate's JSON: (class, check) pairs."""
-    return {(c["device_class"], c["name"]) for c in doc.get("checks", []) if not c.get("passed")}
+def _verdicts(doc: dict, classes: set | None = None) -> set:
+    """The failing checks of a gate's JSON: (class, check) pairs (of `classes` only, when given)."""
+    return {(c["device_class"], c["name"]) for c in doc.get("checks", [])
+            if not c.get("passed") and (classes is None or c["device_class"] in classes)}
+
+
+def _decided(doc: dict) -> set:
+    """The classes an early decision decided (not stopped by another's REJECT)."""
+    return {name for name, t in (doc.get("early_stop") or {}).items() if not t.get("stopped_by")}
 
 
 if __name__ == "__main__":

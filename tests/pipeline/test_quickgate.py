@@ -381,3 +381,46 @@ def test_a_registry_takes_the_normal_path(models, capsys, tiergate_home, tmp_pat
     fast, code, _ = _fast(capsys, args + ["--registry", url])
     assert not fast and code == 0                   # recorded: the registry holds the decision now
     assert _fast(capsys, args)[:2] == (True, 0)
+
+
+@pytest.mark.docker
+def test_the_normal_path_hashes_the_request_once_and_remembers_only_the_data_it_decided_on(models, capsys,
+                                                                                           tiergate_home, tmp_path,
+                                                                                           monkeypatch):
+    """A gate the fast path cannot answer hashes the files once: the lookup's identity is what `remember` saves
+    (no second hashing pass); a data file changed while the gate ran is never remembered under its old hash."""
+    calls = []
+    identity = quickgate.identity
+
+    def counted(*args):
+        calls.append(args[0])
+        return identity(*args)
+
+    monkeypatch.setattr(quickgate, "identity", counted)
+    data = tmp_path / "eval.npz"
+    data.write_bytes(models["data"].read_bytes())
+    code, _, err = _cli(capsys, _args(models, "--json", data=data))
+    assert code == 0, err
+    assert len(calls) == 1                          # the lookup's; remember reused it
+    assert len(list((tiergate_home / state.QUICK).glob("*.json"))) == 1
+    assert _fast(capsys, _args(models, "--json", data=data))[0]
+
+    # the data changes between the lookup and the decision: the entry would name the old bytes
+    for entry in (tiergate_home / state.QUICK).glob("*.json"):
+        entry.unlink()
+    with np.load(models["data"]) as npz:
+        x, labels = npz["x"][:300], npz["labels"][:300]
+    lookup = quickgate.lookup
+
+    def then_change(*args):
+        answer = lookup(*args)
+        np.savez(data, x=x, labels=labels)          # after the key was computed, before intake reads it
+        return answer
+
+    monkeypatch.setattr(quickgate, "lookup", then_change)
+    code, _, err = _cli(capsys, _args(models, "--json", data=data))
+    assert code in (0, 3), err                      # decided on the 300 samples intake read
+    from tiergate.hashing import file_sha256
+
+    entries = [json.loads(p.read_text()) for p in (tiergate_home / state.QUICK).glob("*.json")]
+    assert all(e["request"]["data"] == file_sha256(data) for e in entries)   # never the old bytes' key

@@ -182,6 +182,8 @@ def run_specs(specs: list[RunSpec], data: EvalData | dict[str, EvalData], how: R
         try:
             done = run_tier(group, tier_data, how.seams.backend_for(group[0].device_class), how.options, slots,
                             describe=describing, cancel=how.cancels.get(name))
+            if how.on_tier_done is not None:    # judged before a describe of its own waits for a slot
+                how.on_tier_done(group, done)
             if describing:
                 how.describe.after_runs(group, done, slots)
         except Cancelled:
@@ -192,8 +194,6 @@ def run_specs(specs: list[RunSpec], data: EvalData | dict[str, EvalData], how: R
             if describing:
                 how.describe.release(group)
             raise
-        if how.on_tier_done is not None:
-            how.on_tier_done(group, done)
         return done
 
     groups = list(tiers.values())

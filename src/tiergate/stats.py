@@ -32,13 +32,30 @@ def _scipy_stats():
     return stats
 
 
+_IMPORTING: list = []
+
+
 def import_in_background() -> None:
-    """Import scipy.stats on a thread of its own, while a gate's containers run: the decision then finds it loaded
-    (0.5 s of the time after the last run, measured) instead of importing it then. A decision that needs it first
-    waits for that import (Python's import lock), never imports it twice."""
+    """Import scipy.stats on a thread of its own (once per process), while a gate's other containers run: the
+    decision then finds it loaded (0.5 s of the time after the last run, measured) instead of importing it then.
+    A decision that needs it first waits for that import (Python's import lock), never imports it twice."""
+    import sys
     import threading
 
-    threading.Thread(target=_scipy_stats, name="tiergate-import-stats", daemon=True).start()
+    if _IMPORTING or "scipy.stats" in sys.modules:
+        return
+    _IMPORTING.append(True)
+
+    def later() -> None:
+        import time
+
+        time.sleep(IMPORT_DELAY_S)        # the next container's start (made on this process's threads) goes first
+        _scipy_stats()
+
+    threading.Thread(target=later, name="tiergate-import-stats", daemon=True).start()
+
+
+IMPORT_DELAY_S = 1.0
 
 _MAX_BATCH_ELEMENTS = 1_000_000   # bound bootstrap memory: resamples per batch x sample count
 # BCa's jackknife costs O(n^2); beyond this many samples the bootstrap distribution of a

@@ -66,6 +66,11 @@ class Job:
     pair_sha256: tuple[str, ...] = ()                   # pair_with's content hashes, stamped in extra.paired
     # set when the gate no longer needs this run (execution.cancel): the backend stops what it started for it
     cancel: object = field(default=None, compare=False, repr=False)
+    # a backend with `takes_slot_hooks` calls on_start right before the harness starts (the run slot is taken
+    # there, after the container is made and its files are in) and on_exited once it has ended (given back before
+    # the results are read back and the container removed); both may be called again on a retried attempt
+    on_start: Callable[[], None] | None = field(default=None, compare=False, repr=False)
+    on_exited: Callable[[], None] | None = field(default=None, compare=False, repr=False)
     # called with the result when a backend has this job's folder complete before the whole start ends
     # (several artifacts in one container): the orchestrator puts it in place at once
     on_done: Callable[[TargetResult], None] | None = field(default=None, compare=False, repr=False)

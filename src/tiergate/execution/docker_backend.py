@@ -62,6 +62,7 @@ TMPFS = "rw,nosuid,nodev,size=64m,mode=1777"
 class DockerBackend:
     name = "docker"
     takes_samples = True      # runs a range of the samples (Job.samples): shards
+    takes_slot_hooks = True   # calls Job.on_start / on_exited around the harness's own run
 
     def __init__(self, docker_host: str = "local", *, gpu: bool = False, attempts: int = DEFAULT_ATTEMPTS,
                  backoff_s: float = DEFAULT_BACKOFF_S, use_ssh_client: bool = False):
@@ -202,6 +203,9 @@ def _run(container, job: Job, runs: int = 1, poll=None) -> tuple[str | None, str
     the end)."""
     dc = job.device_class
     timeout_s = start_timeout([job] * runs)
+    if job.on_start is not None:
+        job.on_start()            # the run slot: taken once the container is made and its files are in
+    janitor.check_stop()
     if job.cancel is not None:
         job.cancel.check()
     container.start()
@@ -218,6 +222,8 @@ def _run(container, job: Job, runs: int = 1, poll=None) -> tuple[str | None, str
         code, timed_out = None, True
     finally:
         forget()
+    if job.on_exited is not None:
+        job.on_exited()           # the harness has ended: reading back and removing need no slot
     container.reload()
     log_tail = tail(container.logs(tail=LOG_TAIL_LINES).decode("utf-8", "replace"))
     if poll is not None and not timed_out:

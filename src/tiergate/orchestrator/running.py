@@ -12,7 +12,6 @@ import hashlib
 import json
 import shutil
 import sys
-import threading
 from contextlib import ExitStack
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -25,9 +24,10 @@ from tiergate.execution import counting, janitor
 from tiergate.execution.cancel import Cancelled
 from tiergate.orchestrator.intake import check_labels_after
 from tiergate.orchestrator.seams import Seams
-from tiergate.orchestrator.spans import PendingRuns
+from tiergate.orchestrator.spans import PendingRuns, RunSlots
 from tiergate.orchestrator.types import RunDone, RunSpec, say
 from tiergate.request import RunOptions
+from tiergate.stats import import_in_background
 
 
 # What a device class holds that cannot change a run's result: left out of the run key (everything else is in it,
@@ -70,7 +70,7 @@ def run_tier(specs: list[RunSpec], data: EvalData, backend, options: RunOptions,
     `[evaluation] shards`), in parallel within `slots`. Each artifact's run is still saved (and cached) on
     its own, under its run key. Never two runs of one key at once. A failed run whose backend then reports its
     engine gone raises InfrastructureFault: never a verdict. `describe`: a candidate run that starts also
-    describes its runtime graph in its first span (describing.Describing reads it from the run's folder).
+    describes its runtime graph in its last span (describing.Describing reads it from the run's folder).
     `cancel` (execution.cancel.Cancel): set when the gate no longer needs these runs; a run it cut short raises
     Cancelled, and what finished before is kept.
     """
@@ -173,7 +173,7 @@ def run_specs(specs: list[RunSpec], data: EvalData | dict[str, EvalData], how: R
     tiers: dict[str, list[RunSpec]] = {}
     for spec in specs:
         tiers.setdefault(spec.device_class.name, []).append(spec)
-    slots = threading.BoundedSemaphore(max(1, how.options.max_parallel))
+    slots = RunSlots(how.options.max_parallel)
 
     def one(group: list[RunSpec]) -> list[RunDone | None]:
         name = group[0].device_class.name
@@ -182,6 +182,8 @@ def run_specs(specs: list[RunSpec], data: EvalData | dict[str, EvalData], how: R
         try:
             done = run_tier(group, tier_data, how.seams.backend_for(group[0].device_class), how.options, slots,
                             describe=describing, cancel=how.cancels.get(name))
+            # the decision's statistics load while the other tiers still run (not while containers start)
+            import_in_background()
             if how.on_tier_done is not None:    # judged before a describe of its own waits for a slot
                 how.on_tier_done(group, done)
             if describing:

@@ -20,7 +20,6 @@ from tiergate.orchestrator.running import Running, run_checking_labels
 from tiergate.orchestrator.seams import Seams
 from tiergate.orchestrator.types import Basis, RunSpec, say
 from tiergate.request import GateRequest, RunOptions, candidate_class
-from tiergate.stats import import_in_background
 
 
 @leases.for_its_life         # the images it uses are leased: no tiergate gc, in any home, removes them meanwhile
@@ -53,7 +52,6 @@ def gate(request: GateRequest, seams: Seams | None = None, options: RunOptions |
     specs = [RunSpec(role, candidate_class(dc, request) if role == "candidate" else dc, item, profile=request.profile,
                      pair_with=partners if role == "candidate" else ())
              for role, item in intakes.items() for dc in device_classes]
-    import_in_background()              # the decision's statistics load while the containers run
     _build(specs, seams, options, basis.data.call_shapes())
     how = Running(seams, options, Describing(builder, options.progress))
     early = early_settings(request.policy, device_classes, request.early_stop, basis.data.n_samples, basis.metrics)

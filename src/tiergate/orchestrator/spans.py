@@ -17,7 +17,6 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import wait as wait_all
-from contextlib import nullcontext
 from pathlib import Path
 
 import numpy as np
@@ -80,7 +79,7 @@ class PendingRuns:
                  describe: bool = False, cancel: Cancel | None = None):
         self.pending, self.data, self.options, self.slots = pending, data, options, slots
         self.cancel = cancel                # set when the gate no longer needs these runs (execution.cancel)
-        self.describe = describe            # the candidate's first span also describes its runtime graph
+        self.describe = describe            # the candidate's last span also describes its runtime graph
         self.backend = _HostFaults(backend)
         self.raw_backend = backend
         self.root = options.root or state.runs_root()
@@ -126,13 +125,19 @@ class PendingRuns:
             shutil.rmtree(self.out_dir(key, span), ignore_errors=True)
         roles = ", ".join(self.pending[key].role for key in keys)
         where = f" samples {span[0]}-{span[1]}" if self.sharded else ""
-        with self.slots if self.slots is not None else nullcontext():
+        # a backend that says when its harness starts and ends holds the run slot for that alone: its container
+        # is made and filled before (while another runs), and read back and removed after
+        hooks = getattr(self.raw_backend, "takes_slot_hooks", False)
+        slot = _Slot(self.slots, lambda: say(self.options.progress, f"running {roles} on {self.dc.name}{where}"))
+        try:
+            slot.ahead() if hooks else slot.take()
             janitor.check_stop()
             if self.cancel is not None:
                 self.cancel.check()
-            say(self.options.progress, f"running {roles} on {self.dc.name}{where}")
-            jobs = [self.job(key, span) for key in keys]
+            jobs = [self.job(key, span, slot if hooks else None) for key in keys]
             ran = execute_group(jobs, self.backend)
+        finally:
+            slot.give()
         janitor.check_stop()               # a run cut short by a stop is no result: only what finished is kept
         if self.cancel is not None and self.cancel.is_set() and not all(r.ok for r in ran):
             raise Cancelled(self.cancel.reason)     # likewise a run the gate stopped: what finished is in place
@@ -142,12 +147,12 @@ class PendingRuns:
                 self.save_span(key, span, job.out_dir, result)
         return ran
 
-    def job(self, key: str, span: Span):
+    def job(self, key: str, span: Span, slot: "_Slot | None" = None):
         from tiergate.execution.base import Job
 
         spec, out = self.pending[key], self.out_dir(key, span)
         stamp = {"started_at": state.now_iso(), "t0": time.monotonic()}
-        first = span == self.ranges[0]                  # a run's extras (describe, interleaved calls) go there
+        first = span == self.ranges[0]                  # a run's timed, counted and interleaved calls go there
         # the spec's own class: the tier's, or the candidate's with its passes switched off (--disable-pass)
         return Job(spec.device_class, self.data.path, out, image=spec.image, artifact_path=spec.intake.artifact.path,
                    artifact_sha256=spec.intake.sha256, data_sha256=self.data.sha256, role=spec.role,
@@ -156,10 +161,13 @@ class PendingRuns:
                    latency_calls=self.latency_calls if first or not self.dc.emulated else 0,
                    count=first,         # instructions are exact: the first shard's are the run's (merge_shards)
                    warmup=self.dc.evaluation.warmup,
-                   describe=self.describe and spec.role == "candidate" and first,
+                   # the describe in the last shard: the first carries the timed (and counted) calls
+                   describe=self.describe and spec.role == "candidate" and span == self.ranges[-1],
                    pair_with=tuple(p.artifact.path for p in spec.partners) if first else (),
                    pairs=spec.pairs if first else 0,
                    pair_sha256=tuple(p.sha256 for p in spec.partners) if first else (), cancel=self.cancel,
+                   on_start=slot.take if slot is not None else None,
+                   on_exited=slot.give if slot is not None else None,
                    on_done=lambda result: self.place(key, span, out, stamp))
 
     def place(self, key: str, span: Span, out: Path, stamp: dict) -> None:
@@ -273,6 +281,73 @@ def keep_finished(work: Path, folder: Path, stamp: dict | None = None) -> bool:
         return False
 
 
+class RunSlots:
+    """At most `n` harness starts running at a time (a semaphore: `with slots:` holds one), and, for a backend
+    that makes and fills its container before it takes a slot (takes_slot_hooks), at most `n` more made ahead,
+    waiting: a run's files are never copied for more starts than that at once."""
+
+    def __init__(self, n: int):
+        self.running = threading.BoundedSemaphore(max(1, n))
+        self.ahead = threading.BoundedSemaphore(max(1, n))
+
+    def acquire(self) -> None:
+        self.running.acquire()
+
+    def release(self) -> None:
+        self.running.release()
+
+    def __enter__(self):
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+class _Slot:
+    """One harness start's hold on the run slots (RunSlots, a semaphore, or None: no limit): taken at most once at
+    a time, given back at most once per take, whoever asks (the backend's hooks, then the span's own finally).
+    `ahead()` holds one of RunSlots' made-ahead places from before the container is made until the run slot is
+    taken."""
+
+    def __init__(self, slots, on_take=None):
+        self.slots, self.on_take, self.held, self.waiting = slots, on_take, False, False
+        self.guard = threading.Lock()
+
+    def ahead(self) -> None:
+        queue = getattr(self.slots, "ahead", None)
+        if queue is not None:
+            queue.acquire()
+            self.waiting = True
+
+    def take(self) -> None:
+        with self.guard:
+            if self.held:
+                return
+        if self.slots is not None:
+            self.slots.acquire()
+        with self.guard:
+            self.held = True
+        self._leave_queue()
+        if self.on_take is not None:
+            self.on_take()
+
+    def give(self) -> None:
+        self._leave_queue()
+        with self.guard:
+            if not self.held:
+                return
+            self.held = False
+        if self.slots is not None:
+            self.slots.release()
+
+    def _leave_queue(self) -> None:
+        with self.guard:
+            waiting, self.waiting = self.waiting, False
+        if waiting:
+            self.slots.ahead.release()
+
+
 def _map_threads(fn, items: list) -> list:
     """fn over items on threads, results in order; the first failure raised once all have ended."""
     if len(items) <= 1:
@@ -344,7 +419,8 @@ def merge_shards(parts: list[Path], work: Path, spans: list[Span] | None = None)
         started_at=min(r.started_at for r in loaded), wall_s=max(r.wall_s for r in loaded),
         extra={**first.extra, "evaluation": _merged_evaluation(loaded), "shards": shards}, outputs_sha256="")
     results.concat_outputs(parts, work)       # streamed: one shard's array in memory at a time
-    for path in described_files(parts[0]):    # the runtime graph the first shard described (harness --describe)
+    described = next((part for part in parts if described_files(part)), None)
+    for path in described_files(described) if described is not None else ():   # the shard that described it
         shutil.copyfile(path, work / path.name)
     result.outputs_sha256 = file_sha256(work / state.OUTPUTS_FILE)
     results.save(result, work)

@@ -147,11 +147,11 @@ def gate_early(specs: list[RunSpec], basis: Basis, early: dict[str, EarlyStop], 
         todo, done = run_checking_labels(todo, datas, data, labels_known or k > 0, round_how)
         counts[0] += sum(d.cached for d in done if d is not None)
         counts[1] += sum(d.started for d in done if d is not None)
-        for t in due:                   # what no callback judged: a class stopped, or run in two parts
-            if t.ran > k or t.stopped_by:
+        for t in due:                   # what no callback judged: run in two parts (the label check first)
+            if t.ran > k:
                 continue
             mine = [(s, d) for s, d in zip(todo, done) if s.device_class.name == t.dc.name]
-            if any(d is None for _, d in mine):
+            if any(d is None for _, d in mine):     # stopped before its runs ended: nothing to judge
                 continue
             _after_chunk(t, k, [s for s, _ in mine], [d for _, d in mine], basis, how)
             _stop_others(t, tiers, cancels, guard, how)

@@ -102,3 +102,55 @@ def test_automatic_shards_only_on_emulated_classes(case, monkeypatch):
     assert by_class[X86] == {None}
     assert by_class[ARM] == {(0, 100), (100, 200), (200, 301), (301, 401)}
     assert json.loads(run.decision.dumps())["verdict"] == run.decision.verdict
+
+
+class _HookedBackend(FakeBackend):
+    """A fake that, like the Docker backend (takes_slot_hooks), makes its 'container' before it takes a run slot
+    (Job.on_start) and gives the slot back as its 'harness' ends (Job.on_exited); it records how many were made
+    and how many ran at once."""
+
+    takes_slot_hooks = True
+
+    def __init__(self, **kw):
+        import threading
+
+        super().__init__(**kw)
+        self.guard, self.made, self.running, self.most_made, self.most_running = threading.Lock(), 0, 0, 0, 0
+
+    def run_many(self, jobs):
+        import time
+
+        job = jobs[0]
+        with self.guard:
+            self.made += 1
+            self.most_made = max(self.most_made, self.made)
+        try:
+            job.on_start()
+            with self.guard:
+                self.running += 1
+                self.most_running = max(self.most_running, self.running)
+            time.sleep(0.05)
+            ran = [super(_HookedBackend, self).run(j) for j in jobs]
+            with self.guard:
+                self.running -= 1
+            job.on_exited()
+            return ran
+        finally:
+            with self.guard:
+                self.made -= 1
+
+
+def test_a_backend_with_slot_hooks_runs_at_most_max_parallel_and_makes_at_most_as_many_ahead(case):
+    """8 shards on 2 slots: at most 2 harnesses run at once and at most 2 more containers wait made (their files
+    copied) for a slot; the decision is the one made without hooks. An emulated tier's latency calls and its
+    instruction counting are in its first shard only; the others make the cold first call alone."""
+    backend = _HookedBackend()
+    seams = orchestrator.Seams(builder=FakeBuilder(), backend_for=backend)
+    run = gatekit.gate(case["candidate"], case["reference"], case["data"], resolve([ARM]), load_policy(None),
+                       seams=seams, shards=8, early_stop=False, max_parallel=2)
+    assert backend.most_running == 2 and backend.most_made <= 4
+    plain, _ = _gate(case, 8, targets=(ARM,))
+    assert _checks(run) == _checks(plain)
+    first = min(j.samples for j in backend.jobs)
+    for job in backend.jobs:
+        assert (job.latency_calls > 0, job.count) == ((True, True) if job.samples == first else (False, False))

@@ -64,11 +64,15 @@ def test_a_clear_reject_stops_at_half_the_samples_on_the_emulated_tier_by_defaul
 
 
 @pytest.mark.emulated
-def test_a_final_reject_on_x86_stops_the_emulated_tier_at_once(lines, realmodels_home):
+def test_a_final_reject_on_x86_stops_the_emulated_tier_at_once(lines, realmodels_home, tmp_path, monkeypatch):
     """x86 (native: one look on every sample) REJECTs the clear INT8 in seconds while arm64's first chunk still
     runs under QEMU: the gate's verdict is REJECT whatever arm64 shows, so arm64's containers are killed and it is
-    reported stopped; the full gate's verdict is the same (test_early_decision_gives_the_full_gates_verdict)."""
+    reported stopped; the full gate's verdict is the same (test_early_decision_gives_the_full_gates_verdict).
+    A home of its own: the session's holds arm64's first chunk from another test, and a cached chunk is judged
+    at once (then arm64 is decided, not stopped)."""
     import time
+
+    monkeypatch.setenv("TIERGATE_HOME", str(tmp_path / "home"))
 
     import docker
 

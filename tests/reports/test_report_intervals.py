@@ -58,7 +58,8 @@ def _gate_and_record(registry: Registry, tmp_path) -> dict[str, str]:
             shas[name] = sha = file_sha256(path)
             registry.add_artifact(path, sha256=sha, model="tiny", format="onnx", precision="int8",
                                   fingerprint={"weights": name}, reference_sha=ref_sha, parent_sha=ref_sha)
-            run = gatekit.gate(path, ref_path, data, resolve(CLASS_NAMES), load_policy(None))
+            # every tier to its end: with early decision on, a tier's REJECT stops the others (no interval there)
+            run = gatekit.gate(path, ref_path, data, resolve(CLASS_NAMES), load_policy(None), early_stop=False)
             orchestrator.record(registry, run)
     finally:
         if previous is None:

@@ -141,7 +141,10 @@ class DockerBackend:
                         _download(container, [job for n, job in enumerate(jobs) if n not in collected],
                                   [n for n in range(len(jobs)) if n not in collected])
                 finally:
-                    container.remove(force=True)
+                    try:
+                        container.remove(force=True)
+                    except docker.errors.NotFound:    # removed already: a stop's sweep (janitor.remove_own)
+                        pass
         finally:
             client.close()
         done = []

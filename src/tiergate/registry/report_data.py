@@ -163,7 +163,8 @@ def decision_entries(registry: Registry, artifacts: list[dict], explained: set[i
 
 def verdict_matrix(artifacts: list[dict], decisions: list[dict], tiers: list[str]) -> dict:
     """Versions x tiers: per artifact and tier, the latest decision covering the tier (None: not gated)
-    with the labels of its failing checks on that tier."""
+    with the labels of its failing checks on that tier, and `stopped` (why, or ""): the tier was stopped
+    unjudged by an early decision, another tier's REJECT being final."""
     names = sorted(set(tiers) | {t for d in decisions for t in d["tiers"]})
     rows = []
     for a in artifacts:
@@ -171,9 +172,13 @@ def verdict_matrix(artifacts: list[dict], decisions: list[dict], tiers: list[str
         for tier in names:
             covering = [d for d in decisions if d["artifact_sha"] == a["sha256"] and tier in d["tiers"]]
             d = covering[-1] if covering else None
+            stopped = None if d is None else next(
+                (c for c in d["checks"] if c["tier"] == tier and c["name"] == "stopped"), None)
             cells[tier] = None if d is None else {
                 "decision_id": d["id"], "verdict": d["verdict"], "explained": d["explained"],
-                "failed": [c["label"] for c in d["checks"] if c["tier"] == tier and c["outcome"] == "fail"]}
+                "failed": [c["label"] for c in d["checks"] if c["tier"] == tier and c["outcome"] == "fail"],
+                # an early decision stopped this tier unjudged: another tier's REJECT was final
+                "stopped": stopped["detail"] if stopped is not None else ""}
         rows.append({"artifact_sha": a["sha256"], "label": a["label"], "family": a["family"], "cells": cells})
     return {"tiers": names, "rows": rows}
 

@@ -192,6 +192,8 @@ def verdict_table(report: dict) -> str:
                 continue
             verdict, did = cell["verdict"], cell["decision_id"]
             failed = "".join(f'<span class="check">{escape(label)}</span>' for label in cell["failed"])
+            if cell.get("stopped"):
+                failed += f'<span class="check stopped" title="{escape(cell["stopped"])}">stopped, not judged</span>'
             explain = (f' <a class="explain-link" href="{explain_page_name(did)}">explain</a>'
                        if cell["explained"] else "")
             cells.append(f'<td class="cell verdict-{escape(verdict)}" data-verdict="{escape(verdict)}" '
@@ -204,7 +206,8 @@ def verdict_table(report: dict) -> str:
               '<span style="background:#f6c9cf">REJECT</span><span style="background:#fbeab0">INCONCLUSIVE</span>'
               '<span style="background:#eee">not gated</span> A cell links to its decision (checks, reasons, '
               "lineage); <i>explain</i> to the layer-by-layer explanation recorded for it. Under a verdict: the "
-              "checks that failed on that tier.</p>")
+              "checks that failed on that tier; <i>stopped, not judged</i>: an early decision stopped that tier "
+              "when another tier's REJECT was final.</p>")
     return (f'{legend}<table id="table-verdicts"><tr><th class="l">version</th><th class="l">family</th>'
             f'<th class="l">hash</th><th class="l">registered</th>{head}</tr>{"".join(rows)}</table>')
 

@@ -361,10 +361,30 @@ def test_anything_changed_falls_back_to_the_normal_path(models, capsys, tiergate
     outputs.write_bytes(saved)
     assert quickgate.lookup(_request_of(models)) is not None
     tag = json.loads((candidate_run / "result.json").read_text())["image"]
-    docker.from_env().images.remove(tag)
+    _remove_image(docker.from_env(), tag)
     fast, code, _ = _fast(capsys, args)
     assert not fast and code == 0                                   # rebuilt by the normal path
     assert _fast(capsys, args)[:2] == (True, 0)
+
+
+def _remove_image(client, tag: str, wait_s: float = 10.0) -> None:
+    """Remove an image; a container that still holds it (removed by its owner a moment later: once, on a busy
+    host, the other test worker's) gets `wait_s` to go, then the conflict is the test's failure, naming it."""
+    import time
+
+    import docker
+
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            client.images.remove(tag)
+            return
+        except docker.errors.APIError as exc:
+            if exc.status_code != 409 or time.monotonic() > deadline:
+                users = [(c.short_id, c.status, c.labels) for c in client.containers.list(all=True)
+                         if c.image.tags and tag in c.image.tags]
+                raise AssertionError(f"{tag} is still in use: {users}") from exc
+            time.sleep(0.5)
 
 
 def _request_of(m) -> GateRequest:

@@ -171,9 +171,9 @@ def combine_tiers(per_tier: dict[str, Decision], looks: dict[str, TierLooks], dr
     notes.append(f"early stop: {method}")
     for name, t in looks.items():
         if t.stopped_by:
-            notes.append(f"{name}: early stop: stopped {f'after look {t.look} of {t.looks}' if t.look else 'before its first look'}"
-                         f", not settled: {t.stopped_by}'s REJECT is final, so the gate's verdict is REJECT whatever "
-                         f"{name} shows")
+            when = f"after look {t.look} of {t.looks}" if t.look else "before its first look"
+            notes.append(f"{name}: early stop: stopped {when}, not settled: {t.stopped_by}'s REJECT is final, so the "
+                         f"gate's verdict is REJECT whatever {name} shows")
         elif t.stopped_early:
             notes.append(f"{name}: early stop: {t.verdict} settled at look {t.look} of {t.looks}, on {t.samples_used} "
                          f"of {t.samples_total} samples (intervals at {t.confidence:.4%})")

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Callable, Protocol
 
 from tiergate.errors import EnvironmentProblem, InputError
+from tiergate.execution.cancel import Cancel
 from tiergate.hashing import file_sha256
 from tiergate.images import LABEL, BuiltImage
 from tiergate.results import OUTPUTS_FILE, RESULT_FILE, TargetResult, failed, over_output_limit
@@ -65,7 +66,7 @@ class Job:
                                                         # rounds at most: extra.paired (harness_paired.py, native)
     pair_sha256: tuple[str, ...] = ()                   # pair_with's content hashes, stamped in extra.paired
     # set when the gate no longer needs this run (execution.cancel): the backend stops what it started for it
-    cancel: object = field(default=None, compare=False, repr=False)
+    cancel: Cancel | None = field(default=None, compare=False, repr=False)
     # a backend with `takes_slot_hooks` calls on_start right before the harness starts (the run slot is taken
     # there, after the container is made and its files are in) and on_exited once it has ended (given back before
     # the results are read back and the container removed); both may be called again on a retried attempt
@@ -100,7 +101,7 @@ def harness_command(jobs: list[Job], models: list[str], data: str, outs: list[st
              "--warmup", str(job.warmup)]
     args += ["--samples", f"{job.samples[0]}:{job.samples[1]}"] if job.samples else []
     if job.eval_batch > dc.batch_size:
-        args += ["--eval-batch", str(job.eval_batch), "--latency-calls", str(max(job.latency_calls, 0))]
+        args += ["--eval-batch", str(job.eval_batch), "--latency-calls", str(job.latency_calls)]
     args += ["--compare-rounds", str(job.compare_rounds)] if job.compare_rounds else []
     args += ["--timeout", str(dc.limits.timeout_s)] if len(jobs) > 1 else []    # each artifact its own time
     for n, j in enumerate(jobs):

@@ -133,8 +133,7 @@ class DockerBackend:
                             if job.on_done is not None:
                                 job.on_done(result)
 
-                try:
-                    janitor.check_stop()   # a stop between create and here: the finally removes it
+                try:                       # a stop before the start (_run checks): the finally removes it
                     reason, log_tail, oom = _run(container, first, runs=len(jobs),
                                                  poll=collect if len(jobs) > 1 else None)
                     if reason is None or len(jobs) > 1:   # what finished before a failure is kept

@@ -131,8 +131,7 @@ def gate_early(specs: list[RunSpec], basis: Basis, early: dict[str, EarlyStop], 
                 chunk_data[rows.tobytes()] = select(data, rows)
             datas[t.dc.name] = chunk_data[rows.tobytes()]
         todo = [s for t in due for s in t.specs if s.role not in t.failed]
-        wanted = {t.dc.name: {s.role for s in todo if s.device_class is t.dc or s.device_class.name == t.dc.name}
-                  for t in due}
+        wanted = {t.dc.name: {s.role for s in todo if s.device_class.name == t.dc.name} for t in due}
 
         def tier_done(group: list[RunSpec], done: list, k: int = k) -> None:
             """A class's chunk judged as soon as its runs end (not after the slowest class's): a final REJECT

@@ -89,10 +89,6 @@ class PendingRuns:
                                                                                    False) else 1
         self.ranges = shard_ranges(data.n_samples, count)
         self.sharded = len(self.ranges) > 1
-        per_shard = -(-ev.latency_calls // len(self.ranges))
-        # a native class times at least 4 calls per shard (its percentiles); an emulated one's are never gated: its
-        # first shard times them all, the others make the cold first call only (it checks their batched outputs)
-        self.latency_calls = ev.latency_calls if self.dc.emulated else max(per_shard, min(4, ev.latency_calls))
         self.tag = state.part_tag()            # one writer: the spans' threads write under the tier's tag
         self.works = {key: state.part_path(self.root / key, self.tag) for key in pending}
         todo = [(span, [key for key in pending
@@ -101,6 +97,15 @@ class PendingRuns:
         self.todo = [(span, keys) for span, keys in todo if keys]
         self.placed: set[tuple[str, Span]] = set()      # put in place as soon as the harness finished it
         self.guard = threading.Lock()
+
+    def latency_calls(self, span: Span) -> int:
+        """Calls a shard times: a native class's spread over its shards, at least 4 each (its percentiles); an
+        emulated class's (never gated) all in its first shard, the others none (their cold first call checks
+        their batched outputs)."""
+        ev = self.dc.evaluation
+        if self.dc.emulated:
+            return ev.latency_calls if span == self.ranges[0] else 0
+        return max(-(-ev.latency_calls // len(self.ranges)), min(4, ev.latency_calls))
 
     def shard(self, key: str, span: Span) -> Path:
         return state.shard_folder(self.root, key, span)
@@ -130,7 +135,10 @@ class PendingRuns:
         hooks = getattr(self.raw_backend, "takes_slot_hooks", False)
         slot = _Slot(self.slots, lambda: say(self.options.progress, f"running {roles} on {self.dc.name}{where}"))
         try:
-            slot.ahead() if hooks else slot.take()
+            if hooks:
+                slot.ahead()            # the backend takes the slot itself (Job.on_start)
+            else:
+                slot.take()
             janitor.check_stop()
             if self.cancel is not None:
                 self.cancel.check()
@@ -157,8 +165,7 @@ class PendingRuns:
         return Job(spec.device_class, self.data.path, out, image=spec.image, artifact_path=spec.intake.artifact.path,
                    artifact_sha256=spec.intake.sha256, data_sha256=self.data.sha256, role=spec.role,
                    profile=spec.profile, samples=span if self.sharded else None,
-                   eval_batch=self.dc.evaluation.batch,
-                   latency_calls=self.latency_calls if first or not self.dc.emulated else 0,
+                   eval_batch=self.dc.evaluation.batch, latency_calls=self.latency_calls(span),
                    count=first,         # instructions are exact: the first shard's are the run's (merge_shards)
                    warmup=self.dc.evaluation.warmup,
                    # the describe in the last shard: the first carries the timed (and counted) calls
@@ -305,46 +312,38 @@ class RunSlots:
 
 
 class _Slot:
-    """One harness start's hold on the run slots (RunSlots, a semaphore, or None: no limit): taken at most once at
-    a time, given back at most once per take, whoever asks (the backend's hooks, then the span's own finally).
-    `ahead()` holds one of RunSlots' made-ahead places from before the container is made until the run slot is
-    taken."""
+    """One harness start's hold on the run slots (RunSlots, or None: no limit), used by the span's own thread
+    (the backend's hooks run there): taken at most once at a time, given back at most once per take. `ahead()`
+    holds one of RunSlots' made-ahead places from before the container is made until the run slot is taken."""
 
-    def __init__(self, slots, on_take=None):
+    def __init__(self, slots: RunSlots | None, on_take=None):
         self.slots, self.on_take, self.held, self.waiting = slots, on_take, False, False
-        self.guard = threading.Lock()
 
     def ahead(self) -> None:
-        queue = getattr(self.slots, "ahead", None)
-        if queue is not None:
-            queue.acquire()
+        if self.slots is not None:
+            self.slots.ahead.acquire()
             self.waiting = True
 
     def take(self) -> None:
-        with self.guard:
-            if self.held:
-                return
+        if self.held:
+            return
         if self.slots is not None:
             self.slots.acquire()
-        with self.guard:
-            self.held = True
+        self.held = True
         self._leave_queue()
         if self.on_take is not None:
             self.on_take()
 
     def give(self) -> None:
         self._leave_queue()
-        with self.guard:
-            if not self.held:
-                return
+        if self.held:
             self.held = False
-        if self.slots is not None:
-            self.slots.release()
+            if self.slots is not None:
+                self.slots.release()
 
     def _leave_queue(self) -> None:
-        with self.guard:
-            waiting, self.waiting = self.waiting, False
-        if waiting:
+        if self.waiting:
+            self.waiting = False
             self.slots.ahead.release()
 
 

@@ -385,18 +385,22 @@ def test_the_looks_are_a_stratified_seeded_partition_made_from_the_samples(tmp_p
 
 class _HeldBackend(FakeBackend):
     """A fake whose runs of one device class wait until the gate stops them (Job.cancel), as a container runs on
-    until it is killed; every other class runs at once."""
+    until it is killed; every other class runs once a held run has started (the order is made, not raced)."""
 
     def __init__(self, held: str, **kw):
-        super().__init__(**kw)
-        self.held, self.stopped = held, []
-
-    def run(self, job):
-        if job.device_class.name != self.held:
-            return super().run(job)
         import threading
 
+        super().__init__(**kw)
+        self.held, self.stopped, self.started = held, [], threading.Event()
+
+    def run(self, job):
+        import threading
+
+        if job.device_class.name != self.held:
+            assert self.started.wait(60), "the held class's run never started"
+            return super().run(job)
         self.jobs.append(job)
+        self.started.set()
         ended = threading.Event()
         job.cancel.on_cancel(ended.set)
         assert ended.wait(60), "the held run was never stopped"
@@ -412,7 +416,8 @@ def test_a_final_reject_stops_the_other_tiers_runs(tmp_path, tiergate_home):
     further chunk runs, and the decision says arm64 was stopped (an inconclusive "stopped" check, not a verdict)."""
     case = _case(tmp_path, 400, "random")
     backend = _HeldBackend(ARM)
-    run, _ = _gate(case, load_policy(None), targets=(X86, ARM), backend=backend, early_stop=None)
+    # a slot for every run at once: x86's waits for a held arm64 run, which must not hold the slot x86 needs
+    run, _ = _gate(case, load_policy(None), targets=(X86, ARM), backend=backend, early_stop=None, max_parallel=8)
     d = run.decision
     assert d.verdict == REJECT
     assert d.early_stop[X86].verdict == REJECT and not d.early_stop[X86].stopped_by

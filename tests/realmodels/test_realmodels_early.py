@@ -65,28 +65,50 @@ def test_a_clear_reject_stops_at_half_the_samples_on_the_emulated_tier_by_defaul
 
 @pytest.mark.emulated
 def test_a_final_reject_on_x86_stops_the_emulated_tier_at_once(lines, realmodels_home, tmp_path, monkeypatch):
-    """x86 (native: one look on every sample) REJECTs the clear INT8 in seconds while arm64's first chunk still
-    runs under QEMU: the gate's verdict is REJECT whatever arm64 shows, so arm64's containers are killed and it is
+    """x86 (native: one look on every sample) REJECTs the clear INT8 while arm64's first chunk runs under QEMU:
+    the gate's verdict is REJECT whatever arm64 shows, so arm64's running containers are killed and it is
     reported stopped; the full gate's verdict is the same (test_early_decision_gives_the_full_gates_verdict).
-    A home of its own: the session's holds arm64's first chunk from another test, and a cached chunk is judged
-    at once (then arm64 is decided, not stopped)."""
+    The order is made, not raced: x86's runs are cached first (a gate of x86 alone, in a home of its own), and in
+    the two-tier gate x86's run step waits until one of arm64's containers runs; then x86's REJECT, judged at
+    once from its cached runs, must stop a container that has just started."""
+    import os
     import time
-
-    monkeypatch.setenv("TIERGATE_HOME", str(tmp_path / "home"))
 
     import docker
 
+    from tiergate import orchestrator
     from tiergate.execution import janitor
+    from tiergate.images import LABEL
+    from tiergate.orchestrator.seams import ThreadSteps
 
+    monkeypatch.setenv("TIERGATE_HOME", str(tmp_path / "home"))
     source, data, candidates = lines
+    alone = gatekit.gate(candidates["clear"], source, data, resolve([X86]), load_policy())
+    assert alone.decision.verdict == REJECT
+    client = docker.from_env()
+    mine = {"label": [f"{janitor.OWNER_PID}={os.getpid()}", f"{LABEL}.device_class={ARM}"]}
+    seen = []
+
+    class ArmRunsFirst(ThreadSteps):
+        def map(self, step, fn, items, **kw):
+            def gated(group):
+                if step == "run" and group[0].device_class.name == X86:
+                    deadline = time.monotonic() + 300
+                    while not client.containers.list(filters={**mine, "status": "running"}):
+                        assert time.monotonic() < deadline, "no arm64 container started"
+                        time.sleep(0.1)
+                    seen.append("arm64 running")
+                return fn(group)
+            return super().map(step, gated, items, **kw)
+
     t0 = time.monotonic()
-    run = gatekit.gate(candidates["clear"], source, data, resolve([X86, ARM]), load_policy())
+    run = gatekit.gate(candidates["clear"], source, data, resolve([X86, ARM]), load_policy(),
+                       seams=orchestrator.Seams(steps=ArmRunsFirst()))
     wall = time.monotonic() - t0
     d = run.decision
     print(f"PaddleOCR cls clear INT8 on {X86} + {ARM}: {d.verdict} in {wall:.1f} s; arm64 {d.early_stop[ARM]}")
-    assert d.verdict == REJECT and d.early_stop[X86].verdict == REJECT
+    assert seen and d.verdict == REJECT and d.early_stop[X86].verdict == REJECT
     assert d.early_stop[ARM].stopped_by == X86 and d.early_stop[ARM].look == 0
     assert [c.name for c in d.checks if c.device_class == ARM] == ["stopped"]
-    client = docker.from_env()
-    mine = client.containers.list(all=True, filters={"label": f"{janitor.OWNER_PID}={__import__('os').getpid()}"})
-    assert not mine, [c.name for c in mine]          # the killed containers are gone
+    left = client.containers.list(all=True, filters={"label": f"{janitor.OWNER_PID}={os.getpid()}"})
+    assert not left, [c.name for c in left]          # the killed containers are gone

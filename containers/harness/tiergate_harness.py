@@ -19,7 +19,8 @@ and writes to the output folder:
 Usage:
   python tiergate_harness.py --runtime onnxruntime --model M.onnx --out DIR [--model M2 --out DIR2 ...]
       --data D.npz [--samples START:STOP] [--threads 1] [--batch-size 1] [--warmup 3]
-      [--eval-batch 0] [--latency-calls 16] [--compare-rounds 0] [--profile] [--timeout 0] [--describe N]
+      [--eval-batch 0] [--latency-calls 16] [--eval-workers 1 [--eval-slots 0]] [--compare-rounds 0] [--profile]
+      [--timeout 0] [--describe N]
       [--pair-index N --pair-model P [--pair-model P2] --pairs 200 --pairs-seconds 30]
 
 Several artifacts, one process start: `--model`/`--out` pairs run in order over the same
@@ -41,6 +42,17 @@ exactly) the batched outputs are discarded and every sample runs at the class's 
 size. extra.evaluation says what was done and what the comparison found. `--latency-calls 0`
 (a shard whose latency another shard times): nothing is timed; the cold first call alone is
 made, and its outputs are what the batched ones are checked against.
+
+Batched calls at once (`--eval-workers W`, onnxruntime only: its session.run may be called from
+several threads; each call keeps --threads): W threads of the artifact's process claim the batched
+calls in order from a schedule fixed by (samples, --eval-batch, W): calls of --eval-batch that shrink
+towards the end (a quarter of what is left per worker, at least 8 samples), so the threads end
+together. At most `allowed` calls run at once in the whole container (CallSlots: flock'ed files, an
+int shared with the children): --eval-slots at the start (0: W), one more per SIGUSR1 the host sends
+(after this harness prints READY_MARK) as it takes another run slot. With several artifacts, the next
+one's child starts once this one has handed out its last batched call: its load and single calls run
+beside that call and this one's describe. extra.evaluation then says eval_workers and eval_at_once
+(the most calls that ran at once); eval_ms_per_sample is the calls' own time per sample.
 
 Load time (session / interpreter creation, EP and delegate set-up included; the
 runtime library's import is not in it) and the cold first call are timed here,
@@ -127,6 +139,10 @@ def parse_args(argv=None):
                    help="samples per call for outputs where the batch dimension is dynamic (0: --batch-size)")
     p.add_argument("--latency-calls", type=int, default=16,
                    help="with --eval-batch: calls timed for latency (0: none; the cold first call checks batching)")
+    p.add_argument("--eval-workers", type=int, default=1,
+                   help="with --eval-batch: threads of this process making the batched calls at once (onnxruntime)")
+    p.add_argument("--eval-slots", type=int, default=0,
+                   help="with --eval-workers: batched calls at once from the start (0: every worker); SIGUSR1 adds one")
     p.add_argument("--compare-rounds", type=int, default=0)
     p.add_argument("--profile", action="store_true", help="per-op time in device.op_profile")
     p.add_argument("--timeout", type=float, default=0.0,
@@ -250,6 +266,7 @@ class OnnxRunner:
         self.output_names = [o.name for o in self.session.get_outputs()]
         self.versions = {"onnxruntime": ort.__version__}
         self.extra = {"providers": self.session.get_providers()}
+        self.concurrent = True       # session.run may be called from several threads at once
 
     def batch_size(self, wanted, axes):
         sizes = [batch_for(i.shape[axes.get(i.name, 0)], wanted) for i in self.inputs
@@ -494,7 +511,7 @@ def run(args, hooks=(), loaded_data=None):
     t0 = clock()
     first = runner.infer(feeds[0])              # the cold first call, apart from the steady state
     runner.device["first_inference_ms"] = (clock() - t0) / 1e6
-    store = Outputs(spans, runner.output_names, sample_axes(data, axes, spans[0]))
+    store = Outputs(spans, runner.output_names, lambda span: sample_axes(data, axes, span))
     if batched and args.latency_calls == 0:     # nothing timed here: the first call's outputs check batching
         store(0, first)
         latencies = []
@@ -510,33 +527,148 @@ def run(args, hooks=(), loaded_data=None):
     del feeds
     evaluation = {"batched": False, "latency_batch": batch, "latency_calls": len(latencies)}
     if batched:
-        store, evaluation = batched_outputs(runner, data, n, axes, batch, eval_batch, store)
+        store, evaluation = batched_outputs(runner, data, n, axes, batch, eval_batch, store, args.eval_workers,
+                                            getattr(args, "slots", None), getattr(args, "last_claimed", None))
     runner.extra["evaluation"] = evaluation
     runner.extra["output_sample_axes"] = dict(zip(store.names, store.axes or []))
     return runner, batch, n, store.arrays(), latencies
 
 
-def batched_outputs(runner, data, n, axes, batch, eval_batch, timed_store):
-    """Every sample's outputs in calls of `eval_batch`, checked against the timed calls' outputs; on a difference
-    beyond float rounding, every sample at `batch` instead. (the store to keep, extra.evaluation)"""
+def eval_schedule(n, eval_batch, workers):
+    """The calls of a batched evaluation: `eval_batch` samples each, and where several workers share them, calls
+    that shrink towards the end (a quarter of what is left per worker, at least 8 samples), so that the workers
+    end together; fixed by (n, eval_batch, workers) alone, whichever worker makes which call."""
+    if workers <= 1:
+        return slices(n, eval_batch)
+    spans, start = [], 0
+    while start < n:
+        size = min(eval_batch, max(8, -(-(n - start) // (2 * workers))), n - start)
+        spans.append((start, start + size))
+        start += size
+    return spans
+
+
+class CallSlots:
+    """How many batched calls may run at once in this container, across the artifacts' processes: `allowed` (an
+    int in memory shared with every child forked after it is made) of the lock files under a temporary folder,
+    each held (flock) by the call that runs. The kernel lets a lock go when its holder dies, so a child that crashes
+    mid-call takes no slot with it. The host gives a run another CPU with SIGUSR1 (`grant`, from the harness's
+    main process), up to `most`."""
+
+    def __init__(self, now, most):
+        import mmap
+        import tempfile
+
+        self.most = max(1, most)
+        self.folder = tempfile.mkdtemp(prefix="tiergate-slots-")
+        self.shared = mmap.mmap(-1, 8)         # MAP_SHARED | MAP_ANONYMOUS: the children see the parent's grants
+        self.set(min(max(1, now), self.most))
+
+    def allowed(self):
+        return int.from_bytes(self.shared[:8], "little")
+
+    def set(self, n):
+        self.shared[:8] = int(n).to_bytes(8, "little")
+
+    def grant(self, *_):
+        self.set(min(self.allowed() + 1, self.most))
+
+    def take(self):
+        """An open, locked slot file (close it to give the slot back)."""
+        import fcntl
+
+        while True:
+            for k in range(self.allowed()):
+                fd = os.open(os.path.join(self.folder, str(k)), os.O_RDWR | os.O_CREAT, 0o600)
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    return fd
+                except OSError:
+                    os.close(fd)
+            time.sleep(0.02)
+
+
+def concurrent_calls(runner, spans, call, workers, slots=None, last_claimed=None):
+    """call(i, span) for every span, on up to `workers` threads of this process claiming the spans in order (a
+    runtime whose calls may run at once: onnxruntime's session.run; each call uses the device class's threads as
+    before), each call holding one of `slots` (CallSlots) while it runs. `last_claimed()` is called once the last
+    span is handed out (the next artifact may start). -> the most calls that ran at once. The first error raised
+    ends the evaluation."""
+    workers = min(workers, len(spans)) if getattr(runner, "concurrent", False) else 1
+    if workers <= 1 or slots is None:
+        for i, span in enumerate(spans):
+            if i == len(spans) - 1 and last_claimed is not None:
+                last_claimed()
+            call(i, span)
+        return 1
+    import threading
+
+    claim, errors, lock, at_once = iter(range(len(spans))), [], threading.Lock(), [0, 0]    # now, most
+
+    def work():
+        while not errors:
+            fd = slots.take()
+            try:
+                with lock:
+                    i = next(claim, None)
+                    if i is not None:
+                        at_once[0] += 1
+                        at_once[1] = max(at_once)
+                if i is None:
+                    return
+                if i == len(spans) - 1 and last_claimed is not None:
+                    last_claimed()
+                try:
+                    call(i, spans[i])
+                finally:
+                    with lock:
+                        at_once[0] -= 1
+            except BaseException as exc:  # noqa: BLE001 - raised in the main thread below
+                errors.append(exc)
+            finally:
+                os.close(fd)
+    threads = [threading.Thread(target=work, name=f"eval-{k}", daemon=True) for k in range(workers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
+    return at_once[1]
+
+
+def batched_outputs(runner, data, n, axes, batch, eval_batch, timed_store, workers=1, slots=None,
+                    last_claimed=None):
+    """Every sample's outputs in calls of `eval_batch` (on up to `workers` threads: concurrent_calls), checked
+    against the timed calls' outputs; on a difference beyond float rounding, every sample at `batch` instead.
+    (the store to keep, extra.evaluation)"""
     clock = time.monotonic_ns
-    spans = slices(n, eval_batch)
-    store = Outputs(spans, runner.output_names, sample_axes(data, axes, spans[0]))
-    t0 = clock()
-    for i, (a, b) in enumerate(spans):
-        store(i, runner.infer(runner.prepare(data, a, b, axes["inputs"])))
-    eval_ns = clock() - t0
+    workers = workers if getattr(runner, "concurrent", False) else 1
+    spans = eval_schedule(n, eval_batch, workers)
+    store = Outputs(spans, runner.output_names, lambda span: sample_axes(data, axes, span))
+    call_ns = []
+
+    def call(i, span):
+        feed = runner.prepare(data, *span, axes["inputs"])
+        t0 = clock()
+        out = runner.infer(feed)
+        call_ns.append(clock() - t0)
+        store(i, out)
+    most = concurrent_calls(runner, spans, call, workers, slots, last_claimed)
+    eval_ns = sum(call_ns)      # the calls' own time: per sample, what one worker spends
     checked = timed_store.spans[-1][1]
     worst, agree = consistency(timed_store.arrays(), store.arrays(), checked)
     evaluation = {"batched": agree, "latency_batch": batch, "latency_calls": len(timed_store.spans),
                   "eval_batch": eval_batch, "eval_calls": len(spans), "eval_ms_per_sample": eval_ns / 1e6 / n,
                   "checked_samples": checked, "max_abs_diff": worst}
+    if workers > 1:     # threads making the calls, and the most calls that ran at once (the call slots allowed)
+        evaluation.update(eval_workers=workers, eval_at_once=most)
     if agree:
         return store, evaluation
     evaluation["reason"] = (f"outputs of calls of {eval_batch} samples differ from calls of {batch} by up to "
                             f"{worst:.3g}: every sample evaluated at batch {batch}")
     spans = slices(n, batch)
-    single = Outputs(spans, runner.output_names, sample_axes(data, axes, spans[0]))
+    single = Outputs(spans, runner.output_names, lambda span: sample_axes(data, axes, span))
     for i, (a, b) in enumerate(spans):
         single(i, runner.infer(runner.prepare(data, a, b, axes["inputs"])))
     return single, evaluation
@@ -595,23 +727,35 @@ def sample_axes(data, axes, span):
 
 
 class Outputs:
-    """Each call's outputs copied into arrays allocated once, outside the timed region (sample axis first)."""
+    """Each call's outputs copied into arrays allocated once, outside the timed region (sample axis first); the
+    calls may come from several threads, in any order. `axes_for(span)`: the function naming each output's sample
+    axis from a call over `span` (sample_axes)."""
 
-    def __init__(self, spans, names, axis_of=None):
+    def __init__(self, spans, names, axes_for=None):
+        import threading
+
         self.spans, self.names, self.buffers, self.axes = spans, names, None, None
-        self.axis_of = axis_of or (lambda name, o: 0)
+        self.axes_for = axes_for or (lambda span: (lambda name, o: 0))
+        self.made = threading.Lock()        # concurrent calls (concurrent_calls): the buffers are made once
 
     def __call__(self, i, outs):
         start, stop = self.spans[i]
         if self.buffers is None:
-            self.axes = [self.axis_of(name, o) if o.ndim else None for name, o in zip(self.names, outs)]
-            for name, o, axis in zip(self.names, outs, self.axes):
-                if axis is None or o.shape[axis] != stop - start:
-                    raise SystemExit(f"harness: output {name!r} {o.shape} has no sample axis")
-            self.buffers = [np.empty((self.spans[-1][1], *np.delete(o.shape, axis)), o.dtype)
-                            for o, axis in zip(outs, self.axes)]
+            with self.made:
+                if self.buffers is None:
+                    self._make(outs, self.spans[i])
         for buffer, o, axis in zip(self.buffers, outs, self.axes):
             buffer[start:stop] = np.moveaxis(o, axis, 0) if axis else o
+
+    def _make(self, outs, span):
+        axis_of = self.axes_for(span)
+        axes = [axis_of(name, o) if o.ndim else None for name, o in zip(self.names, outs)]
+        for name, o, axis in zip(self.names, outs, axes):
+            if axis is None or o.shape[axis] != span[1] - span[0]:
+                raise SystemExit(f"harness: output {name!r} {o.shape} has no sample axis")
+        self.axes = axes
+        self.buffers = [np.empty((self.spans[-1][1], *np.delete(o.shape, axis)), o.dtype)
+                        for o, axis in zip(outs, axes)]
 
     def arrays(self):
         return dict(zip(self.names, self.buffers))
@@ -646,9 +790,24 @@ def write_json(path, doc):
     os.replace(path + ".tmp", path)
 
 
+READY_MARK = "harness: ready for more call slots"   # SIGUSR1 (a slot more) is handled from here on
+
+
+def call_slots(args):
+    """With --eval-workers N > 1: the container's CallSlots, --eval-slots of them at first (the host's run slots
+    held at the start), one more per SIGUSR1 (another slot the host took since), at most N."""
+    if args.eval_workers <= 1:
+        return None
+    slots = CallSlots(args.eval_slots or args.eval_workers, args.eval_workers)
+    signal.signal(signal.SIGUSR1, slots.grant)
+    print(READY_MARK, flush=True)
+    return slots
+
+
 def main(argv=None):
     faulthandler.enable()
     args = parse_args(argv)
+    args.slots = call_slots(args)
     if len(args.models) == 1:
         loaded = load_data(args.data, args.samples)
         runner, batch, n, outputs, latencies = run(args, load_hooks(args), loaded)
@@ -661,25 +820,54 @@ def main(argv=None):
     loaded = load_data(args.data, args.samples)          # once for every artifact
     os.environ[_plugin("harness_memory").SHARED_ENV] = "1"     # the cgroup's peak is no one artifact's
     importlib.import_module(_plugin("harness_memory").RUNTIME_MODULE[args.runtime])  # once, before the children
+    # with call slots, the next artifact starts once this one has handed out its last batched call (its load and
+    # single calls then run beside that call and this one's describe); otherwise once this one has ended
+    running = []       # (index, its args, pid, deadline), oldest first
+
+    def reap():        # the oldest artifacts that have ended: their folders are complete
+        while running:
+            done, status = os.waitpid(running[0][2], os.WNOHANG)
+            if not done:
+                return
+            finish(*running.pop(0)[:2], status)
+
     for n, (model, out) in enumerate(zip(args.models, args.outs)):
-        run_child(argparse.Namespace(**{**vars(args), "model": model, "out": out, "describe_it": n in args.describe,
-                                        "disabled_passes": args.disabled_of.get(n, []),
-                                        "pair_it": bool(args.pair_model) and n == args.pair_index}), loaded)
-        print(f"{DONE_MARK}{n}", flush=True)      # the host may collect this artifact's folder now
+        child = argparse.Namespace(**{**vars(args), "model": model, "out": out, "describe_it": n in args.describe,
+                                      "disabled_passes": args.disabled_of.get(n, []),
+                                      "pair_it": bool(args.pair_model) and n == args.pair_index})
+        running.append((n, child, *start_child(child, loaded, overlap=args.slots is not None, meanwhile=reap)))
+        if args.slots is None:
+            n, child, pid, deadline = running.pop()
+            finish(n, child, wait_child(pid, deadline))
+    while running:
+        n, child, pid, deadline = running.pop(0)
+        finish(n, child, wait_child(pid, deadline))
     return 0
+
+
+def finish(n, args, status):
+    finish_child(args, status)
+    print(f"{DONE_MARK}{n}", flush=True)      # the host may collect this artifact's folder now
 
 
 FAILED_FILE = "failed.json"
 DONE_MARK = "harness: finished artifact "     # + its index: its folder is complete (result or failed.json)
 
 
-def run_child(args, loaded):
-    """One artifact in a forked child: its own peak memory, and its crash is its own (failed.json says why)."""
+def start_child(args, loaded, overlap=False, meanwhile=None):
+    """One artifact in a forked child: its own peak memory, and its crash is its own (failed.json says why).
+    -> (pid, deadline: its --timeout from now, or None). With `overlap`, returns once the child has handed out its
+    last batched call (or ended, or run out of time), calling `meanwhile()` every 0.2 s until then; else at once."""
     os.makedirs(args.out, exist_ok=True)
     sys.stdout.flush()
     sys.stderr.flush()
+    deadline = time.monotonic() + args.timeout if args.timeout > 0 else None
+    ready_r, ready_w = os.pipe() if overlap else (None, None)
     pid = os.fork()
     if pid == 0:                                       # the child: run, write, leave without cleanup
+        if ready_r is not None:
+            os.close(ready_r)
+            args.last_claimed = lambda: _say_ready(ready_w)
         code = 0
         try:
             runner, batch, n, outputs, latencies = run(args, load_hooks(args), loaded)
@@ -704,7 +892,31 @@ def run_child(args, loaded):
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
-    status = wait_child(pid, args.timeout)
+    if ready_r is not None:
+        os.close(ready_w)
+        import select
+
+        while deadline is None or time.monotonic() < deadline:
+            # a byte: the last call is handed out; end of file: the child has ended
+            if select.select([ready_r], [], [], 0.2)[0]:
+                break
+            if meanwhile is not None:
+                meanwhile()
+        os.close(ready_r)
+    return pid, deadline
+
+
+def _say_ready(fd):
+    try:
+        os.write(fd, b"r")
+        os.close(fd)
+    except OSError:
+        pass
+
+
+def finish_child(args, status):
+    """A child's end (its wait status; None: killed past its time): one that died without a word leaves its
+    failed.json."""
     if status is None:                                 # past its time: killed, whatever it left is no result
         fail(args.out, f"timed out after {args.timeout:g} s", -9, timed_out=True)
         return
@@ -769,11 +981,11 @@ def _add_paired(path, paired):
     write_json(path, result)
 
 
-def wait_child(pid, timeout):
-    """The child's wait status; None when it ran past `timeout` seconds (> 0), after killing it."""
-    if timeout <= 0:
+def wait_child(pid, deadline):
+    """The child's wait status; None when it ran past `deadline` (time.monotonic; None: no limit), after killing
+    it."""
+    if deadline is None:
         return os.waitpid(pid, 0)[1]
-    deadline = time.monotonic() + timeout
     pause = 0.01
     while time.monotonic() < deadline:
         done, status = os.waitpid(pid, os.WNOHANG)

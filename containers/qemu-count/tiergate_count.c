@@ -34,6 +34,8 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_version = QEMU_PLUGIN_VERSION;
 typedef struct {
     uint64_t insns;
     uint64_t reads;
+    uint64_t pad[6];    /* a cache line per vCPU: threads adding to neighbouring counts would share one (and slow
+                         * every translated block's inline add when several threads run at once) */
 } Counts;
 
 static struct qemu_plugin_scoreboard *counts;

@@ -130,6 +130,10 @@ class Evaluation:
                    the per-pair ratios' intervals (docs/policy.md).
     shards         containers a tier's samples are split over, merged in sample order; 0: automatic
                    (emulated: the cores available / threads, at most one per `shard_samples` samples; others: 1).
+    workers        batched calls made at once in one container (threads of one process, each call with the class's
+                   `threads`); 0: automatic (emulated: the cores available / threads where the runtime's calls may
+                   run at once, onnxruntime, and every artifact's batch dimension is dynamic; then a run is one
+                   container, not shards; others: 1). 1 turns it off: automatic shards, as before.
     shard_samples  automatic shards hold at least this many samples (default 64): a shard pays one interpreter
                    start and session creation under QEMU, so a class whose samples are slow to emulate (an x86
                    class's vector floats) lowers it to spread a run over the cores sooner.
@@ -141,6 +145,16 @@ class Evaluation:
     latency_pairs: int = DEFAULT_LATENCY_PAIRS
     shards: int = 0
     shard_samples: int = AUTO_SHARD_MIN_SAMPLES
+    workers: int = 0
+
+    def worker_count(self, device_class: "DeviceClass") -> int:
+        """Batched calls at once in one container of this class: `workers`, else automatic (emulated: the cores
+        available / threads; others: 1). Whether the run can use them (runtime, dynamic batch) is the caller's."""
+        if self.workers:
+            return self.workers
+        if not device_class.emulated:
+            return 1
+        return max(1, available_cores() // max(device_class.threads, 1))
 
     def shard_count(self, device_class: "DeviceClass", n_samples: int, requested: int | None = None) -> int:
         """Containers for a run of n samples: `requested` (--shards), else the class's, else automatic."""
@@ -316,7 +330,7 @@ ON_MISMATCH = ("refuse", "emulate")
 EMULATOR_IN_IMAGE = "/opt/tiergate/emulator/qemu-x86_64"   # in the runtime image of an emulated x86 class
 _BUILD_FIELDS = {"requirements": str, "env": dict}
 _EVALUATION_FIELDS = {"batch": int, "latency_calls": int, "warmup": int, "latency_pairs": int, "shards": int,
-                      "shard_samples": int}
+                      "shard_samples": int, "workers": int}
 _LIMIT_FIELDS = {"memory": str, "pids_limit": int, "timeout_s": int}
 _CHOICES = {"arch": ARCHES, "runtime": RUNTIMES, "execution": EXECUTIONS}
 
@@ -509,7 +523,8 @@ def _parse_evaluation(path: Path, execution: str, table: dict) -> Evaluation:
                       warmup=table.get("warmup", default.warmup),
                       latency_pairs=table.get("latency_pairs", default.latency_pairs),
                       shards=table.get("shards", default.shards),
-                      shard_samples=table.get("shard_samples", default.shard_samples))
+                      shard_samples=table.get("shard_samples", default.shard_samples),
+                      workers=table.get("workers", default.workers))
 
 
 def _parse_limits(path: Path, table: dict, memory_limit_mb: int | None) -> ContainerLimits:

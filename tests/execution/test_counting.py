@@ -116,3 +116,35 @@ def test_doctor_names_the_counting_qemu_or_says_how_to_build_it(tmp_path):
     assert check_counting().status == "ok" and "plugin" in check_counting().detail
     missing = check_counting(tmp_path)
     assert missing.status == "warn" and "scripts/build-counting-qemu" in missing.fix
+
+
+# a thread in the parent, then a fork whose child starts threads of its own: the harness's batched calls
+# (--eval-workers) in an artifact's child
+FORK_THREADS = """
+import os, threading, time
+stop = threading.Event()
+idle = threading.Thread(target=stop.wait)
+idle.start()
+pid = os.fork()
+if pid == 0:
+    workers = [threading.Thread(target=sum, args=(range(10000),)) for _ in range(3)]
+    [w.start() for w in workers]
+    [w.join() for w in workers]
+    os._exit(0)
+status = os.waitpid(pid, 0)[1]
+stop.set()
+idle.join()
+print(os.waitstatus_to_exitcode(status))
+"""
+
+
+def test_a_forked_child_of_a_threaded_process_can_start_threads_under_the_counting_qemu(tmp_path):
+    """QEMU 10.0's plugin core kept the parent's other vCPUs in the child after a fork, so the child's first
+    thread reused one's index and failed an assertion (containers/qemu-count/plugin-fork-vcpus.patch)."""
+    c = counter()
+    (dc,) = resolve("x86_64-avx2-onnxruntime")
+    launcher = [part.replace("/opt/tiergate-count", str(c.folder)) for part in c.launcher(dc)]
+    launcher[-1] = launcher[-1].replace("out=/tmp/tiergate-insn", f"out={tmp_path}/insn")
+    done = subprocess.run([*launcher, sys.executable, "-S", "-c", FORK_THREADS], capture_output=True, text=True,
+                          env={**os.environ, **c.environment()}, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip() == "0", (done.stdout, done.stderr[-2000:])

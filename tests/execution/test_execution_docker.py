@@ -256,3 +256,39 @@ def test_a_hung_candidate_times_out_alone_in_its_container(images, models, data,
     assert cand.extra["container"] == ref.extra["container"]              # one start for both
     np.testing.assert_allclose(results.load_outputs(tmp_path / "ref")["y"], kit.host_onnx(models["mlp"], data)["y"],
                                rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.emulated
+@pytest.mark.slow
+def test_an_emulated_run_makes_its_batched_calls_two_at_once_once_the_host_grants_the_second_slot(images, models,
+                                                                                                tmp_path):
+    """--eval-workers 2 starting with one call slot: without a grant the calls run one at a time; the backend's
+    grant (Job.on_running, SIGUSR1 once the harness says it handles it) reaches the harness in its container
+    (TIERGATE_HARNESS_FAULT=await-slots holds the run until every slot is granted, or 60 s), and two run at once.
+    Both give the outputs of the host's onnxruntime, in one container with candidate and reference."""
+    data = kit.eval_data(tmp_path / "eval.npz", n=200)
+    dc = kit.device_class("arm64-cpu-onnxruntime")
+    grants = []
+
+    def jobs(folder, **fields):
+        return [Job(dc, data, tmp_path / folder / role, image=images.get(dc.name, models[name]),
+                    artifact_path=models[name], role=role, eval_batch=64, latency_calls=4, eval_workers=2,
+                    eval_slots=1, **fields)
+                for role, name in (("candidate", "mlp"), ("reference", "mlp_v2"))]
+    backend = DockerBackend()
+    alone = backend.run_many(jobs("alone"))
+    granted = backend.run_many(jobs("granted", env={"TIERGATE_HARNESS_FAULT": "await-slots"},
+                                    on_running=lambda grant: grants.append(
+                                        threading.Thread(target=grant, daemon=True)) or grants[-1].start()))
+    for result in (*alone, *granted):
+        assert result.ok, f"{result.reason}\n{result.log_tail}"
+        assert result.extra["evaluation"]["eval_workers"] == 2 and result.extra["evaluation"]["batched"]
+    assert [r.extra["evaluation"]["eval_at_once"] for r in alone] == [1, 1]
+    assert [r.extra["evaluation"]["eval_at_once"] for r in granted] == [2, 2]
+    assert len(grants) == 1 and granted[0].extra["container"] == granted[1].extra["container"]
+    assert granted[0].extra["container"]["artifacts"] == 2
+    for role, name in (("candidate", "mlp"), ("reference", "mlp_v2")):
+        want = kit.host_onnx(models[name], data)["y"]
+        for folder in ("alone", "granted"):
+            np.testing.assert_allclose(results.load_outputs(tmp_path / folder / role)["y"], want, rtol=1e-5,
+                                       atol=1e-5)

@@ -138,3 +138,95 @@ def test_a_hung_artifact_times_out_alone_in_a_shared_start(models, tmp_path):
                                rtol=1e-6)
     args = harness_command(jobs, ["m1", "m2"], "d", ["o1", "o2"])
     assert args[args.index("--timeout") + 1] == "3" and "--timeout" not in harness_command(jobs[:1], ["m"], "d", ["o"])
+
+
+def test_batched_calls_made_at_once_by_several_threads_equal_one_threads(models, tmp_path):
+    """--eval-workers: the batched calls of every artifact of a start spread over threads (onnxruntime), from a
+    schedule fixed by the samples, the batch and the workers: the outputs are one thread's on that schedule, each
+    artifact keeps its own result, and the timed single calls are untouched."""
+    from fakes import harness
+
+    data = kit.eval_data(tmp_path / "eval.npz", n=150)
+    runs = {}
+    for workers in (1, 3):
+        jobs = [_job(models[name], data, tmp_path / f"{name}-{workers}", role=role, eval_batch=16, latency_calls=4,
+                     eval_workers=workers) for name, role in (("mlp", "candidate"), ("mlp_v2", "reference"))]
+        runs[workers] = execute_group(jobs, LocalProcessBackend())
+        assert all(r.ok for r in runs[workers]), [r.reason for r in runs[workers]]
+    schedule = harness().eval_schedule(150, 16, 3)
+    assert schedule[0] == (0, 16) and schedule[-1][1] == 150 and len(schedule) > 150 // 16
+    for one, three in zip(*runs.values()):
+        assert "eval_workers" not in one.extra["evaluation"]
+        ev = three.extra["evaluation"]
+        assert ev["batched"] and ev["eval_workers"] == 3 and ev["eval_calls"] == len(schedule)
+        assert 1 <= ev["eval_at_once"] <= 3 and ev["checked_samples"] == 4 and len(three.latencies_ns) == 4
+    for name in ("mlp", "mlp_v2"):
+        got = results.load_outputs(tmp_path / f"{name}-3")["y"]
+        np.testing.assert_allclose(got, kit.host_onnx(models[name], data)["y"], rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(got, results.load_outputs(tmp_path / f"{name}-1")["y"], rtol=1e-5, atol=1e-6)
+
+
+def test_the_eval_schedule_covers_every_sample_once_and_ends_in_small_calls():
+    from fakes import harness
+
+    h = harness()
+    assert h.eval_schedule(400, 64, 1) == h.slices(400, 64)
+    for n, batch, workers in ((400, 64, 2), (401, 64, 4), (9, 64, 2), (1000, 16, 2), (64, 64, 2)):
+        spans = h.eval_schedule(n, batch, workers)
+        assert spans == h.eval_schedule(n, batch, workers)                  # fixed by its arguments alone
+        assert spans[0][0] == 0 and spans[-1][1] == n
+        assert all(a[1] == b[0] for a, b in zip(spans, spans[1:]))          # contiguous, each sample once
+        sizes = [b - a for a, b in spans]
+        assert max(sizes) <= batch and all(size >= min(8, n) for size in sizes[:-1])
+        assert sizes == sorted(sizes, reverse=True)                         # the small calls come last
+    assert [b - a for a, b in h.eval_schedule(400, 64, 2)][-1] <= 8
+
+
+class _Runner:
+    concurrent = True
+
+
+def test_call_slots_bound_the_calls_at_once_and_a_grant_adds_one():
+    """CallSlots: three threads with one slot make one call at a time; a grant (the host's SIGUSR1) lets a second
+    run beside it; never more than allowed."""
+    import threading
+    import time
+
+    from fakes import harness
+
+    h = harness()
+    slots = h.CallSlots(1, 2)
+    now, most, lock, started = [0], [0], threading.Lock(), threading.Event()
+
+    def call(i, span):
+        with lock:
+            now[0] += 1
+            most[0] = max(most[0], now[0])
+        started.set()
+        time.sleep(0.05)
+        with lock:
+            now[0] -= 1
+    spans = [(i, i + 1) for i in range(12)]
+    claimed = []
+    granter = threading.Timer(0.2, slots.grant)
+    granter.start()
+    at_once = h.concurrent_calls(_Runner(), spans, call, 3, slots, last_claimed=lambda: claimed.append(True))
+    granter.join()
+    assert at_once == most[0] == 2 and claimed == [True]
+    slots.grant()
+    assert slots.allowed() == 2                       # at most `most`
+
+
+def test_a_slot_held_by_a_process_that_dies_is_free_again():
+    import os
+
+    from fakes import harness
+
+    slots = harness().CallSlots(1, 1)
+    pid = os.fork()
+    if pid == 0:
+        slots.take()                                 # held, never closed: the process dies holding it
+        os._exit(0)
+    os.waitpid(pid, 0)
+    fd = slots.take()                                # would wait forever if the lock had died with it
+    os.close(fd)

@@ -158,3 +158,62 @@ def test_a_backend_with_slot_hooks_runs_at_most_max_parallel_and_makes_at_most_a
     first = min(j.samples for j in backend.jobs)
     for job in backend.jobs:
         assert (job.latency_calls > 0, job.count) == ((True, True) if job.samples == first else (False, False))
+
+
+def test_a_tier_spreads_its_batched_calls_over_one_container_only_where_they_can_run_at_once(monkeypatch):
+    """spread_workers: an emulated onnxruntime class on a backend that spreads calls gets the cores' workers in one
+    container; a fixed batch dimension, another runtime, a shard count asked for, batching off or a backend that
+    cannot grant slots keeps the shards."""
+    import dataclasses
+    from types import SimpleNamespace
+
+    from tiergate.artifact.model import TensorSpec
+    from tiergate.orchestrator.spans import spread_workers
+
+    monkeypatch.setattr("tiergate.targets.available_cores", lambda: 4)
+    (arm,), (x86,), (lite,) = resolve([ARM]), resolve([X86]), resolve(["arm64-cpu-tflite"])
+    data = SimpleNamespace(n_samples=300, info={"x": None}, axis=lambda name: 0)
+    spreads, plain = SimpleNamespace(spreads_calls=True), SimpleNamespace()
+
+    def specs(*shapes):
+        return [SimpleNamespace(intake=SimpleNamespace(artifact=SimpleNamespace(
+            inputs=[TensorSpec("x", shape, "float32")]))) for shape in shapes]
+    assert spread_workers(arm, specs(("N", 8), (None, 8)), data, spreads) == 4
+    assert spread_workers(arm, specs(("N", 8), (1, 8)), data, spreads) == 1          # one artifact's batch is fixed
+    assert spread_workers(arm, specs(("N", 8)), data, plain) == 1
+    assert spread_workers(arm, specs(("N", 8)), data, spreads, requested_shards=2) == 1
+    assert spread_workers(lite, specs(("N", 8)), data, spreads) == 1                 # LiteRT's interpreter: one call
+    assert spread_workers(x86, specs(("N", 8)), data, spreads) == 1                  # native: batching off
+    two = dataclasses.replace(arm, evaluation=dataclasses.replace(arm.evaluation, workers=2))
+    assert spread_workers(two, specs(("N", 8)), data, spreads) == 2
+    one = dataclasses.replace(arm, evaluation=dataclasses.replace(arm.evaluation, workers=1))
+    assert spread_workers(one, specs(("N", 8)), data, spreads) == 1
+    few = SimpleNamespace(n_samples=64, info={"x": None}, axis=lambda name: 0)
+    assert spread_workers(arm, specs(("N", 8)), few, spreads) == 1                   # one batched call at most
+
+
+def test_more_slots_are_taken_as_they_come_free_and_all_given_back_with_the_first():
+    """_Slot.more: a harness that spreads its calls holds one run slot at its start and gets each further one
+    when another run gives it back (grant per slot); its end gives back every slot it held, and a grant still
+    waiting then never comes."""
+    import time
+
+    from tiergate.orchestrator.spans import RunSlots, _Slot
+
+    slots = RunSlots(2)
+    other = _Slot(slots)
+    other.take()                                      # another tier's run holds the second slot
+    mine, granted = _Slot(slots), []
+    mine.take()
+    mine.more(2, lambda: granted.append(time.monotonic()))
+    time.sleep(0.3)
+    assert granted == []                              # no slot free yet
+    other.give()
+    deadline = time.monotonic() + 5
+    while not granted and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert len(granted) == 1                          # the one that came free; the pool has no third
+    mine.give()
+    mine.extra_thread.join(timeout=5)
+    assert not mine.extra_thread.is_alive() and len(granted) == 1
+    assert slots.running.acquire(blocking=False) and slots.running.acquire(blocking=False)   # both back

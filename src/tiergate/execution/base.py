@@ -57,6 +57,8 @@ class Job:
     eval_batch: int = 0                                 # samples per call for outputs (0: the class's batch size)
     latency_calls: int = 1                              # with eval_batch: calls timed for latency (0: none, the
                                                         # cold first call only checks batching: a later shard)
+    eval_workers: int = 1                               # with eval_batch: threads making the batched calls at once
+    eval_slots: int = 0                                 # of which at the start (0: all); on_running grants more
     count: bool = True                                  # under the counting QEMU where it is set up (an emulated
                                                         # class's first shard: counts are exact, one is enough)
     describe: bool = False                              # also describe its runtime graph after the run (harness
@@ -72,6 +74,9 @@ class Job:
     # the results are read back and the container removed); both may be called again on a retried attempt
     on_start: Callable[[], None] | None = field(default=None, compare=False, repr=False)
     on_exited: Callable[[], None] | None = field(default=None, compare=False, repr=False)
+    # a backend that spreads batched calls (spreads_calls) calls on_running(grant) once the harness runs with
+    # eval_workers > 1: each grant() lets it make one more call at once (the orchestrator calls it per run slot)
+    on_running: Callable[[Callable[[], None]], None] | None = field(default=None, compare=False, repr=False)
     # called with the result when a backend has this job's folder complete before the whole start ends
     # (several artifacts in one container): the orchestrator puts it in place at once
     on_done: Callable[[TargetResult], None] | None = field(default=None, compare=False, repr=False)
@@ -102,6 +107,8 @@ def harness_command(jobs: list[Job], models: list[str], data: str, outs: list[st
     args += ["--samples", f"{job.samples[0]}:{job.samples[1]}"] if job.samples else []
     if job.eval_batch > dc.batch_size:
         args += ["--eval-batch", str(job.eval_batch), "--latency-calls", str(job.latency_calls)]
+        args += ["--eval-workers", str(job.eval_workers)] if job.eval_workers > 1 else []
+        args += ["--eval-slots", str(job.eval_slots)] if job.eval_workers > 1 and job.eval_slots else []
     args += ["--compare-rounds", str(job.compare_rounds)] if job.compare_rounds else []
     args += ["--timeout", str(dc.limits.timeout_s)] if len(jobs) > 1 else []    # each artifact its own time
     for n, j in enumerate(jobs):
@@ -128,7 +135,7 @@ def groupable(jobs: list[Job]) -> bool:
     """Jobs one harness start can run: same class, data, samples, evaluation, options and environment."""
     def shape(j: Job):
         return (j.device_class.name, j.data_npz, j.samples, j.eval_batch, j.latency_calls, j.count, j.warmup,
-                j.profile, j.compare_rounds, tuple(sorted(j.env.items())))
+                j.eval_workers, j.eval_slots, j.profile, j.compare_rounds, tuple(sorted(j.env.items())))
     return len({shape(j) for j in jobs}) == 1
 
 

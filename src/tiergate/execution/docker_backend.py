@@ -28,6 +28,7 @@ from __future__ import annotations
 import re
 import signal
 import shutil
+import threading
 import time
 import tarfile
 import tempfile
@@ -63,6 +64,7 @@ class DockerBackend:
     name = "docker"
     takes_samples = True      # runs a range of the samples (Job.samples): shards
     takes_slot_hooks = True   # calls Job.on_start / on_exited around the harness's own run
+    spreads_calls = True      # a harness with eval_workers > 1 gets further call slots while it runs (Job.on_running)
 
     def __init__(self, docker_host: str = "local", *, gpu: bool = False, attempts: int = DEFAULT_ATTEMPTS,
                  backoff_s: float = DEFAULT_BACKOFF_S, use_ssh_client: bool = False):
@@ -165,7 +167,8 @@ class DockerBackend:
         """The container's create() arguments: the confinement lives here. `models`: (job, model path in the
         container) per job run in it (default: the job alone, its artifact in its image)."""
         dc = job.device_class
-        cpus = min(dc.threads, engine_cpus) if engine_cpus else dc.threads
+        cpus = dc.threads * max(1, job.eval_workers)       # the batched calls' threads at once, each the class's
+        cpus = min(cpus, engine_cpus) if engine_cpus else cpus
         models = models or [(job, job.image.model_path)]
         spec = dict(
             image=_image_ref(job),
@@ -211,6 +214,8 @@ def _run(container, job: Job, runs: int = 1, poll=None) -> tuple[str | None, str
     if job.cancel is not None:
         job.cancel.check()
     container.start()
+    if job.on_running is not None and job.eval_workers > 1:
+        job.on_running(_granter(container))
     forget = job.cancel.on_cancel(container.kill) if job.cancel is not None else (lambda: None)
     timed_out = False
     try:
@@ -241,6 +246,30 @@ def _run(container, job: Job, runs: int = 1, poll=None) -> tuple[str | None, str
             reason += f": {last_line(log_tail)}"
         return reason, log_tail, oom
     return None, log_tail, False
+
+
+_READY = "harness: ready for more call slots"     # the harness's READY_MARK: it handles SIGUSR1 from then on
+READY_WAIT_S = 120
+
+
+def _granter(container):
+    """grant(): one more batched call at once for the harness running in `container` (SIGUSR1), sent once the
+    harness says it handles the signal (before, the signal's default would end it); raises once the container has
+    stopped or the mark never came."""
+    ready = threading.Event()
+
+    def grant() -> None:
+        deadline = time.monotonic() + READY_WAIT_S
+        while not ready.is_set():
+            if _READY in container.logs(stdout=True, stderr=False).decode("utf-8", "replace"):
+                ready.set()
+                break
+            container.reload()
+            if container.status != "running" or time.monotonic() > deadline:
+                raise RuntimeError("the harness is not running")
+            time.sleep(0.1)
+        container.kill(signal="SIGUSR1")
+    return grant
 
 
 def _wait(container, timeout_s: float, poll) -> int:

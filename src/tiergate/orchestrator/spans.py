@@ -85,8 +85,10 @@ class PendingRuns:
         self.root = options.root or state.runs_root()
         self.dc = next(iter(pending.values())).device_class
         ev = self.dc.evaluation
-        count = ev.shard_count(self.dc, data.n_samples, options.shards) if getattr(backend, "takes_samples",
-                                                                                   False) else 1
+        # a tier whose batched calls can run at once in one container runs there on `workers` threads, not shards
+        self.workers = spread_workers(self.dc, pending.values(), data, backend, options.shards)
+        count = 1 if self.workers > 1 else (
+            ev.shard_count(self.dc, data.n_samples, options.shards) if getattr(backend, "takes_samples", False) else 1)
         self.ranges = shard_ranges(data.n_samples, count)
         self.sharded = len(self.ranges) > 1
         self.tag = state.part_tag()            # one writer: the spans' threads write under the tier's tag
@@ -166,6 +168,9 @@ class PendingRuns:
                    artifact_sha256=spec.intake.sha256, data_sha256=self.data.sha256, role=spec.role,
                    profile=spec.profile, samples=span if self.sharded else None,
                    eval_batch=self.dc.evaluation.batch, latency_calls=self.latency_calls(span),
+                   eval_workers=self.workers,
+                   # with run slots, one at the start and each further one as it comes free (Job.on_running)
+                   eval_slots=1 if slot is not None and slot.slots is not None else 0,
                    count=first,         # instructions are exact: the first shard's are the run's (merge_shards)
                    warmup=self.dc.evaluation.warmup,
                    # the describe in the last shard: the first carries the timed (and counted) calls
@@ -175,6 +180,8 @@ class PendingRuns:
                    pair_sha256=tuple(p.sha256 for p in spec.partners) if first else (), cancel=self.cancel,
                    on_start=slot.take if slot is not None else None,
                    on_exited=slot.give if slot is not None else None,
+                   on_running=(lambda grant: slot.more(self.workers - 1, grant))
+                   if slot is not None and self.workers > 1 else None,
                    on_done=lambda result: self.place(key, span, out, stamp))
 
     def place(self, key: str, span: Span, out: Path, stamp: dict) -> None:
@@ -257,6 +264,28 @@ class PendingRuns:
             raise disk_full(exc, self.root) from None
 
 
+def spread_workers(dc, specs, data: EvalData, backend, requested_shards: int | None = None) -> int:
+    """Batched calls at once in one container of this tier (Evaluation.worker_count), where they can be: a backend
+    that gives a running harness more CPUs (`spreads_calls`: the Docker backend), onnxruntime's CPU session (its
+    run may be called from several threads), batched evaluation on, no shard count asked for, and a dynamic batch
+    dimension on every sample-carrying input of every artifact (the harness batches those only). Else 1: the
+    samples are sharded over containers as before."""
+    ev = dc.evaluation
+    if not (getattr(backend, "spreads_calls", False) and dc.runtime == "onnxruntime" and ev.batch > dc.batch_size
+            and not requested_shards and not ev.shards and data.n_samples > ev.batch):
+        return 1
+    for spec in specs:
+        for tensor in spec.intake.artifact.inputs:
+            axis = data.axis(tensor.name) if tensor.name in data.info else 0
+            if axis is not None and (axis >= len(tensor.shape) or not _symbolic(tensor.shape[axis])):
+                return 1
+    return ev.worker_count(dc)
+
+
+def _symbolic(dim) -> bool:
+    return not (isinstance(dim, int) and dim > 0)
+
+
 def check_cpu(dc, result: results.TargetResult) -> None:
     """A run whose runtime saw a CPU that is not the class's device (its [cpu] table) is no measurement of that
     device: exit 2, naming the difference (an emulated class's emulated_cpu that does not present the device)."""
@@ -314,10 +343,41 @@ class RunSlots:
 class _Slot:
     """One harness start's hold on the run slots (RunSlots, or None: no limit), used by the span's own thread
     (the backend's hooks run there): taken at most once at a time, given back at most once per take. `ahead()`
-    holds one of RunSlots' made-ahead places from before the container is made until the run slot is taken."""
+    holds one of RunSlots' made-ahead places from before the container is made until the run slot is taken;
+    `more()` takes further slots for a harness that spreads its batched calls, on a thread of its own."""
 
     def __init__(self, slots: RunSlots | None, on_take=None):
         self.slots, self.on_take, self.held, self.waiting = slots, on_take, False, False
+        self.extra, self.extra_lock, self.extra_stop, self.extra_thread = 0, threading.Lock(), None, None
+
+    def more(self, n: int, grant) -> None:
+        """Job.on_running: up to `n` further run slots for the running harness, each taken as it comes free (on a
+        thread of its own) and handed over with `grant()` (the harness makes one more batched call at once); all
+        given back with the first (`give`)."""
+        if n <= 0:
+            return
+        if self.slots is None:
+            for _ in range(n):
+                grant()
+            return
+        stop = self.extra_stop = threading.Event()
+
+        def take_more():
+            for _ in range(n):
+                while not self.slots.running.acquire(timeout=0.1):
+                    if stop.is_set():
+                        return
+                with self.extra_lock:
+                    if stop.is_set():
+                        self.slots.release()
+                        return
+                    self.extra += 1
+                try:
+                    grant()
+                except Exception:  # noqa: BLE001 - a harness that has ended needs no more; the slot goes back on give
+                    return
+        self.extra_thread = threading.Thread(target=take_more, name="tiergate-more-slots", daemon=True)
+        self.extra_thread.start()
 
     def ahead(self) -> None:
         if self.slots is not None:
@@ -336,6 +396,12 @@ class _Slot:
 
     def give(self) -> None:
         self._leave_queue()
+        if self.extra_stop is not None:
+            self.extra_stop.set()
+            with self.extra_lock:
+                for _ in range(self.extra):
+                    self.slots.release()
+                self.extra = 0
         if self.held:
             self.held = False
             if self.slots is not None:

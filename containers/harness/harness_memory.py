@@ -86,6 +86,29 @@ def cgroup_peak() -> tuple[int | None, str]:
     return None, ""
 
 
+CGROUP_ROOM = (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),                   # cgroup v2
+               ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes"))
+
+
+def cgroup_room() -> int | None:
+    """Bytes the container may still take before its memory limit (the device's: an out-of-memory finding past
+    it), page cache counted as used; None outside a container, or without a limit."""
+    if not in_container():
+        return None
+    for limit_path, used_path in CGROUP_ROOM:
+        try:
+            with open(limit_path) as fh:
+                limit = fh.read().strip()
+            with open(used_path) as fh:
+                used = int(fh.read().strip())
+        except (OSError, ValueError):
+            continue
+        if limit == "max" or not limit.isdigit() or int(limit) >= 1 << 60:
+            return None
+        return int(limit) - used
+    return None
+
+
 class MemoryHook:
     def __init__(self):
         self.reset_ok = True

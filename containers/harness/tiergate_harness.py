@@ -588,12 +588,12 @@ class CallSlots:
             time.sleep(0.02)
 
 
-def concurrent_calls(runner, spans, call, workers, slots=None, last_claimed=None):
+def concurrent_calls(runner, spans, call, workers, slots=None, last_claimed=None, room=None):
     """call(i, span) for every span, on up to `workers` threads of this process claiming the spans in order (a
     runtime whose calls may run at once: onnxruntime's session.run; each call uses the device class's threads as
-    before), each call holding one of `slots` (CallSlots) while it runs. `last_claimed()` is called once the last
-    span is handed out (the next artifact may start). -> the most calls that ran at once. The first error raised
-    ends the evaluation."""
+    before), each call holding one of `slots` (CallSlots) while it runs, and a call beside another only while
+    `room()` says one more fits in memory. `last_claimed()` is called once the last span is handed out (the next
+    artifact may start). -> the most calls that ran at once. The first error raised ends the evaluation."""
     workers = min(workers, len(spans)) if getattr(runner, "concurrent", False) else 1
     if workers <= 1 or slots is None:
         for i, span in enumerate(spans):
@@ -608,6 +608,10 @@ def concurrent_calls(runner, spans, call, workers, slots=None, last_claimed=None
     def work():
         while not errors:
             fd = slots.take()
+            if at_once[0] and room is not None and not room():
+                os.close(fd)          # another call runs, and one more would not fit under the memory limit
+                time.sleep(0.05)
+                continue
             try:
                 with lock:
                     i = next(claim, None)
@@ -637,6 +641,23 @@ def concurrent_calls(runner, spans, call, workers, slots=None, last_claimed=None
     return at_once[1]
 
 
+ROOM_MARGIN = 1.5     # a call beside another needs this many times its estimated memory free under the limit
+
+
+def call_room(single_bytes, eval_batch, batch):
+    """room(): whether one more batched call fits under the container's memory limit (the device's memory: the
+    calls at once must never make an out-of-memory finding that one call at a time would not). A call's memory is
+    estimated from the single calls' (harness_memory's inference_memory_bytes) scaled to the batched call's
+    samples; unknown, no call runs beside another. Outside a container, or without a limit: always."""
+    memory = _plugin("harness_memory")
+    need = None if single_bytes is None else single_bytes * eval_batch / max(batch, 1) * ROOM_MARGIN
+
+    def room():
+        left = memory.cgroup_room()
+        return left is None or (need is not None and left >= need)
+    return room
+
+
 def batched_outputs(runner, data, n, axes, batch, eval_batch, timed_store, workers=1, slots=None,
                     last_claimed=None):
     """Every sample's outputs in calls of `eval_batch` (on up to `workers` threads: concurrent_calls), checked
@@ -654,7 +675,8 @@ def batched_outputs(runner, data, n, axes, batch, eval_batch, timed_store, worke
         out = runner.infer(feed)
         call_ns.append(clock() - t0)
         store(i, out)
-    most = concurrent_calls(runner, spans, call, workers, slots, last_claimed)
+    most = concurrent_calls(runner, spans, call, workers, slots, last_claimed,
+                            room=call_room(runner.device.get("inference_memory_bytes"), eval_batch, batch))
     eval_ns = sum(call_ns)      # the calls' own time: per sample, what one worker spends
     checked = timed_store.spans[-1][1]
     worst, agree = consistency(timed_store.arrays(), store.arrays(), checked)
@@ -867,7 +889,7 @@ def start_child(args, loaded, overlap=False, meanwhile=None):
     if pid == 0:                                       # the child: run, write, leave without cleanup
         if ready_r is not None:
             os.close(ready_r)
-            args.last_claimed = lambda: _say_ready(ready_w)
+            args.last_claimed = _say_ready([ready_w])
         code = 0
         try:
             runner, batch, n, outputs, latencies = run(args, load_hooks(args), loaded)
@@ -906,12 +928,19 @@ def start_child(args, loaded, overlap=False, meanwhile=None):
     return pid, deadline
 
 
-def _say_ready(fd):
-    try:
-        os.write(fd, b"r")
-        os.close(fd)
-    except OSError:
-        pass
+def _say_ready(fds):
+    """A function that writes a byte to the pipe fds[0] and closes it, once (a later call does nothing: the fd's
+    number may be another file's by then)."""
+    def say_once():
+        while fds:
+            fd = fds.pop()
+            try:
+                os.write(fd, b"r")
+            except OSError:
+                pass
+            finally:
+                os.close(fd)
+    return say_once
 
 
 def finish_child(args, status):

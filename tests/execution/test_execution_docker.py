@@ -292,3 +292,4 @@ def test_an_emulated_run_makes_its_batched_calls_two_at_once_once_the_host_grant
         for folder in ("alone", "granted"):
             np.testing.assert_allclose(results.load_outputs(tmp_path / folder / role)["y"], want, rtol=1e-5,
                                        atol=1e-5)
+

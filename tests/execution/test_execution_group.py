@@ -230,3 +230,34 @@ def test_a_slot_held_by_a_process_that_dies_is_free_again():
     os.waitpid(pid, 0)
     fd = slots.take()                                # would wait forever if the lock had died with it
     os.close(fd)
+
+
+def test_a_call_runs_beside_another_only_where_its_memory_fits_under_the_limit(monkeypatch):
+    """call_room: the single call's inference memory scaled to the batched call (x 1.5) must be free under the
+    container's limit (harness_memory.cgroup_room); unknown memory: one call at a time; no limit: any. And
+    concurrent_calls makes no call beside another while room() says no."""
+    import threading
+    import time
+
+    from fakes import harness
+
+    h = harness()
+    memory = h._plugin("harness_memory")
+    monkeypatch.setattr(memory, "cgroup_room", lambda: 960)
+    assert h.call_room(10, 64, 1)() and not h.call_room(11, 64, 1)() and not h.call_room(None, 64, 1)()
+    monkeypatch.setattr(memory, "cgroup_room", lambda: None)
+    assert h.call_room(10 ** 12, 64, 1)() and h.call_room(None, 64, 1)()
+
+    for fits, want in ((False, 1), (True, 3)):
+        now, most, lock = [0], [0], threading.Lock()
+
+        def call(i, span):
+            with lock:
+                now[0] += 1
+                most[0] = max(most[0], now[0])
+            time.sleep(0.05)
+            with lock:
+                now[0] -= 1
+        at_once = h.concurrent_calls(_Runner(), [(i, i + 1) for i in range(9)], call, 3, h.CallSlots(3, 3),
+                                     room=lambda: fits)
+        assert at_once == most[0] == want

@@ -188,8 +188,8 @@ def test_a_tier_spreads_its_batched_calls_over_one_container_only_where_they_can
     assert spread_workers(two, specs(("N", 8)), data, spreads) == 2
     one = dataclasses.replace(arm, evaluation=dataclasses.replace(arm.evaluation, workers=1))
     assert spread_workers(one, specs(("N", 8)), data, spreads) == 1
-    few = SimpleNamespace(n_samples=64, info={"x": None}, axis=lambda name: 0)
-    assert spread_workers(arm, specs(("N", 8)), few, spreads) == 1                   # one batched call at most
+    one_sample = SimpleNamespace(n_samples=1, info={"x": None}, axis=lambda name: 0)
+    assert spread_workers(arm, specs(("N", 8)), one_sample, spreads) == 1
 
 
 def test_more_slots_are_taken_as_they_come_free_and_all_given_back_with_the_first():

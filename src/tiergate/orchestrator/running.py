@@ -31,9 +31,10 @@ from tiergate.stats import import_in_background
 
 
 # What a device class holds that cannot change a run's result: left out of the run key (everything else is in it,
-# so a new field is in the key by default). The shard count never changes a result (shards merge in sample order).
+# so a new field is in the key by default). The shard count never changes a result (shards merge in sample order),
+# nor does the number of batched calls made at once (each call is the class's, whichever thread makes it).
 _NOT_IN_RUN_KEY = ("cost_per_hour", "description", "cost_tags", "source")
-_EVALUATION_NOT_IN_RUN_KEY = ("shards", "shard_samples")
+_EVALUATION_NOT_IN_RUN_KEY = ("shards", "shard_samples", "workers")
 
 
 def class_settings(dc) -> str:

@@ -272,7 +272,7 @@ def spread_workers(dc, specs, data: EvalData, backend, requested_shards: int | N
     samples are sharded over containers as before."""
     ev = dc.evaluation
     if not (getattr(backend, "spreads_calls", False) and dc.runtime == "onnxruntime" and ev.batch > dc.batch_size
-            and not requested_shards and not ev.shards and data.n_samples > ev.batch):
+            and not requested_shards and not ev.shards and data.n_samples > 1):
         return 1
     for spec in specs:
         for tensor in spec.intake.artifact.inputs:
@@ -354,6 +354,7 @@ class _Slot:
         """Job.on_running: up to `n` further run slots for the running harness, each taken as it comes free (on a
         thread of its own) and handed over with `grant()` (the harness makes one more batched call at once); all
         given back with the first (`give`)."""
+        self._give_extra()              # a retried attempt's harness: the earlier one's are its no longer
         if n <= 0:
             return
         if self.slots is None:
@@ -396,16 +397,19 @@ class _Slot:
 
     def give(self) -> None:
         self._leave_queue()
+        self._give_extra()
+        if self.held:
+            self.held = False
+            if self.slots is not None:
+                self.slots.release()
+
+    def _give_extra(self) -> None:
         if self.extra_stop is not None:
             self.extra_stop.set()
             with self.extra_lock:
                 for _ in range(self.extra):
                     self.slots.release()
                 self.extra = 0
-        if self.held:
-            self.held = False
-            if self.slots is not None:
-                self.slots.release()
 
     def _leave_queue(self) -> None:
         if self.waiting:

@@ -114,6 +114,11 @@ import sys
 import time
 
 sys.dont_write_bytecode = True  # hooks imported from a source checkout leave no __pycache__ there
+# numpy is the harness's data handling only (the runtime has its own kernels and the class's threads): no BLAS
+# thread pool. The artifacts' children are forked from this process, and a fork of a process with threads that
+# then starts threads of its own (--eval-workers) crashed now and then under the counting QEMU (a child's silent
+# SIGSEGV or SIGABRT, about one start in eight under load; none in 14 with this set)
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
 
@@ -683,8 +688,9 @@ def batched_outputs(runner, data, n, axes, batch, eval_batch, timed_store, worke
     evaluation = {"batched": agree, "latency_batch": batch, "latency_calls": len(timed_store.spans),
                   "eval_batch": eval_batch, "eval_calls": len(spans), "eval_ms_per_sample": eval_ns / 1e6 / n,
                   "checked_samples": checked, "max_abs_diff": worst}
-    if workers > 1:     # threads making the calls, and the most calls that ran at once (the call slots allowed)
-        evaluation.update(eval_workers=workers, eval_at_once=most)
+    if workers > 1:     # threads making the calls, the most calls that ran at once, and the call slots granted
+        evaluation.update(eval_workers=workers, eval_at_once=most,
+                          eval_slots=slots.allowed() if slots is not None else 1)
     if agree:
         return store, evaluation
     evaluation["reason"] = (f"outputs of calls of {eval_batch} samples differ from calls of {batch} by up to "

@@ -51,8 +51,9 @@ together. At most `allowed` calls run at once in the whole container (CallSlots:
 int shared with the children): --eval-slots at the start (0: W), one more per SIGUSR1 the host sends
 (after this harness prints READY_MARK) as it takes another run slot. With several artifacts, the next
 one's child starts once this one has handed out its last batched call: its load and single calls run
-beside that call and this one's describe. extra.evaluation then says eval_workers and eval_at_once
-(the most calls that ran at once); eval_ms_per_sample is the calls' own time per sample.
+beside that call and this one's describe. extra.evaluation then says eval_workers, eval_at_once
+(the most calls that ran at once) and eval_slots (the slots granted by the end); eval_ms_per_sample
+is the calls' own time per sample.
 
 Load time (session / interpreter creation, EP and delegate set-up included; the
 runtime library's import is not in it) and the cold first call are timed here,
@@ -117,7 +118,7 @@ sys.dont_write_bytecode = True  # hooks imported from a source checkout leave no
 # numpy is the harness's data handling only (the runtime has its own kernels and the class's threads): no BLAS
 # thread pool. The artifacts' children are forked from this process, and a fork of a process with threads that
 # then starts threads of its own (--eval-workers) crashed now and then under the counting QEMU (a child's silent
-# SIGSEGV or SIGABRT, about one start in eight under load; none in 14 with this set)
+# SIGSEGV or SIGABRT, 2 of 18 repeats of one gate test beside a CPU hog; none in 34 with this set)
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402

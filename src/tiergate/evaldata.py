@@ -131,7 +131,8 @@ def parse_sample_axes(items) -> dict[str, int]:
     return axes
 
 
-def _dynamic(dim) -> bool:
+def dynamic_dim(dim) -> bool:
+    """A dimension a model leaves open (symbolic, unknown or not positive): a batch the caller chooses."""
     return not (isinstance(dim, int) and dim > 0)
 
 
@@ -142,7 +143,7 @@ def model_sample_axis(spec: TensorSpec, shape: tuple[int, ...] | None = None) ->
     """
     if not spec.shape:
         return None
-    dynamic = [axis for axis, dim in enumerate(spec.shape) if _dynamic(dim)]
+    dynamic = [axis for axis, dim in enumerate(spec.shape) if dynamic_dim(dim)]
     if dynamic:
         return dynamic[0]
     if shape is not None and len(shape) == len(spec.shape):
@@ -293,7 +294,7 @@ def _check_labels(data: EvalData) -> None:
 
 
 def _shape_text(shape, axis: int | None = 0) -> str:
-    return "(" + ", ".join("N" if i == axis else ("?" if _dynamic(d) else str(d))
+    return "(" + ", ".join("N" if i == axis else ("?" if dynamic_dim(d) else str(d))
                            for i, d in enumerate(shape)) + ")"
 
 

@@ -23,7 +23,7 @@ import numpy as np
 
 from tiergate import results, state
 from tiergate.errors import EnvironmentProblem, InfrastructureFault, TiergateError, disk_full, is_disk_full
-from tiergate.evaldata import EvalData
+from tiergate.evaldata import EvalData, dynamic_dim
 from tiergate.execution import janitor
 from tiergate.execution.cancel import Cancel, Cancelled
 from tiergate.hashing import file_sha256
@@ -163,14 +163,16 @@ class PendingRuns:
         spec, out = self.pending[key], self.out_dir(key, span)
         stamp = {"started_at": state.now_iso(), "t0": time.monotonic()}
         first = span == self.ranges[0]                  # a run's timed, counted and interleaved calls go there
+        spreading = self.workers > 1 and slot is not None and slot.slots is not None    # slots granted as they free
         # the spec's own class: the tier's, or the candidate's with its passes switched off (--disable-pass)
         return Job(spec.device_class, self.data.path, out, image=spec.image, artifact_path=spec.intake.artifact.path,
                    artifact_sha256=spec.intake.sha256, data_sha256=self.data.sha256, role=spec.role,
                    profile=spec.profile, samples=span if self.sharded else None,
                    eval_batch=self.dc.evaluation.batch, latency_calls=self.latency_calls(span),
                    eval_workers=self.workers,
-                   # with run slots, one at the start and each further one as it comes free (Job.on_running)
-                   eval_slots=1 if slot is not None and slot.slots is not None else 0,
+                   # with run slots, one at the start and each further one as it comes free (Job.on_running);
+                   # without (no limit), every call slot from the start
+                   eval_slots=1 if spreading else 0,
                    count=first,         # instructions are exact: the first shard's are the run's (merge_shards)
                    warmup=self.dc.evaluation.warmup,
                    # the describe in the last shard: the first carries the timed (and counted) calls
@@ -180,8 +182,7 @@ class PendingRuns:
                    pair_sha256=tuple(p.sha256 for p in spec.partners) if first else (), cancel=self.cancel,
                    on_start=slot.take if slot is not None else None,
                    on_exited=slot.give if slot is not None else None,
-                   on_running=(lambda grant: slot.more(self.workers - 1, grant))
-                   if slot is not None and self.workers > 1 else None,
+                   on_running=(lambda grant: slot.more(self.workers - 1, grant)) if spreading else None,
                    on_done=lambda result: self.place(key, span, out, stamp))
 
     def place(self, key: str, span: Span, out: Path, stamp: dict) -> None:
@@ -277,13 +278,9 @@ def spread_workers(dc, specs, data: EvalData, backend, requested_shards: int | N
     for spec in specs:
         for tensor in spec.intake.artifact.inputs:
             axis = data.axis(tensor.name) if tensor.name in data.info else 0
-            if axis is not None and (axis >= len(tensor.shape) or not _symbolic(tensor.shape[axis])):
+            if axis is not None and (axis >= len(tensor.shape) or not dynamic_dim(tensor.shape[axis])):
                 return 1
     return ev.worker_count(dc)
-
-
-def _symbolic(dim) -> bool:
-    return not (isinstance(dim, int) and dim > 0)
 
 
 def check_cpu(dc, result: results.TargetResult) -> None:
@@ -355,11 +352,7 @@ class _Slot:
         thread of its own) and handed over with `grant()` (the harness makes one more batched call at once); all
         given back with the first (`give`)."""
         self._give_extra()              # a retried attempt's harness: the earlier one's are its no longer
-        if n <= 0:
-            return
-        if self.slots is None:
-            for _ in range(n):
-                grant()
+        if n <= 0 or self.slots is None:
             return
         stop = self.extra_stop = threading.Event()
 

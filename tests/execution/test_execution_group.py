@@ -188,7 +188,8 @@ class _Runner:
 
 def test_call_slots_bound_the_calls_at_once_and_a_grant_adds_one():
     """CallSlots: three threads with one slot make one call at a time; a grant (the host's SIGUSR1) lets a second
-    run beside it; never more than allowed."""
+    run beside it; never more than allowed. The order is made, not timed: the first four calls run alone (one
+    slot), the fourth grants the second slot and holds its own until another call has started beside it."""
     import threading
     import time
 
@@ -196,23 +197,26 @@ def test_call_slots_bound_the_calls_at_once_and_a_grant_adds_one():
 
     h = harness()
     slots = h.CallSlots(1, 2)
-    now, most, lock, started = [0], [0], threading.Lock(), threading.Event()
+    now, most, lock, beside = [0], [0], threading.Lock(), threading.Event()
+    before_grant = []
 
     def call(i, span):
         with lock:
             now[0] += 1
             most[0] = max(most[0], now[0])
-        started.set()
-        time.sleep(0.05)
+            if now[0] > 1:
+                beside.set()
+        if i == 3:
+            before_grant.append(most[0])
+            slots.grant()
+            assert beside.wait(timeout=30), "no call started beside the one holding the first slot"
+        time.sleep(0.01)
         with lock:
             now[0] -= 1
     spans = [(i, i + 1) for i in range(12)]
     claimed = []
-    granter = threading.Timer(0.2, slots.grant)
-    granter.start()
     at_once = h.concurrent_calls(_Runner(), spans, call, 3, slots, last_claimed=lambda: claimed.append(True))
-    granter.join()
-    assert at_once == most[0] == 2 and claimed == [True]
+    assert before_grant == [1] and at_once == most[0] == 2 and claimed == [True]
     slots.grant()
     assert slots.allowed() == 2                       # at most `most`
 
@@ -250,12 +254,15 @@ def test_a_call_runs_beside_another_only_where_its_memory_fits_under_the_limit(m
 
     for fits, want in ((False, 1), (True, 3)):
         now, most, lock = [0], [0], threading.Lock()
+        together = threading.Barrier(3, timeout=30)    # room: the first three calls wait for each other
 
         def call(i, span):
             with lock:
                 now[0] += 1
                 most[0] = max(most[0], now[0])
-            time.sleep(0.05)
+            if fits and i < 3:
+                together.wait()
+            time.sleep(0.01)
             with lock:
                 now[0] -= 1
         at_once = h.concurrent_calls(_Runner(), [(i, i + 1) for i in range(9)], call, 3, h.CallSlots(3, 3),

@@ -585,6 +585,23 @@ def saved_compiles(root: Path) -> list[Saved]:
     return out
 
 
+def saved_mlflow(root: Path) -> list[Saved]:
+    """The MLflow download cache's folders (and part folders of downloads in progress), each with its artifact's
+    sha256 when its identity file says it; never the watcher's state files (mlflow/watch-*.json)."""
+    out = []
+    for path in entries(root / MLFLOW):
+        if not path.is_dir() or path.is_symlink():
+            continue
+        try:
+            doc = json.loads((path / "identity.json").read_text())
+        except (OSError, ValueError):
+            doc = {}
+        artifact = doc.get("artifact_sha256") if isinstance(doc, dict) else None
+        out.append(Saved(path, path.name, datetime.fromtimestamp(path.stat().st_mtime, timezone.utc),
+                         folder_size(path), artifact=artifact if isinstance(artifact, str) and artifact else None))
+    return out
+
+
 def _read_decision(path: Path) -> Saved:
     stat = path.stat()
     created = datetime.fromtimestamp(stat.st_mtime, timezone.utc)

@@ -34,8 +34,10 @@ def inspect_report(path: Path, target: str | None = None, *, runtime: bool = Tru
     from tiergate.lint import lint
     from tiergate.targets import resolve
 
+    from tiergate.mlflow_bridge import local_artifact
+
     classes = resolve(target) if target else []
-    artifact = load_artifact(path)
+    artifact = load_artifact(local_artifact(path))
     graphs, notes = runtime_graphs(artifact, classes) if runtime else ({}, [])
     findings = _merged([lint(artifact, dc, runtime=graphs.get(dc.name)) for dc in classes]
                        if classes else [lint(artifact)]) + notes
@@ -320,7 +322,9 @@ def diff(
 
     if new_disable_pass and not target:
         raise InputError("--new-disable-pass compares two toolchain configurations on a tier: give --target")
-    a, b = load_artifact(old), load_artifact(new)
+    from tiergate.mlflow_bridge import local_artifact
+
+    a, b = load_artifact(local_artifact(old)), load_artifact(local_artifact(new))
     result = diff_artifacts(a, b)
     document = {"version": JSON_VERSION, "old": str(old), "new": str(new), **result.to_json()}
     off = disabled_passes(new_disable_pass)

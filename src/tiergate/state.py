@@ -251,8 +251,8 @@ def try_key_lock(key: str, root: Path | None = None) -> Iterator[bool]:
 
 def flock_held(path: Path) -> bool:
     """Whether another open file holds an flock on `path` (a key_lock); never blocks."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
+    try:      # never through a link, never blocking on a FIFO planted in a shared folder (the lease folder)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
         return False
     try:

@@ -52,6 +52,9 @@ def run_bisect(values: dict) -> None:
     from tiergate.orchestrator.bisect import bisect_passes, bisect_recipe
     from tiergate.request import build_settings
 
+    from tiergate.cli.explain import _stop_on_signals
+
+    _stop_on_signals()                                # SIGINT/SIGTERM clean up as they do for a gate
     recipe, good, bad = values["recipe"], values["good"], values["bad"]
     if recipe and (good is None or bad is None):
         raise InputError("--recipe needs --good A.toml and --bad B.toml")

@@ -46,6 +46,7 @@ def explain(
     from tiergate.request import BuildSettings
     from tiergate.targets import catalogue, resolve
 
+    _stop_on_signals()
     candidate, reference = _local(candidate, reference)
     for option, value in (("--fix", fix), ("--mixed-precision", mixed_precision)):
         if value is not None and calibration_data is None:
@@ -94,6 +95,17 @@ def explain(
         if out is not None:
             Console().print(f"report: {out / 'explain.html'}", highlight=False)
     raise typer.Exit(code)
+
+
+def _stop_on_signals() -> None:
+    """SIGINT and SIGTERM stop explain as they stop a gate (execution.janitor): its containers and volumes removed,
+    its part folders gone, one line and exit 130/143."""
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
+        from tiergate.execution import janitor
+
+        janitor.install_signal_handlers()
 
 
 def _local(candidate: Path, reference: Path) -> tuple[Path, Path]:

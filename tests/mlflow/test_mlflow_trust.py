@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import sqlite3
 
 import numpy as np
@@ -32,9 +33,11 @@ def _client(folder):
     return MlflowClient(f"sqlite:///{folder / 'mlflow.db'}")
 
 
-def _project(folder, files, alias=None):
-    """A project folder with its own store (created here, by absolute URI) and `digits` v1 logged from `files`."""
+def _project(folder, template, files, alias=None):
+    """A project folder with its own store (a copy of an empty, migrated one; used here by absolute URI) and
+    `digits` v1 logged from `files`."""
     folder.mkdir(parents=True)
+    shutil.copyfile(template, folder / "mlflow.db")
     client = _client(folder)
     experiment = client.create_experiment("p", artifact_location=(folder / "artifacts").as_uri())
     mlflowkit.log_version(client, experiment, "digits", *files, alias=alias)
@@ -42,7 +45,7 @@ def _project(folder, files, alias=None):
 
 
 @pytest.fixture(scope="module")
-def projects(tmp_path_factory):
+def projects(tmp_path_factory, mlflow_empty_store):
     root = tmp_path_factory.mktemp("mlflow-trust")
     rng = np.random.default_rng(4242)
     w = rng.normal(size=(8, 4))
@@ -54,8 +57,8 @@ def projects(tmp_path_factory):
                             root / "badcal" / "model.onnx")
     (root / "int8").mkdir()
     int8 = modelkit.quantize_dynamic_int8(fp32, root / "int8" / "model.onnx")
-    a = _project(root / "a", [good])
-    b = _project(root / "b", [badcal])
+    a = _project(root / "a", mlflow_empty_store, [good])
+    b = _project(root / "b", mlflow_empty_store, [badcal])
     mlflowkit.log_version(a[0], a[1], "digits", int8, alias="champion")          # v2 of project a: INT8
     mlflowkit.log_version(a[0], a[1], "digits", fp32, alias="fp32")               # v3 of project a: FP32
     return {"root": root, "a": a, "b": b, "fp32": fp32, "good": good, "badcal": badcal, "int8": int8,
@@ -190,3 +193,35 @@ def test_gc_removes_the_download_cache_and_keeps_the_watchers_state(projects, mo
     removed = [i for i in json.loads(out)["items"] if i["kind"] == "mlflow"]
     assert [i["action"] for i in removed] == ["remove"] and not cached[0].exists()
     assert len(list((home / "mlflow").glob("watch-*.json"))) == 1
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_an_onnx_model_logged_by_mlflow_keeps_its_runtime_graph(projects, monkeypatch, capfd, tmp_path):
+    """mlflow.onnx.log_model writes the weights as external data: `inspect --target` described it (exit 2: "external
+    data file ... does not exist next to the model") and the gate lost its runtime graph."""
+    import mlflow
+    import onnx
+
+    rng = np.random.default_rng(4243)
+    w = rng.normal(size=(64, 4))                        # 1 KiB and more: onnx writes it as external data
+    x = rng.normal(size=(400, 64)).astype(np.float32)
+    np.savez(tmp_path / "eval.npz", x=x, labels=(x @ w).argmax(1).astype(np.int64))
+    fp32 = modelkit.write(modelkit.linear(w, softmax=True), tmp_path / "fp32.onnx")
+    _in(projects, monkeypatch, "a")
+    mlflow.set_tracking_uri(f"sqlite:///{projects['root'] / 'a' / 'mlflow.db'}")
+    mlflow.set_experiment(experiment_id=projects["a"][1])
+    with mlflow.start_run():
+        info = mlflow.onnx.log_model(onnx.load(fp32), name="model", registered_model_name="ext",
+                                     pip_requirements=["onnx"])          # no inference of the environment
+    assert info.registered_model_version == 1
+    code, out, err = _cli(capfd, "inspect", "models:/ext/1", "--target", X86, "--json")
+    assert code == 0, err[-3000:]
+    report = json.loads(out)
+    assert report["artifact"]["external_data"] and report["runtime"][X86]["ok"]
+    assert set(report["runtime"][X86]["levels"]) == {"basic", "extended", "all"}
+    code, out, err = _cli(capfd, "gate", "-c", "models:/ext/1", "-r", str(fp32), "-d", str(tmp_path / "eval.npz"),
+                          "-t", X86, "--json", "--no-early-stop")
+    assert code == 0, err[-3000:]
+    runtime = json.loads(out)["runtime"][X86]
+    assert runtime["ok"] and runtime["ops"]["all"], runtime

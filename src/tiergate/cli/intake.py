@@ -192,12 +192,14 @@ def inspect(
 def inspect_one(path: Path, target: str | None = None, *, runtime: bool = True) -> tuple[dict, int]:
     """inspect_report for one file of several: an unusable file is a report with its one-line "error" (exit 2
     for it), so the other files are still inspected."""
+    from tiergate.cli.main import os_error_line
     from tiergate.errors import TiergateError
 
     try:
         return inspect_report(path, target, runtime=runtime)
-    except TiergateError as exc:
-        return {"version": JSON_VERSION, "artifact": {"path": str(path)}, "error": str(exc), "ok": False}, \
+    except (TiergateError, OSError) as exc:     # one file's problem is its own record, never the batch's end
+        error = exc.one_line() if isinstance(exc, TiergateError) else os_error_line(exc)
+        return {"version": JSON_VERSION, "artifact": {"path": str(path)}, "error": error, "ok": False}, \
             EXIT_UNUSABLE
 
 

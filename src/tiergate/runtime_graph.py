@@ -246,6 +246,18 @@ def modified_by(graph: dict) -> list[str]:
     return [name for name, _, modified in (graph.get("transformers") or {}).get(level, []) if modified]
 
 
+def known_passes(graph: dict) -> list[str]:
+    """Every optimizer pass the tier's runtime reports running on the candidate (changed the graph or not): what a
+    pass name given to `tiergate bisect --passes` may be. onnxruntime's graph transformers at any level, "XNNPACK"
+    for LiteRT, TVM's passes."""
+    runtime = str(graph.get("runtime", ""))
+    if runtime == "tflite":
+        return ["XNNPACK"]
+    if runtime == "tvm":
+        return list(dict.fromkeys(p["name"] for p in graph.get("passes") or []))
+    return list(dict.fromkeys(name for level in (graph.get("transformers") or {}).values() for name, *_ in level))
+
+
 def first_pass_difference(old: list[dict], new: list[dict]) -> int | None:
     """The index of the first pass at which two compiles' pass lists differ (by name or fingerprint); None when they
     are the same."""

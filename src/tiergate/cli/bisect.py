@@ -66,6 +66,8 @@ def run_bisect(values: dict) -> None:
         from tiergate.mlflow_bridge import fetch_values
 
         values, _ = fetch_values(values)            # models:/ artifacts fetched as the gate does
+    if "," in str(values["target"]):
+        raise InputError(f"--target {values['target']}: bisect searches one device class; run it once per class")
     full = {**values, "targets": values["target"], "report_dir": None, "junit": None, "early_stop": False,
             "profile": False, "disable_pass": ()}
     request, build = prepare(full), build_settings(full)

@@ -562,10 +562,11 @@ class _TargetEval:
         diff = stats.accuracy_difference(ok_cand, ok_inc, confidence=conf, n_resamples=n_res, seed=self.seed)
         mcnemar = stats.mcnemar_exact(ok_cand, ok_inc)
         m.ab = ABResult(basis, name, mcnemar, diff)
-        margin = self.t.noninferiority_margin
-        self.check("noninferior_accuracy", diff.low, ">", -margin, output=name,
-                   detail=f"candidate - incumbent ({basis}) = {diff.estimate:+.4f}, "
-                          f"{conf:.0%} CI [{diff.low:+.4f}, {diff.high:+.4f}]; McNemar exact p = {mcnemar.p_value:.3g}")
+        margin = self.t.noninferiority_margin     # an interval straddling -margin is INCONCLUSIVE, never a pass
+        self._interval_check("noninferior_accuracy", diff, ">=", -margin, len(ok_cand), output=name,
+                             detail=f"candidate - incumbent ({basis}) = {diff.estimate:+.4f}, {conf:.0%} CI "
+                                    f"[{diff.low:+.4f}, {diff.high:+.4f}]; McNemar exact p = {mcnemar.p_value:.3g}",
+                             needed_note="; about {needed} samples would decide it")
         self._ab_latency(m, cand, inc)
 
     def _ab_latency(self, m: TargetMetrics, cand, inc) -> None:
@@ -582,9 +583,11 @@ class _TargetEval:
         if m.emulated:
             return
         what = f"median of {pairs} interleaved call pairs" if pairs else "mean latency"
-        self.check("noninferior_latency", ratio.high, "<=", 1 + self.t.max_latency_regression,
-                   detail=f"candidate / incumbent {what} = {ratio.estimate:.3f}, "
-                          f"{ratio.confidence:.0%} CI [{ratio.low:.3f}, {ratio.high:.3f}]")
+        self._interval_check("noninferior_latency", ratio, "<=", 1 + self.t.max_latency_regression,
+                             pairs or min(len(a), len(b)),
+                             detail=f"candidate / incumbent {what} = {ratio.estimate:.3f}, "
+                                    f"{ratio.confidence:.0%} CI [{ratio.low:.3f}, {ratio.high:.3f}]",
+                             needed_note="; about {needed} calls would decide it")
 
 
 # -- input validation ----------------------------------------------------------------------

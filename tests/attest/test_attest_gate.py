@@ -173,13 +173,11 @@ def test_the_attestation_is_written_whole_never_through_a_planted_link(gated, tm
                                                                 "victim"])
 
 
+@pytest.mark.root
 def test_the_attestation_on_a_full_disk_is_one_line_and_leaves_nothing(gated, tmp_path, capsys, monkeypatch):
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    mount = tmp_path / "tiny"
-    mount.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)]).returncode != 0:
-        pytest.skip("cannot mount a tmpfs here")
+    from partskit import tiny_tmpfs
+
+    mount = tiny_tmpfs(tmp_path / "tiny")
     try:
         with open(mount / "fill", "wb") as fh:
             try:

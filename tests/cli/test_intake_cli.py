@@ -143,8 +143,7 @@ def test_unknown_target_exits_2(capsys, tmp_path):
 
 
 def test_installed_entry_point(tmp_path):
-    if not TIERGATE.exists():
-        pytest.skip(f"{TIERGATE} is not installed")
+    assert TIERGATE.exists(), f"{TIERGATE} is not installed (scripts/setup installs tiergate into .venv)"
     path = m.save(m.conv_net(batchnorm=True), "bn.onnx", tmp_path)
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
     done = subprocess.run([str(TIERGATE), "inspect", str(path), "--json"], capture_output=True, text=True,

@@ -20,7 +20,7 @@ from tiergate.cli.main import main
 SRC = str(Path(tiergate.__file__).resolve().parents[1])
 NOBODY = 65534
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="planting a folder as another user needs root")
+pytestmark = pytest.mark.root          # planting a folder as another user (strict: tests/conftest.py)
 
 
 def _victim(tmp_path) -> Path:

@@ -92,13 +92,10 @@ def _create(path: Path, data: bytes, mode: int) -> None:
 
 
 def _read_key_file(path: Path, what: str) -> bytes:
-    path = Path(path)
-    if not path.is_file():
-        raise InputError(f"{what} {path}: no such file")
-    try:
-        return path.read_bytes()
-    except OSError as exc:
-        raise InputError(f"{what} {path}: cannot read it ({exc.strerror or exc})") from None
+    """A key file's bytes: a regular file (never a FIFO or a device), at most 1 MiB (a PEM key is a few hundred)."""
+    from tiergate.paths import read_regular
+
+    return read_regular(Path(path), what, 1 << 20)
 
 
 def load_private_key(path: Path):
@@ -220,37 +217,9 @@ class Attestation:
 
     def write(self, gate_run: GateRun, lineage: dict | None = None) -> Path:
         doc = envelope(statement(gate_run, self.request, lineage), self.key)
+        from tiergate.paths import write_new
+
         return write_new(Path(self.path), (json.dumps(doc, indent=1) + "\n").encode())
-
-
-def write_new(path: Path, data: bytes, mode: int = 0o644) -> Path:
-    """Write a file whole or not at all: a temporary file of an unpredictable name made beside it with O_EXCL (never
-    through a link someone planted), then renamed over `path` (a link there is replaced, never written through).
-    Nothing is left behind on a failure (a full disk: the one-line EnvironmentProblem)."""
-    import tempfile
-
-    from tiergate.errors import disk_full, is_disk_full
-
-    fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
-    try:
-        try:
-            os.fchmod(fd, mode)
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(temp, path)
-    except BaseException as exc:
-        try:
-            os.unlink(temp)
-        except FileNotFoundError:
-            pass
-        if isinstance(exc, OSError) and is_disk_full(exc):
-            raise disk_full(exc, path) from None
-        raise
-    return path
 
 
 def attestation(attest: Path | None, signing_key: Path | None, request: GateRequest) -> Attestation | None:

@@ -275,7 +275,7 @@ def _download(client, name: str, version: str, identity: dict, uri: str) -> Path
         download_uri = client.get_model_version_download_uri(name, version)
         download_artifacts(artifact_uri=download_uri, dst_path=str(work / "files"), tracking_uri=identity["store"])
     except Exception as exc:  # noqa: BLE001 - one line
-        shutil.rmtree(work, ignore_errors=True)
+        _discard_part(work)
         raise problem(f"{uri}: downloading {name}/{version}", exc) from None
     try:
         found = model_file(work / "files", uri)  # refuse a folder with no model (or several) before caching it
@@ -289,6 +289,23 @@ def _download(client, name: str, version: str, identity: dict, uri: str) -> Path
         shutil.rmtree(work, ignore_errors=True)
         raise
     return folder / "files"
+
+
+def _discard_part(work: Path, settle_s: float = 0.5, most_s: float = 15.0) -> None:
+    """Remove a failed download's part folder for good: MLflow raises from its listing while the copies it already
+    handed to its thread pool go on writing, so the folder is removed again until it stays gone for `settle_s`."""
+    import time
+
+    deadline, gone_since = time.monotonic() + most_s, None
+    while time.monotonic() < deadline:
+        if work.exists():
+            shutil.rmtree(work, ignore_errors=True)
+            gone_since = None
+        elif gone_since is None:
+            gone_since = time.monotonic()
+        elif time.monotonic() - gone_since >= settle_s:
+            return
+        time.sleep(0.05)
 
 
 def model_file(folder: Path, uri: str) -> Path:
@@ -324,7 +341,22 @@ def fetch_values(values: dict) -> tuple[dict, dict[str, Source]]:
     sources = {role: fetch(str(values[role]), client) for role in roles}
     if "reference" in sources:
         check_fp32(sources["reference"])
+        if promote is not None and sources["candidate"].name == sources["reference"].name:
+            _check_promote_target(client, promote, sources["reference"])
     return values | {role: s.path for role, s in sources.items()}, sources
+
+
+def _check_promote_target(client, alias: str, reference: Source) -> None:
+    """--mlflow-promote ALIAS where ALIAS names the reference's version now (given by number): refused as the
+    reference's own alias is (a PROMOTE would move the FP32 reference's alias onto the candidate)."""
+    try:
+        current = client.get_model_version_by_alias(reference.name, alias)
+    except Exception:  # noqa: BLE001 - the alias names nothing yet: nothing to move off the reference
+        return
+    if str(current.version) == str(reference.version):
+        raise InputError(f"--mlflow-promote {alias}: names the reference's version now ({reference.name}/"
+                         f"{reference.version}, given as {reference.uri}); a PROMOTE would move it to the candidate: "
+                         "promote to another alias")
 
 
 def check_fp32(source: Source) -> None:

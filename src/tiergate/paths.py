@@ -5,7 +5,8 @@ system folder (/proc, /sys, /dev) or not writable is one line and exit 2 (Enviro
 traceback. `check_outputs` is the one check every command runs on the paths a user names for it to write:
 none may be an input (the same path, a link to it, a hard link of it) or lie inside the home. `read_regular` is the
 one read of a file a user names by path (a model, a key, an attestation): regular files only (a FIFO would block
-for ever, /dev/zero never ends), at most a given size.
+for ever, /dev/zero never ends), at most a given size; `write_new` the one write of a file a user names for output
+(whole or not at all, never through a link planted there).
 """
 
 from __future__ import annotations
@@ -117,6 +118,7 @@ def read_regular(path: Path, what: str, limit: int) -> bytes:
     except IsADirectoryError:
         raise InputError(f"{what} {path}: is a folder, not a file") from None
     except OSError as exc:
+        check_regular(path, what)            # a socket refuses to open (ENXIO): say what it is
         raise InputError(f"{what} {path}: cannot be read ({exc.strerror or exc})") from None
     try:
         info = os.fstat(fd)
@@ -142,6 +144,53 @@ def read_regular(path: Path, what: str, limit: int) -> bytes:
         raise InputError(f"{what} {path}: cannot be read ({exc.strerror or exc})") from None
     finally:
         os.close(fd)
+
+
+def check_regular(path: Path | None, what: str) -> None:
+    """InputError when `path` is there but is neither a regular file nor a folder (a FIFO would block the first
+    read for ever, a device never ends): checked on every input file before any work starts. A missing path is
+    left to the reader (it says so in its own words)."""
+    import stat
+
+    if path is None:
+        return
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return
+    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        kind = "a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else "a device"
+        raise InputError(f"{what} {path}: is {kind}, not a regular file")
+
+
+def write_new(path: Path, data: bytes | str, mode: int = 0o644) -> Path:
+    """Write a file whole or not at all: a temporary file of an unpredictable name made beside it with O_EXCL (never
+    through a link someone planted), then renamed over `path` (a link there is replaced, never written through).
+    Nothing is left behind on a failure (a full disk: the one-line EnvironmentProblem). The one writer of a file a
+    user names for output: the attestation, the report folder's files, JUnit XML, explain's --out files."""
+    from tiergate.errors import disk_full, is_disk_full
+
+    data = data.encode("utf-8") if isinstance(data, str) else data
+    fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
+    try:
+        try:
+            os.fchmod(fd, mode)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(temp, path)
+    except BaseException as exc:
+        try:
+            os.unlink(temp)
+        except FileNotFoundError:
+            pass
+        if isinstance(exc, OSError) and is_disk_full(exc):
+            raise disk_full(exc, path) from None
+        raise
+    return path
 
 
 # --- outputs never overwrite inputs -------------------------------------------------------------------

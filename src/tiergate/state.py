@@ -400,6 +400,8 @@ def cache_key() -> bytes | None:
     neither read nor made (a warning once: the gate then decides and caches nothing)."""
     path = cache_key_path()
     try:
+        if _inside_home(path):
+            raise ValueError("it lies inside TIERGATE_HOME: a home restored from elsewhere would bring its own key")
         key = _read_key(path)
         if key is None:
             key = _make_key(path)
@@ -413,6 +415,16 @@ def cache_key() -> bytes | None:
             print(f"tiergate: warning: the cache key {path} is unusable ({text}); decisions are not cached and "
                   "saved runs are not reused", file=sys.stderr)
         return None
+
+
+def _inside_home(path: Path) -> bool:
+    from tiergate.paths import home_path
+
+    try:
+        resolved, root = Path(path).resolve(), home_path().resolve()
+    except OSError:
+        return False
+    return resolved == root or root in resolved.parents
 
 
 def _read_key(path: Path) -> bytes | None:

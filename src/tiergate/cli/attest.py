@@ -38,8 +38,9 @@ MAX_ENVELOPE_BYTES = 16 << 20      # an attestation of ours is a few KB
 def verify(file: Path = typer.Argument(..., help="The attestation (DSSE envelope) tiergate gate --attest wrote."),
            key: Path = typer.Option(..., "--key", help="The Ed25519 public key (PATH.pub of tiergate keygen)."),
            candidate: Path = typer.Option(None, "--candidate",
-                                          help="The file to deploy: it must be the attested candidate (its content "
-                                               "hash, ONNX external data included). Required unless --any-verdict."),
+                                          help="The file to deploy (or its MLflow models:/ URI): it must be the "
+                                               "attested candidate (its content hash, ONNX external data included). "
+                                               "Required unless --any-verdict."),
            any_verdict: bool = typer.Option(False, "--any-verdict",
                                             help="An auditor's check: exit 0 for a valid signature over tiergate's "
                                                  "statement whatever its verdict (REJECT, INCONCLUSIVE too), with or "
@@ -62,8 +63,10 @@ def verify(file: Path = typer.Argument(..., help="The attestation (DSSE envelope
                          "it), or --any-verdict for an auditor's check of the signature whatever the verdict")
     public_key = attest.load_public_key(key)
     data = read_regular(Path(file), "attestation", MAX_ENVELOPE_BYTES)
-    expected = attest.content_sha256(candidate) if candidate is not None else None
-    reference_sha = attest.content_sha256(reference) if reference is not None else None
+    from tiergate.mlflow_bridge import local_artifact        # a models:/ URI: the version MLflow names now
+
+    expected = attest.content_sha256(local_artifact(candidate)) if candidate is not None else None
+    reference_sha = attest.content_sha256(local_artifact(reference, "reference")) if reference is not None else None
     statement = attest.verify(data, public_key, expected)
     predicate = attest.require(statement, promote=not any_verdict, reference_sha256=reference_sha,
                                policy_sha256=policy_sha256)

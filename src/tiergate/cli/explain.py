@@ -47,6 +47,7 @@ def explain(
     from tiergate.targets import catalogue, resolve
 
     _stop_on_signals()
+    _regular_inputs(data, policy, calibration_data, ca_bundle)
     candidate, reference = _local(candidate, reference)
     for option, value in (("--fix", fix), ("--mixed-precision", mixed_precision)):
         if value is not None and calibration_data is None:
@@ -84,9 +85,11 @@ def explain(
     if out is not None:
         from tiergate.reports.explain_html import write_html
 
+        from tiergate.paths import write_new
+
         out.mkdir(parents=True, exist_ok=True)
-        (out / "explain.json").write_text(result.dumps())
-        (out / "explain.md").write_text(markdown_table(result))
+        write_new(out / "explain.json", result.dumps())
+        write_new(out / "explain.md", markdown_table(result))
         write_html(result, out / "explain.html")
     if as_json:
         typer.echo(result.dumps())
@@ -106,6 +109,16 @@ def _stop_on_signals() -> None:
         from tiergate.execution import janitor
 
         janitor.install_signal_handlers()
+
+
+def _regular_inputs(data, policy, calibration_data, ca_bundle) -> None:
+    """Every input file is a regular file (a FIFO would hang the first read, a device never ends)."""
+    from tiergate.cli.gate_output import input_files
+    from tiergate.paths import check_regular
+
+    for what, path in input_files({"data": data, "policy": policy, "calibration_data": calibration_data,
+                                   "ca_bundle": ca_bundle}):
+        check_regular(path, what)
 
 
 def _local(candidate: Path, reference: Path) -> tuple[Path, Path]:

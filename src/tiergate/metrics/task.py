@@ -375,10 +375,12 @@ def custom_value(spec: MetricSpec, outputs: dict[str, np.ndarray], labels) -> fl
 
 
 def refuse_ratio_of_nonpositive(spec: MetricSpec, values: dict[str, float]) -> None:
-    """A ratio to the reference means nothing when a value is zero or negative (a mean log-probability: a
-    worse candidate gets a ratio above 1): such a metric is judged as a difference, `max_drop`."""
+    """A ratio to the reference means nothing when a value is negative (a mean log-probability: a worse
+    candidate gets a ratio above 1) or the reference's is zero: such a metric is judged as a difference,
+    `max_drop`. A candidate at zero beside a positive reference is a ratio of 0: a REJECT of a higher-is-better
+    metric, not an error (a user metric judged by a ratio is taken to be non-negative)."""
     for side, number in values.items():
-        if number <= 0:
+        if number < 0 or (number == 0 and side == "reference"):
             raise InputError(f"metric {spec.name} ({spec.source or 'built in'}): the {side}'s value is {number:.6g}; "
                              f"a ratio threshold cannot judge a metric that can be zero or negative: set "
                              f"[metrics.{spec.name}] max_drop = D (the candidate may be at most D below the "

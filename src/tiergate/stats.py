@@ -291,7 +291,8 @@ CUSTOM_MAX_RESAMPLES = 999        # a user's metric is called once per resample,
 
 
 def metric_ratio(cand, ref, statistic, *, confidence: float = 0.95, n_resamples: int = 9999, seed: int = 0,
-                 vectorised: bool = True, difference: bool = False, ref_statistic=None) -> Interval:
+                 vectorised: bool = True, difference: bool = False, ref_statistic=None,
+                 percentile: bool = False) -> Interval:
     """Paired bootstrap CI of statistic(cand) / statistic(ref) over the same samples (with `difference`:
     statistic(cand) - statistic(ref), for a metric that can be zero or negative, where a ratio means nothing).
 
@@ -300,6 +301,7 @@ def metric_ratio(cand, ref, statistic, *, confidence: float = 0.95, n_resamples:
     Identical components give the degenerate interval [1, 1] ([0, 0] for a difference; nothing to resample).
     `ref_statistic`: the reference's own statistic where it differs from the candidate's (average precision,
     whose statistic holds each side's detections: the components are the image indices, the same on both).
+    `percentile`: the percentile interval only (a costly statistic: BCa's jackknife calls it n more times).
     """
     combine = _minus if difference else _ratio
     if not vectorised:
@@ -326,7 +328,8 @@ def metric_ratio(cand, ref, statistic, *, confidence: float = 0.95, n_resamples:
             return x - y
         with np.errstate(invalid="ignore", divide="ignore"):
             return np.where(y != 0, x / np.where(y != 0, y, 1), np.where(x == 0, 1.0, np.inf))
-    return _bootstrap((cand, ref), ratio, estimate, confidence, n_resamples, seed, paired=True)
+    return _bootstrap((cand, ref), ratio, estimate, confidence, n_resamples, seed, paired=True,
+                      methods=("percentile",) if percentile else None)
 
 
 def _minus(x: float, y: float) -> float:

@@ -90,7 +90,8 @@ def custom_metric(ev, m: TargetMetrics, spec: MetricSpec, cand: dict, ref: dict,
 
 
 # -- the output kinds' own metrics (tiergate.metrics.kinds), against labels or FP32's decoded outputs -------
-KIND_RESAMPLES = 999       # average precision recomputes pycocotools' accumulation per resample
+KIND_RESAMPLES = 999       # average precision recomputes pycocotools' accumulation per resample: at most these
+REPORTED_RESAMPLES = 199   # ... and these for one that is only reported (no threshold)
 
 
 def kinds_judge(ev) -> bool:
@@ -110,7 +111,7 @@ def kind_metrics(ev, m: TargetMetrics, cand, ref, labels) -> None:
     judged_outputs = [(name, kind) for name, kind in ev.kinds.items() if km.family(kind)]
     families = [km.family(kind) for _, kind in judged_outputs]
     for output, kind in judged_outputs:
-        family = km.family(kind)
+        family, cache = km.family(kind), {}
         needed = [output] + ([kind.scores] if family == "ssd" else [])
         if any(name not in m.outputs and not any(k.startswith(f"{name}:") for k in m.outputs) for name in needed):
             continue                   # missing or misshapen in the candidate: already failed
@@ -118,7 +119,7 @@ def kind_metrics(ev, m: TargetMetrics, cand, ref, labels) -> None:
             spec = named.get(name)
             if spec is not None and spec.output not in (None, output):
                 continue
-            judged = km.judge(name, kind, cand.outputs, ref.outputs, labels)
+            judged = km.judge(name, kind, cand.outputs, ref.outputs, labels, cache)
             if judged is None:
                 continue
             used.add(name)
@@ -140,14 +141,18 @@ def _default_spec(name: str, output: str, with_labels: bool) -> MetricSpec:
 
 def _kind_check(ev, m: TargetMetrics, spec: MetricSpec, output: str, judged, several: bool) -> None:
     difference = spec.max_drop is not None
-    resamples = min(ev.t.bootstrap_resamples, KIND_RESAMPLES) if spec.kind in ("map", "map50") else \
-        ev.t.bootstrap_resamples
-    interval = stats.metric_ratio(judged.cand, judged.ref, judged.statistic, ref_statistic=judged.ref_statistic,
+    op, threshold = task_threshold(spec, None)
+    costly = spec.kind in ("map", "map50")
+    resamples = min(ev.t.bootstrap_resamples, KIND_RESAMPLES if threshold is not None else REPORTED_RESAMPLES) \
+        if costly else ev.t.bootstrap_resamples
+    if judged.same:                   # the same outputs: the same value on every resample
+        judged.ref, judged.ref_statistic = judged.cand, judged.statistic
+    interval = stats.metric_ratio(judged.cand, judged.ref, judged.statistic,
+                                  ref_statistic=None if judged.same else judged.ref_statistic,
                                   confidence=ev.t.confidence, n_resamples=resamples, seed=ev.seed,
-                                  difference=difference)
+                                  difference=difference, percentile=costly)
     cand_value = float(judged.statistic(judged.cand, axis=-1))
     ref_value = float(judged.ref_statistic(judged.ref, axis=-1))
-    op, threshold = task_threshold(spec, None)
     against = "labels" if judged.basis == "labels" else "FP32's decoded outputs"
     detail = f"candidate {cand_value:.4g} vs FP32 {ref_value:.4g}, against {against}"
     ev.judged(m, spec, f"{spec.name}_{'difference' if difference else 'ratio'}", output, judged.n, cand_value,

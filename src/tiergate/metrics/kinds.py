@@ -67,6 +67,7 @@ class Judged:
     ref_statistic: object
     basis: str
     n: int
+    same: bool = False            # the candidate's outputs are the reference's: one statistic, nothing to resample
 
 
 def labels_fit(kind: OutputKind, labels, ref_output: np.ndarray) -> bool:
@@ -92,9 +93,10 @@ def labels_fit(kind: OutputKind, labels, ref_output: np.ndarray) -> bool:
     return False
 
 
-def judge(name: str, kind: OutputKind, cand: dict, ref: dict, labels) -> Judged | None:
+def judge(name: str, kind: OutputKind, cand: dict, ref: dict, labels, cache: dict | None = None) -> Judged | None:
     """Components of `name` for the candidate and the reference on `kind`'s output; None where it cannot be
-    computed on these labels (a labels-only metric without labels)."""
+    computed on these labels (a labels-only metric without labels). `cache`: what the metrics of one output
+    share (its decoded detections and their COCO matches), kept across the calls for its metrics."""
     out_c, out_r = cand[kind.output], ref[kind.output]
     with_labels = labels_fit(kind, labels, out_r)
     if (name in PSEUDO_ONLY and with_labels and family(kind) != "embedding") or \
@@ -103,20 +105,26 @@ def judge(name: str, kind: OutputKind, cand: dict, ref: dict, labels) -> Judged 
     basis = "labels" if with_labels and name not in PSEUDO_ONLY else "FP32's decoded outputs (no labels of this form)"
     truth_labels = labels if basis == "labels" else None
     fn = _JUDGES[family(kind)]
-    return fn(name, kind, out_c, out_r, truth_labels, cand, ref, basis)
+    judged = fn(name, kind, out_c, out_r, truth_labels, cand, ref, basis, {} if cache is None else cache)
+    read = [kind.output] + ([kind.scores] if family(kind) == "ssd" else [])
+    judged.same = all(np.array_equal(cand[o], ref[o]) for o in read)
+    return judged
 
 
-def _detection(name, kind, out_c, out_r, labels, cand, ref, basis) -> Judged:
+def _detection(name, kind, out_c, out_r, labels, cand, ref, basis, cache) -> Judged:
     from tiergate.metrics import detection
 
-    threshold = min(decode.RANK_SCORE, kind.score_threshold)
-    dets_c, dets_r = decode.detections(kind, out_c, threshold), decode.detections(kind, out_r, threshold)
-    if labels is not None:
-        truth = [(b, c) for b, c in zip(labels.boxes, labels.categories)]
-    else:
-        truth = [(d.boxes, d.classes) for d in (x.above(kind.score_threshold) for x in dets_r)]
-    sides = [detection.Matches([(d.boxes, d.scores, d.classes) for d in dets], truth) for dets in (dets_c, dets_r)]
-    n = len(truth)
+    key = ("detection", kind.output, labels is not None)
+    if key not in cache:
+        threshold = min(decode.RANK_SCORE, kind.score_threshold)
+        dets_c, dets_r = decode.detections(kind, out_c, threshold), decode.detections(kind, out_r, threshold)
+        if labels is not None:
+            truth = [(b, c) for b, c in zip(labels.boxes, labels.categories)]
+        else:
+            truth = [(d.boxes, d.classes) for d in (x.above(kind.score_threshold) for x in dets_r)]
+        cache[key] = (len(truth), [detection.Matches([(d.boxes, d.scores, d.classes) for d in dets], truth)
+                                   for dets in (dets_c, dets_r)])
+    n, sides = cache[key]
     if name in ("map", "map50"):
         index = np.arange(n, dtype=np.float64)[None]
         stats_ = [detection.ap_statistic(m, iou50=name == "map50") for m in sides]
@@ -126,7 +134,7 @@ def _detection(name, kind, out_c, out_r, labels, cand, ref, basis) -> Judged:
     return Judged(comps[0], comps[1], stat, stat, basis, n)
 
 
-def _ssd(name, kind, out_c, out_r, labels, cand, ref, basis) -> Judged:
+def _ssd(name, kind, out_c, out_r, labels, cand, ref, basis, cache) -> Judged:
     hits_c, hits_r = decode.anchor_hits(kind, cand[kind.scores]), decode.anchor_hits(kind, ref[kind.scores])
     from tiergate.metrics import detection
 
@@ -136,7 +144,7 @@ def _ssd(name, kind, out_c, out_r, labels, cand, ref, basis) -> Judged:
     return Judged(counts(hits_c), counts(hits_r), stat, stat, basis, len(hits_r))
 
 
-def _map(name, kind, out_c, out_r, labels, cand, ref, basis) -> Judged:
+def _map(name, kind, out_c, out_r, labels, cand, ref, basis, cache) -> Judged:
     from tiergate.metrics import masks
 
     pred_c, pred_r = decode.masks(kind, out_c), decode.masks(kind, out_r)
@@ -155,7 +163,7 @@ def _map(name, kind, out_c, out_r, labels, cand, ref, basis) -> Judged:
                   basis, len(pred_r))
 
 
-def _ctc(name, kind, out_c, out_r, labels, cand, ref, basis) -> Judged:
+def _ctc(name, kind, out_c, out_r, labels, cand, ref, basis, cache) -> Judged:
     from tiergate.metrics import sequence
 
     text_c, text_r = decode.texts(kind, out_c), decode.texts(kind, out_r)
@@ -168,7 +176,7 @@ def _ctc(name, kind, out_c, out_r, labels, cand, ref, basis) -> Judged:
                   sequence.error_rate, sequence.error_rate, basis, len(truth))
 
 
-def _landmarks(name, kind, out_c, out_r, labels, cand, ref, basis) -> Judged:
+def _landmarks(name, kind, out_c, out_r, labels, cand, ref, basis, cache) -> Judged:
     from tiergate.metrics import points
 
     pts_c, pts_r = decode.points(kind, out_c), decode.points(kind, out_r)
@@ -182,7 +190,7 @@ def _landmarks(name, kind, out_c, out_r, labels, cand, ref, basis) -> Judged:
     return Judged(comps[0], comps[1], _mean0, _mean0, basis, len(truth))
 
 
-def _embedding(name, kind, out_c, out_r, labels, cand, ref, basis) -> Judged:
+def _embedding(name, kind, out_c, out_r, labels, cand, ref, basis, cache) -> Judged:
     from tiergate.metrics import points
 
     if name == "retrieval_precision":

@@ -120,6 +120,9 @@ class TargetMetrics:
     device: dict[str, DeviceFigures] = field(default_factory=dict)    # candidate / reference / incumbent figures
     device_ratios: dict[str, float] = field(default_factory=dict)     # <figure>_ratio[_vs_incumbent]: candidate / other
     task: dict[str, TaskMetric] = field(default_factory=dict)         # task metrics by name
+    # an NPU tier (docs/npu.md): Vela's placement and estimate per side (candidate / reference / incumbent), the
+    # placement's diff against the incumbent's ("diff") and what computed the outputs ("numerics")
+    npu: dict = field(default_factory=dict)
 
     def to_json(self) -> dict:
         return encode(self)

@@ -42,6 +42,7 @@ from tiergate.metrics.device import FIGURES, ratios as device_ratios
 from tiergate.metrics.drift import OutputDrift, compare_outputs, non_finite_count, shared_drift
 from tiergate.metrics.latency import LatencyStats, latency_stats
 from tiergate.metrics.task import MetricSpec
+from tiergate.npu import checks as npu_checks, is_npu
 from tiergate.policy import Policy, Thresholds
 from tiergate.results import MB, TargetResult
 from tiergate.targets import DeviceClass
@@ -241,6 +242,8 @@ class _TargetEval:
                             detail=_failure(ref, "FP32 reference"))
         self._latency(m, cand, ref, inc)
         self._device_figures(m, cand, ref, inc)
+        if is_npu(self.dc):               # Vela's placement, estimate and memory (tiergate.npu.checks)
+            npu_checks.evaluate(self, m, cand, ref, inc)
         if not (cand_ok and ref_ok):
             return m
         m.label_output = _pick_label_output(ref.outputs, label_output, labels, self.specs,
@@ -408,6 +411,9 @@ class _TargetEval:
 
     # -- latency and cost ------------------------------------------------------------------
     def _latency(self, m: TargetMetrics, cand, ref, inc) -> None:
+        if is_npu(self.dc):              # the reference kernels' time on this host is not the NPU's
+            self.note(npu_checks.NOT_TIMED)
+            return
         for side, outcome in (("candidate", cand), ("reference", ref), ("incumbent", inc)):
             if outcome is not None and outcome.result.ok:
                 stats_ = latency_stats(outcome.result.latencies_ns, outcome.result.batch_size or 1,
@@ -509,6 +515,8 @@ class _TargetEval:
                 self.check("memory_limit", f"out of memory ({who})", "<", limit / MB, passed=False,
                            detail=f"the {who}'s run was killed at {self.dc.name}'s memory limit of "
                                   f"{limit / MB:.0f} MB (memory_limit_mb); it needs more on tier {self.dc.tier}")
+        if is_npu(self.dc):              # the host's memory and times, not the device's (npu_checks.NOT_TIMED)
+            return
         for side, outcome in (("candidate", cand), ("reference", ref), ("incumbent", inc)):
             if outcome is not None and outcome.result.ok and outcome.result.device is not None:
                 m.device[side] = dataclasses.replace(outcome.result.device, emulated=m.emulated)
@@ -571,6 +579,8 @@ class _TargetEval:
     def _ab_latency(self, m: TargetMetrics, cand, inc) -> None:
         """candidate / incumbent latency: from their interleaved calls on a native class (the median per-pair ratio),
         else the bootstrap of the two runs' mean latencies; non-inferior when its upper bound is within the margin."""
+        if is_npu(self.dc):
+            return
         a, b = cand.result.latencies_ns, inc.result.latencies_ns
         ratio, pairs = (None, 0) if m.emulated else self._pairs_with(cand, inc, "incumbent")
         if ratio is None:

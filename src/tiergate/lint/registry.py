@@ -16,6 +16,7 @@ RULE_MODULES = (
     "external_data_escape",
     "provider_fallback",
     "layout_reorder",
+    "npu_fallback",
 )
 
 

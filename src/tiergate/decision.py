@@ -314,7 +314,17 @@ def runtime_summary(runtime: dict[str, dict]) -> dict[str, dict]:
                          "cpu": graph.get("cpu", {})}
         if graph.get("passes"):
             summary[name]["passes"] = pass_summary(graph["passes"])
+        if graph.get("npu"):
+            summary[name]["npu"] = npu_summary(graph)
     return summary
+
+
+def npu_summary(graph: dict) -> dict:
+    """An NPU tier's placement and estimate kept small for the record (tiergate.npu.placement; docs/npu.md)."""
+    from tiergate.npu.placement import Placement
+
+    placement = Placement.from_record(graph.get("npu"))
+    return {"tier": graph.get("tier", ""), **placement.to_json()} if placement is not None else {}
 
 
 def changed_passes(passes: list[dict]) -> list[dict]:

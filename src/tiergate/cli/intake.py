@@ -365,6 +365,11 @@ def runtime_diff(old, new, target: str, new_disabled: tuple[str, ...] = ()) -> d
         a, b = graphs_old[name], graphs_new[name]
         out[name] = {"first_difference": first_difference(a, b), "levels": level_differences(a, b),
                      "ok": {"old": a.ok, "new": b.ok}}
+        if a.npu and b.npu:         # an NPU class: which operators moved (docs/npu.md)
+            from tiergate.npu.placement import Placement, diff as placement_diff
+
+            out[name]["placement"] = placement_diff(Placement.from_record(a.npu), Placement.from_record(b.npu),
+                                                     "the old model")
     return out
 
 
@@ -404,6 +409,11 @@ def _print_diff(doc: dict) -> None:
             if d["op_counts"]:
                 deltas = ", ".join(f"{op.removeprefix(':')} {v['delta']:+d}" for op, v in d["op_counts"].items())
                 console.print(f"  {level}: {deltas}")
+        if rt.get("placement"):
+            from tiergate.npu.placement import diff_lines
+
+            for line in diff_lines(rt["placement"]):
+                console.print(f"  {escape(line)}", highlight=False)
 
 
 def register(app: typer.Typer) -> None:

@@ -123,7 +123,7 @@ def _keyed(placement: Placement) -> dict[tuple[str, int], dict]:
     return out
 
 
-def diff(old: Placement, new: Placement) -> dict[str, list[str]]:
+def diff(old: Placement, new: Placement, who: str = "the incumbent") -> dict[str, list[str]]:
     """How `new`'s placement differs from `old`'s (the incumbent's): operators that moved to the CPU (were on the
     NPU), that moved to the NPU, and CPU operators `old` does not have (counted ones only, by type and occurrence),
     each named with its location in `new` and Vela's reason."""
@@ -134,12 +134,12 @@ def diff(old: Placement, new: Placement) -> dict[str, list[str]]:
         counted = not op.get("interface")
         if op.get("target") == "CPU" and counted:
             if before is not None and before.get("target") == "NPU":
-                to_cpu.append(f"{describe(op)} (on the NPU in the incumbent: {location(before)})")
+                to_cpu.append(f"{describe(op)} (on the NPU in {who}: {location(before)})")
             elif before is None or before.get("interface"):
                 added.append(describe(op))
         elif op.get("target") == "NPU" and before is not None and before.get("target") == "CPU" \
                 and not before.get("interface"):
-            to_npu.append(f"{location(op)} (on the CPU in the incumbent)")
+            to_npu.append(f"{location(op)} (on the CPU in {who})")
     return {"to_cpu": to_cpu, "to_npu": to_npu, "new_on_cpu": added}
 
 

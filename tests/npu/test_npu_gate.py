@@ -162,3 +162,35 @@ def test_diff_target_names_the_operator_that_moved(npu_models, npu_home, capsys,
     moved = runtime["placement"]["to_cpu"]
     assert len(moved) == 1 and moved[0].startswith("operator #7 SOFTMAX (writes 'probs')")
     assert "on the NPU in the old model: operator #6 SOFTMAX" in moved[0]
+
+
+def test_drift_report_shows_placement_and_estimate_over_versions(npu_models, npu_home, tmp_path, capsys,
+                                                                 monkeypatch):
+    monkeypatch.setenv("TIERGATE_HOME", str(npu_home))
+    registry = f"sqlite:///{tmp_path / 'registry.db'}"
+
+    def run(*args):
+        code = main(list(args))
+        out, err = capsys.readouterr()
+        return code, out + err
+
+    for name in ("int8", "softmax_float"):
+        code, text = run("register", str(npu_models[name]), "--model", "digits", "--reference",
+                         str(npu_models["fp32"]), "--registry", registry)
+        assert code == 0, text
+    common = ["-r", str(npu_models["fp32"]), "-d", str(npu_models["data"]), "-t", "ethos-u55-128",
+              "--registry", registry]
+    assert run("gate", "-c", str(npu_models["int8"]), *common)[0] == 0
+    assert run("gate", "-c", str(npu_models["softmax_float"]), *common)[0] == 1
+    code, text = run("report", "--model", "digits", "--out", str(tmp_path / "report"), "--registry", registry)
+    assert code == 0, text
+    report = json.loads((tmp_path / "report" / "report.json").read_text())
+    rows = {r["label"]: r for r in report["npu"]}
+    assert (rows["v2"]["npu_op_share"], rows["v2"]["cpu_ops"]) == (1.0, 0)
+    assert rows["v3"]["cpu_ops"] == 2 and rows["v3"]["npu_op_share"] == pytest.approx(5 / 7)
+    assert rows["v3"]["estimated_us"] < rows["v2"]["estimated_us"]          # the fallback is not in the estimate
+    assert any("SOFTMAX" in line for line in rows["v3"]["cpu"])
+    cells = {r["label"]: r["cells"]["ethos-u55"] for r in report["verdicts"]["rows"]}
+    assert cells["v3"]["failed"] == ["cpu_ops"] and cells["v3"]["npu"]["cpu_ops"] == 2
+    html = (tmp_path / "report" / "report.html").read_text()
+    assert 'id="table-npu"' in html and "NPU 71%, 2 on CPU, est. 22.2 us" in html

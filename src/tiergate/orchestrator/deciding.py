@@ -17,7 +17,7 @@ from tiergate.orchestrator.intake import carried_outputs
 from tiergate.orchestrator.running import load_outcomes
 from tiergate.orchestrator.types import Basis
 
-_DECIDING_MODULES = ("gate.py", "stats.py", "policy.py", "codec.py", "metrics", "evaldata.py")
+_DECIDING_MODULES = ("gate", "stats.py", "policy.py", "codec.py", "metrics", "evaldata.py")
 
 
 def resolve_metrics(names: list[str] | None, policy):

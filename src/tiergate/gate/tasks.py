@@ -1,0 +1,89 @@
+"""Task metrics, candidate against the FP32 reference on the same tier, each judged on its interval: top-1
+accuracy (score interval on the discordant pairs), the built-in metrics and the user's (paired bootstrap)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tiergate import stats
+from tiergate.decision import TargetMetrics
+from tiergate.gate.common import check_labels_fit, pct, same_shape, task_threshold
+from tiergate.metrics.accuracy import accuracy as accuracy_of, correct
+from tiergate.metrics.task import MetricSpec
+
+
+def accuracy(ev, m: TargetMetrics, cand, ref, inc, labels) -> None:
+    name, conf = m.label_output, ev.t.confidence
+    check_labels_fit(labels, ref.outputs[name], name)
+    if name not in m.outputs:          # missing or misshapen in the candidate: already failed
+        return
+    m.accuracy["candidate"] = acc = accuracy_of(cand.outputs[name], labels, conf)
+    m.accuracy["reference"] = base = accuracy_of(ref.outputs[name], labels, conf)
+    if inc is not None and inc.ok and same_shape(inc, name, ref):
+        m.accuracy["incumbent"] = accuracy_of(inc.outputs[name], labels, conf)
+    top1 = next((s for s in ev.specs if s.kind == "top1"), None)
+    if top1 is None:
+        return
+    threshold = top1.min_ratio if top1.min_ratio is not None else ev.t.min_accuracy_ratio
+    hits_c, hits_r = correct(cand.outputs[name], labels), correct(ref.outputs[name], labels)
+    counts = stats.pair_counts(hits_c, hits_r)
+    interval = stats.paired_interval(counts, "ratio", conf)
+    mcnemar = stats.mcnemar_exact(hits_c, hits_r)
+    detail = (f"candidate {pct(acc)} vs FP32 {pct(base)}; {mcnemar.only_a} samples only the candidate "
+              f"gets right, {mcnemar.only_b} only FP32, McNemar exact p = {mcnemar.p_value:.3g}")
+    ev.judged(m, top1, "accuracy_ratio", name, len(labels), acc.value, base.value, interval, ">=",
+              threshold, detail, counts=counts)
+
+
+def task_metrics(ev, m: TargetMetrics, cand, ref, labels) -> None:
+    from tiergate.metrics import task
+
+    for spec in ev.specs:
+        if spec.kind == "top1":
+            continue
+        if labels is None and spec.kind != "custom":
+            ev.note(f"metric {spec.name} needs labels; not computed")
+            continue
+        if spec.kind == "custom":
+            custom_metric(ev, m, spec, cand.outputs, ref.outputs, labels)
+            continue
+        name = task.pick_output(spec, ref.outputs, labels, m.label_output)
+        if name is None or name not in m.outputs:
+            ev.note(f"metric {spec.name}: no comparable output; not computed")
+            continue
+        a, b = task.prepare(spec, cand.outputs[name], labels), task.prepare(spec, ref.outputs[name], labels)
+        counts = stats.pair_counts(a.components[0], b.components[0]) if spec.kind == "topk" else None
+        difference = spec.max_drop is not None
+        interval = stats.paired_interval(counts, "ratio", ev.t.confidence) if counts else \
+            stats.metric_ratio(a.components, b.components, a.statistic, confidence=ev.t.confidence,
+                               n_resamples=ev.t.bootstrap_resamples, seed=ev.seed, difference=difference)
+        op, threshold = task_threshold(spec, ev.t.min_accuracy_ratio)
+        ev.judged(m, spec, f"{spec.name}_{'difference' if difference else 'ratio'}", name, len(labels),
+                  task.value(a), task.value(b), interval, op, threshold,
+                  f"candidate {task.value(a):.4g} vs FP32 {task.value(b):.4g}", counts=counts)
+
+
+def custom_metric(ev, m: TargetMetrics, spec: MetricSpec, cand: dict, ref: dict, labels) -> None:
+    from tiergate.metrics.task import custom_value, refuse_ratio_of_nonpositive
+
+    n = len(next(iter(ref.values())))
+    if any(len(v) != n for v in (*cand.values(), *ref.values())):
+        ev.note(f"metric {spec.name}: outputs differ in sample count; not computed")
+        return
+
+    difference = spec.max_drop is not None
+
+    def pair(idx):
+        lab = None if labels is None else labels[idx]
+        values = (custom_value(spec, {k: v[idx] for k, v in cand.items()}, lab),
+                  custom_value(spec, {k: v[idx] for k, v in ref.items()}, lab))
+        if not difference:       # a user metric's range is unknown: a ratio only of positive values
+            refuse_ratio_of_nonpositive(spec, dict(zip(("candidate", "reference"), values)))
+        return values
+    a, b = pair(np.arange(n))
+    interval = stats.metric_ratio(n, None, pair, confidence=ev.t.confidence,
+                                  n_resamples=ev.t.bootstrap_resamples, seed=ev.seed, vectorised=False,
+                                  difference=difference)
+    op, threshold = task_threshold(spec, ev.t.min_accuracy_ratio)
+    ev.judged(m, spec, f"{spec.name}_{'difference' if difference else 'ratio'}", None, n, a, b, interval,
+              op, threshold, f"candidate {a:.4g} vs FP32 {b:.4g} ({spec.source})")

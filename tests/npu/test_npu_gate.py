@@ -135,6 +135,16 @@ def test_inspect_target_json_on_both_npus_and_a_refused_config(npu_models, npu_h
                and not op["interface"]]
         assert cpu == [(6, "DEQUANTIZE"), (7, "SOFTMAX")]
         assert graph["npu"]["summary"]["inference_time"] > 0
+    # the compiler: Vela 5.2.0 in a content-tagged image (its lock's hash and Vela's version in its labels)
+    import docker
+
+    from tiergate.images import LABEL
+
+    client = docker.from_env()
+    images = client.images.list(filters={"label": f"{LABEL}.compiler=vela"})
+    assert images and all(i.labels[f"{LABEL}.runtime.version"] == "5.2.0" for i in images)
+    assert any(t.startswith("tiergate/vela-compiler:") and len(t.split(":")[1]) == 20 for i in images for t in i.tags)
+    client.close()
     u55, u85 = (report["runtime"][n]["npu"]["summary"]["cycles_total"] for n in ("ethos-u55-128", "ethos-u85-256"))
     assert u55 != u85               # two accelerators, two estimates
     fallbacks = [f for f in report["findings"] if f["rule"] == "npu-fallback"]

@@ -16,6 +16,7 @@ from tiergate.codec import decode, encode
 from tiergate.errors import EXIT_FAIL, EXIT_INCONCLUSIVE, EXIT_OK, InputError
 from tiergate.figures import DeviceFigures, Estimate, Interval, LatencyStats, Look, McNemar, OutputDrift
 from tiergate.fmt import number
+from tiergate.outputs.kind import OutputKind
 from tiergate.policy import Thresholds
 
 PROMOTE, REJECT, INCONCLUSIVE = "PROMOTE", "REJECT", "INCONCLUSIVE"
@@ -120,6 +121,7 @@ class TargetMetrics:
     device: dict[str, DeviceFigures] = field(default_factory=dict)    # candidate / reference / incumbent figures
     device_ratios: dict[str, float] = field(default_factory=dict)     # <figure>_ratio[_vs_incumbent]: candidate / other
     task: dict[str, TaskMetric] = field(default_factory=dict)         # task metrics by name
+    kinds: dict[str, OutputKind] = field(default_factory=dict)        # what each output is (tiergate.outputs)
     # an NPU tier (docs/npu.md): Vela's placement and estimate per side (candidate / reference / incumbent), the
     # placement's diff against the incumbent's ("diff") and what computed the outputs ("numerics")
     npu: dict = field(default_factory=dict)

@@ -26,10 +26,11 @@ import tomllib
 
 from tiergate.errors import InputError
 from tiergate.figures import SPENDING
+from tiergate.outputs.kind import parse_table
 from tiergate.targets import DeviceClass
 
 DEFAULT_POLICY = "default-policy.toml"
-_TABLES = ("defaults", "override", "metrics")
+_TABLES = ("defaults", "override", "metrics", "outputs")
 ON_INCONCLUSIVE = ("inconclusive", "reject", "promote")
 AGREEMENT = ("auto", "gate", "evidence")
 _CHOICES = {"on_inconclusive": ON_INCONCLUSIVE, "agreement": AGREEMENT}
@@ -137,6 +138,7 @@ class Policy:
     overrides: dict[str, dict[str, float | int | str | None]]
     sources: tuple[str, ...] = ()
     metrics: dict[str, dict] = field(default_factory=dict)     # [metrics.NAME] tables
+    outputs: dict[str, dict] = field(default_factory=dict)     # [outputs.NAME] tables: what each output is
     early: dict[str, dict] = field(default_factory=dict)       # early_* keys: "defaults" and "override.NAME"
 
     def for_target(self, device_class: DeviceClass) -> Thresholds:
@@ -170,6 +172,8 @@ class Policy:
     def to_json(self) -> dict:
         doc = {"sources": list(self.sources), "defaults": asdict(self.defaults),
                "overrides": self.overrides, "metrics": self.metrics}
+        if self.outputs:
+            doc["outputs"] = self.outputs
         if self.early:
             doc["early"] = self.early
         return doc
@@ -193,13 +197,14 @@ def load_policy(path: str | Path | None = None) -> Policy:
     early = {**base["early"], **user["early"]}
     if "defaults" in base["early"] or "defaults" in user["early"]:
         early["defaults"] = {**base["early"].get("defaults", {}), **user["early"].get("defaults", {})}
-    return _build({"defaults": merged_defaults, "metrics": {**base["metrics"], **user["metrics"]}, "early": early},
+    return _build({"defaults": merged_defaults, "metrics": {**base["metrics"], **user["metrics"]}, "early": early,
+                   "outputs": {**base["outputs"], **user["outputs"]}},
                   user["override"], (f"builtin:{DEFAULT_POLICY}", str(path)))
 
 
 def _build(base: dict, overrides: dict, sources: tuple[str, ...]) -> Policy:
     return Policy(defaults=Thresholds(**base["defaults"]), overrides=overrides, sources=sources,
-                  metrics=base.get("metrics", {}), early=base.get("early", {}))
+                  metrics=base.get("metrics", {}), early=base.get("early", {}), outputs=base.get("outputs", {}))
 
 
 def _parse(name: str, text: str) -> dict:
@@ -210,7 +215,7 @@ def _parse(name: str, text: str) -> dict:
     for key in data:
         if key not in _TABLES:
             raise InputError(f"policy {name}: unknown key '{key}' (known tables: [defaults], [override.NAME], "
-                             "[metrics.NAME])")
+                             "[metrics.NAME], [outputs.NAME])")
     early: dict[str, dict] = {}
     defaults = _section(name, "defaults", data.get("defaults", {}), early)
     overrides = data.get("override", {})
@@ -219,10 +224,15 @@ def _parse(name: str, text: str) -> dict:
     metrics = data.get("metrics", {})
     if not isinstance(metrics, dict):
         raise InputError(f"policy {name}: 'metrics' must be tables [metrics.NAME]")
+    outputs = data.get("outputs", {})
+    if not isinstance(outputs, dict):
+        raise InputError(f"policy {name}: 'outputs' must be tables [outputs.NAME] (NAME: a model output)")
     return {"defaults": defaults,
             "override": {target: _section(name, f"override.{target}", table, early)
                          for target, table in overrides.items()},
             "metrics": {metric: _metric_table(name, metric, table) for metric, table in metrics.items()},
+            "outputs": {output: parse_table(f"policy {name}: [outputs.{output}]", table)
+                        for output, table in outputs.items()},
             "early": early}
 
 
@@ -243,7 +253,8 @@ def _metric_table(name: str, metric: str, table) -> dict:
             if not isinstance(value, str):
                 raise InputError(f"{where} {key} must be a string, got {value!r}")
         elif value is False and key in ("min_ratio", "max_ratio", "max_drop"):
-            value = None
+            out[key] = False          # switched off: reported only (metrics.task.builtin)
+            continue
         elif isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
                 or value < 0 or (kind is int and not isinstance(value, int)):
             raise InputError(f"{where} {key} must be a non-negative {'whole ' if kind is int else ''}number, "

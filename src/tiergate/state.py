@@ -488,8 +488,10 @@ def policy_identity(policy) -> str:
     decisions, each naming its own file)."""
     import dataclasses
 
-    text = json.dumps([dataclasses.asdict(policy.defaults), policy.overrides, policy.metrics,
-                       list(policy.sources)], sort_keys=True, default=str)
+    parts = [dataclasses.asdict(policy.defaults), policy.overrides, policy.metrics, list(policy.sources)]
+    if getattr(policy, "outputs", None):
+        parts.append(policy.outputs)          # (absent when empty: the keys of decisions made before it hold)
+    text = json.dumps(parts, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()
 
 

@@ -23,19 +23,25 @@ JSON_VERSION = 1
 _SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "dim"}
 
 
-def inspect_report(path: Path, target: str | None = None, *, runtime: bool = True) -> tuple[dict, int]:
+def inspect_report(path: Path, target: str | None = None, *, runtime: bool = True,
+                   policy: Path | None = None) -> tuple[dict, int]:
     """The inspect JSON document and the exit code; shared by the CLI and other callers.
 
     target: device class name(s), comma-separated. runtime: describe each target's runtime graph
-    in its container (tiergate.execution.describe) and lint on it; False judges the file only."""
+    in its container (tiergate.execution.describe) and lint on it; False judges the file only.
+    policy: a gate policy whose [outputs.NAME] tables say what outputs are (shown with what was detected)."""
     from tiergate.artifact import load_artifact
     from tiergate.artifact.graph import precision_counts
     from tiergate.fingerprint import fingerprint
     from tiergate.lint import lint
+    from tiergate.outputs import resolve as output_kinds
+    from tiergate.policy import load_policy
     from tiergate.targets import resolve
 
     classes = resolve(target) if target else []
+    tables = load_policy(policy).outputs if policy is not None else {}
     artifact = load_artifact(path)
+    kinds = output_kinds(artifact, tables)
     graphs, notes = runtime_graphs(artifact, classes) if runtime else ({}, [])
     findings = _merged([lint(artifact, dc, runtime=graphs.get(dc.name)) for dc in classes]
                        if classes else [lint(artifact)]) + notes
@@ -46,6 +52,7 @@ def inspect_report(path: Path, target: str | None = None, *, runtime: bool = Tru
         "precision": precision_counts(artifact),
         "fingerprint": fingerprint(artifact).to_json(),
         "target": classes[0].name if classes else None,
+        "outputs": {name: _kind_json(kind) for name, kind in kinds.items()},
         "findings": [f.to_json() for f in findings],
         "summary": summary,
         "ok": summary["error"] == 0,
@@ -130,6 +137,14 @@ def _merged(per_target: list[list]) -> list:
     return merged
 
 
+def _kind_json(kind) -> dict:
+    from dataclasses import asdict
+
+    doc = asdict(kind.summary())
+    doc.pop("alphabet", None)
+    return doc
+
+
 def _artifact_json(artifact) -> dict:
     def spec(t):
         return {"name": t.name, "shape": list(t.shape), "dtype": t.dtype}
@@ -164,15 +179,17 @@ def inspect(
     runtime: bool = typer.Option(True, "--runtime/--no-runtime",
                                  help="With --target: describe the runtime graph in the tier's container "
                                       "(--no-runtime judges the file only, no Docker)."),
+    policy: Path = typer.Option(None, "--policy", help="A gate policy: its [outputs.NAME] tables say what outputs "
+                                                       "are (shown with what tiergate detected)."),
 ) -> None:
     """Describe, fingerprint and lint artifacts; exit 1 when a finding is an error, 2 when a file is unusable."""
     if len(artifacts) == 1 and not as_jsonl:
-        report, code = inspect_report(artifacts[0], target, runtime=runtime)
+        report, code = inspect_report(artifacts[0], target, runtime=runtime, policy=policy)
         typer.echo(json.dumps(report, indent=1)) if as_json else _print_inspect(report)
         raise typer.Exit(code)
     reports, tally = [], {"ok": 0, "with errors": 0, "unusable": 0}
     for path in artifacts:
-        report, _ = inspect_one(path, target, runtime=runtime)
+        report, _ = inspect_one(path, target, runtime=runtime, policy=policy)
         tally["unusable" if "error" in report else "ok" if report["ok"] else "with errors"] += 1
         if as_jsonl:
             typer.echo(json.dumps(report))
@@ -189,13 +206,14 @@ def inspect(
     raise typer.Exit(EXIT_UNUSABLE if tally["unusable"] else EXIT_FAIL if tally["with errors"] else EXIT_OK)
 
 
-def inspect_one(path: Path, target: str | None = None, *, runtime: bool = True) -> tuple[dict, int]:
+def inspect_one(path: Path, target: str | None = None, *, runtime: bool = True,
+                policy: Path | None = None) -> tuple[dict, int]:
     """inspect_report for one file of several: an unusable file is a report with its one-line "error" (exit 2
     for it), so the other files are still inspected."""
     from tiergate.errors import TiergateError
 
     try:
-        return inspect_report(path, target, runtime=runtime)
+        return inspect_report(path, target, runtime=runtime, policy=policy)
     except TiergateError as exc:
         return {"version": JSON_VERSION, "artifact": {"path": str(path)}, "error": str(exc), "ok": False}, \
             EXIT_UNUSABLE
@@ -218,6 +236,7 @@ def _print_inspect(report: dict) -> None:
                       f"{len(art['quantization'])} quantized tensors"),
         ("fingerprint", f"{fp['combined']} (structure {fp['structure'][:12]}, weights {fp['weights'][:12]}, "
                         f"quantization {fp['quantization'][:12]})"),
+        ("output kinds", "\n".join(f"{name}: {_kind_text(kind)}" for name, kind in report["outputs"].items())),
         ("target", report["target"] or "(default runtime of the format)"),
     ]
     for row in rows:
@@ -226,6 +245,20 @@ def _print_inspect(report: dict) -> None:
     for graph in report.get("runtime", {}).values():
         _print_runtime(console, graph)
     _print_findings(console, report)
+
+
+def _kind_text(kind: dict) -> str:
+    """An output's kind for people: the kind, its layout or alphabet, and where it came from."""
+    extra = kind["layout"]
+    if kind["kind"] == "ctc":
+        extra = (f"alphabet of {kind['alphabet_size']} from {kind['alphabet_source']}" if kind["alphabet_size"]
+                 else "no alphabet: symbol indices")
+    elif kind["kind"] == "landmarks":
+        extra = f"{kind['points']} points x {kind['dims']}"
+    if kind.get("scores"):
+        extra += f", scores in '{kind['scores']}'"
+    head = kind["kind"] + (f" ({extra})" if extra else "")
+    return f"{head} [{'policy' if kind['source'] == 'policy' else 'detected: ' + kind['why']}]"
 
 
 def _op_list(ops: dict) -> str:

@@ -214,8 +214,9 @@ def explain(candidate: Path, reference: Path, data_path: Path | str, device_clas
 
 def eval_data(source: Path | str, inputs: list):
     """The evaluation data in any form the gate takes: an .npz, or a loader FILE.py:FUNCTION run once and
-    materialised into a content-hashed archive (tiergate.evaldata.run_loader, as the gate does)."""
-    from tiergate.evaldata import is_loader, load_eval_data, run_loader
+    materialised into a content-hashed archive (tiergate.dataloader.run_loader, as the gate does)."""
+    from tiergate.dataloader import run_loader
+    from tiergate.evaldata import is_loader, load_eval_data
 
     return run_loader(str(source), inputs) if is_loader(source) else load_eval_data(source)
 

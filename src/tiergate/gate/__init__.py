@@ -61,7 +61,7 @@ def evaluate(candidate: dict[str, RunOutcome], reference: dict[str, RunOutcome],
              device_classes: dict[str, DeviceClass], policy: Policy, labels: np.ndarray | None,
              incumbent: dict[str, RunOutcome] | None = None, *, quantized: bool = False,
              label_output: str | None = None, seed: int = 0, metrics: list[MetricSpec] | None = None,
-             carried: frozenset[str] = frozenset()) -> Decision:
+             carried: frozenset[str] = frozenset(), kinds: dict | None = None) -> Decision:
     """Every check on every device class the candidate ran on, and the verdict.
 
     `labels` (one int per sample) enable accuracy; without them the A/B test
@@ -69,6 +69,8 @@ def evaluate(candidate: dict[str, RunOutcome], reference: dict[str, RunOutcome],
     `label_output` names the classifier output (default: the first output with
     two or more scores per sample). `seed` makes the bootstrap reproducible.
     `metrics`: the task metrics (tiergate.metrics.task.resolve; default: top-1 only).
+    `kinds`: each output's kind (tiergate.outputs.resolve on the reference): an output with parts is judged part
+    by part, and a kind's own metrics are computed against labels of its form or against FP32's decoded outputs.
     """
     from tiergate.gate.tier import TierEval
     from tiergate.metrics.task import resolve
@@ -81,7 +83,7 @@ def evaluate(candidate: dict[str, RunOutcome], reference: dict[str, RunOutcome],
     on_inconclusive = set()
     for name in candidate:
         thresholds = policy.for_target(device_classes[name])
-        target = TierEval(device_classes[name], thresholds, quantized, seed, specs, carried)
+        target = TierEval(device_classes[name], thresholds, quantized, seed, specs, carried, kinds)
         per_class[name] = target.run(candidate[name], reference[name], incumbent.get(name), labels, label_output)
         checks += target.checks
         notes += target.notes

@@ -8,7 +8,9 @@ import math
 import numpy as np
 
 from tiergate.errors import InputError
+from tiergate.evaldata import is_class_indices
 from tiergate.fmt import number
+from tiergate.labels import is_ragged
 from tiergate.metrics.accuracy import Estimate, is_classifier
 from tiergate.metrics.latency import LatencyStats
 from tiergate.metrics.task import MetricSpec
@@ -69,26 +71,28 @@ def task_threshold(spec: MetricSpec, default_ratio: float | None) -> tuple[str, 
     else:
         op = ">=" if spec.higher_is_better else "<="
         threshold = spec.min_ratio if spec.higher_is_better else spec.max_ratio
+    if spec.explicit_off:
+        return op, None
     return op, (default_ratio if threshold is None and op == ">=" else threshold)
 
 
 # -- labels ---------------------------------------------------------------------------------
 def check_label_array(labels):
-    """Labels as the gate reads them: numbers with the sample axis first; anything else is an InputError."""
-    if labels is None:
-        return None
+    """Labels as the gate reads them: numbers with the sample axis first, texts (a 1-D unicode array), boxes
+    (tiergate.labels.BoxLabels); anything else is an InputError. Negative numbers are no class indices
+    (class_labels): only a metric that reads them (a user metric) is computed from them."""
+    if labels is None or is_ragged(labels):
+        return labels
     labels = np.asarray(labels)
     if labels.ndim == 0 or not (np.issubdtype(labels.dtype, np.number) or labels.dtype == np.bool_):
-        raise InputError(f"labels must be numbers with the sample axis first, got shape {labels.shape} "
-                         f"dtype {labels.dtype}")
-    if np.issubdtype(labels.dtype, np.integer) and labels.size and labels.min() < 0:
-        raise InputError(f"labels must not be negative (found {labels.min()})")
+        raise InputError(f"labels must be numbers, texts or boxes with the sample axis first, got shape "
+                         f"{labels.shape} dtype {labels.dtype}")
     return labels
 
 
 def class_labels(labels) -> bool:
-    """One class index per sample."""
-    return labels is not None and labels.ndim == 1 and np.issubdtype(labels.dtype, np.integer)
+    """One class index per sample (evaldata.is_class_indices: none negative)."""
+    return is_class_indices(labels)
 
 
 def check_labels_fit(labels: np.ndarray, output: np.ndarray, name: str) -> None:
@@ -100,16 +104,23 @@ def check_labels_fit(labels: np.ndarray, output: np.ndarray, name: str) -> None:
 
 
 def pick_label_output(outputs: dict[str, np.ndarray], wanted: str | None, labels, specs=(),
-                      carried=frozenset()) -> str | None:
+                      carried=frozenset(), kinds=None) -> str | None:
     """The output labels are scored against: named, else the first with two or more scores per sample that
-    is not a carried state (an output shaped as one of the model's inputs, fed back: silero's stateN)."""
+    is not a carried state (an output shaped as one of the model's inputs, fed back: silero's stateN) nor of
+    another kind than class scores (tiergate.outputs: a detector's, a map, a sequence, landmarks...)."""
     if wanted is not None:
         if wanted not in outputs:
             raise InputError(f"label output '{wanted}' is not a model output (outputs: {', '.join(outputs)})")
         return wanted
-    name = next((name for name, out in outputs.items() if name not in carried and is_classifier(out)), None)
+    kinds = kinds or {}
+
+    def scores(name: str, out: np.ndarray) -> bool:
+        kind = kinds.get(name)
+        return name not in carried and is_classifier(out) and (kind is None or kind.kind in ("class_scores", "values"))
+    name = next((name for name, out in outputs.items() if scores(name, out)), None)
     only_top1 = all(s.kind == "top1" for s in specs)
-    if name is None and class_labels(labels) and only_top1:
+    judged_by_kind = any(k.kind not in ("class_scores", "values") for k in kinds.values())
+    if name is None and class_labels(labels) and only_top1 and not judged_by_kind:
         raise InputError("labels given, but no model output has two or more scores per sample "
                          "(for other tasks name a metric: [metrics.NAME] in the policy or --metric)")
     return name

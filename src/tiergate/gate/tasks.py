@@ -39,7 +39,7 @@ def task_metrics(ev, m: TargetMetrics, cand, ref, labels) -> None:
     from tiergate.metrics import task
 
     for spec in ev.specs:
-        if spec.kind == "top1":
+        if spec.kind == "top1" or spec.kind in task.KIND_METRICS:      # the kinds' metrics: kind_metrics
             continue
         if labels is None and spec.kind != "custom":
             ev.note(f"metric {spec.name} needs labels; not computed")
@@ -87,3 +87,68 @@ def custom_metric(ev, m: TargetMetrics, spec: MetricSpec, cand: dict, ref: dict,
     op, threshold = task_threshold(spec, ev.t.min_accuracy_ratio)
     ev.judged(m, spec, f"{spec.name}_{'difference' if difference else 'ratio'}", None, n, a, b, interval,
               op, threshold, f"candidate {a:.4g} vs FP32 {b:.4g} ({spec.source})")
+
+
+# -- the output kinds' own metrics (tiergate.metrics.kinds), against labels or FP32's decoded outputs -------
+KIND_RESAMPLES = 999       # average precision recomputes pycocotools' accumulation per resample
+
+
+def kinds_judge(ev) -> bool:
+    """Whether an output's kind brings metrics of its own (so labels of its form are read there)."""
+    from tiergate.metrics.kinds import family
+
+    return any(family(kind) for kind in ev.kinds.values())
+
+
+def kind_metrics(ev, m: TargetMetrics, cand, ref, labels) -> None:
+    """Each output kind's metrics: a policy's [metrics.NAME] (or --metric NAME) sets its threshold, else the
+    kind's default (metrics.kinds.DEFAULTS, with labels of the kind's form or against FP32's outputs)."""
+    from tiergate.metrics import kinds as km
+
+    named = {s.name: s for s in ev.specs if s.kind in km.NAMES}
+    used: set[str] = set()
+    judged_outputs = [(name, kind) for name, kind in ev.kinds.items() if km.family(kind)]
+    families = [km.family(kind) for _, kind in judged_outputs]
+    for output, kind in judged_outputs:
+        family = km.family(kind)
+        needed = [output] + ([kind.scores] if family == "ssd" else [])
+        if any(name not in m.outputs and not any(k.startswith(f"{name}:") for k in m.outputs) for name in needed):
+            continue                   # missing or misshapen in the candidate: already failed
+        for name in km.BY_KIND[family]:
+            spec = named.get(name)
+            if spec is not None and spec.output not in (None, output):
+                continue
+            judged = km.judge(name, kind, cand.outputs, ref.outputs, labels)
+            if judged is None:
+                continue
+            used.add(name)
+            spec = spec or _default_spec(name, output, judged.basis == "labels")
+            _kind_check(ev, m, spec, output, judged, families.count(family) > 1)
+    for name, spec in named.items():
+        if name not in used:
+            ev.note(f"metric {name}: no output of the kind it reads ({', '.join(k for k, v in km.BY_KIND.items() if name in v)}"
+                    "; tiergate inspect shows each output's kind, [outputs.NAME] sets it); not computed")
+
+
+def _default_spec(name: str, output: str, with_labels: bool) -> MetricSpec:
+    from tiergate.metrics.kinds import DEFAULTS
+
+    table = (DEFAULTS.get(name) or (None, None))[0 if with_labels else 1] or {}
+    return MetricSpec(name, name, output, min_ratio=table.get("min_ratio"), max_drop=table.get("max_drop"),
+                      implicit=True, explicit_off=not table)
+
+
+def _kind_check(ev, m: TargetMetrics, spec: MetricSpec, output: str, judged, several: bool) -> None:
+    difference = spec.max_drop is not None
+    resamples = min(ev.t.bootstrap_resamples, KIND_RESAMPLES) if spec.kind in ("map", "map50") else \
+        ev.t.bootstrap_resamples
+    interval = stats.metric_ratio(judged.cand, judged.ref, judged.statistic, ref_statistic=judged.ref_statistic,
+                                  confidence=ev.t.confidence, n_resamples=resamples, seed=ev.seed,
+                                  difference=difference)
+    cand_value = float(judged.statistic(judged.cand, axis=-1))
+    ref_value = float(judged.ref_statistic(judged.ref, axis=-1))
+    op, threshold = task_threshold(spec, None)
+    against = "labels" if judged.basis == "labels" else "FP32's decoded outputs"
+    detail = f"candidate {cand_value:.4g} vs FP32 {ref_value:.4g}, against {against}"
+    ev.judged(m, spec, f"{spec.name}_{'difference' if difference else 'ratio'}", output, judged.n, cand_value,
+              ref_value, interval, op, threshold, detail, key=f"{spec.name}[{output}]" if several else None)

@@ -17,10 +17,12 @@ class TierEval:
     """The checks and metrics of one device class."""
 
     def __init__(self, dc: DeviceClass, thresholds: Thresholds, quantized: bool, seed: int,
-                 specs: list[MetricSpec] | None = None, carried: frozenset[str] = frozenset()):
+                 specs: list[MetricSpec] | None = None, carried: frozenset[str] = frozenset(), kinds=None):
         self.dc, self.t, self.quantized, self.seed = dc, thresholds, quantized, seed
         self.specs = list(specs or [])
         self.carried = carried
+        self.kinds = dict(kinds or {})            # output -> tiergate.outputs.OutputKind
+        self.task_checks: list[str] = []          # checks made by task metrics (they decide with labels)
         self.checks: list[Check] = []
         self.notes: list[str] = []
         self.warnings: list[str] = []
@@ -54,31 +56,48 @@ class TierEval:
             npu_checks.evaluate(self, m, cand, ref, inc)
         if not (cand_ok and ref_ok):
             return m
-        m.label_output = pick_label_output(ref.outputs, label_output, labels, self.specs, self.carried)
+        m.kinds = {name: kind.summary() for name, kind in self.kinds.items()}
+        m.label_output = pick_label_output(ref.outputs, label_output, labels, self.specs, self.carried, self.kinds)
         drifts = agreement.outputs(self, m, cand.outputs, ref.outputs)
         if class_labels(labels) and m.label_output is not None:
             tasks.accuracy(self, m, cand, ref, inc, labels)
-        elif labels is not None and all(s.kind == "top1" for s in self.specs):
+        elif labels is not None and all(s.kind == "top1" for s in self.specs) and not tasks.kinds_judge(self):
             self.note("labels are not one class index per sample and no task metric is named "
                       "([metrics.NAME] or --metric): no task metric computed")
         tasks.task_metrics(self, m, cand, ref, labels)
-        decided = any(c.interval is not None for c in self.checks)
+        tasks.kind_metrics(self, m, cand, ref, labels)
+        decided = bool(self.task_checks)
         self.agreement_gates = self.t.agreement == "gate" or (self.t.agreement == "auto" and not decided)
         for name, drift in drifts.items():
             agreement.drift_checks(self, name, drift)
         if inc is not None:
             ab.compare(self, m, cand, ref, inc, labels)
+        self.decided_by_something()
         return m
+
+    def decided_by_something(self) -> None:
+        """Never a PROMOTE decided by nothing: a tier none of whose checks judges its outputs (no task metric, no
+        agreement limit, no A/B) and none failed is INCONCLUSIVE, saying why."""
+        if any(not c.passed and not c.inconclusive for c in self.checks):
+            return
+        deciding = set(self.task_checks) | set(agreement.AGREEMENT_CHECKS) | {"noninferior_accuracy"}
+        if any(c.name in deciding for c in self.checks):
+            return
+        self.check("decided_by", "nothing", "==", "a check of the outputs", passed=False, inconclusive=True,
+                   detail="no check judged this tier's outputs: no task metric, and every agreement limit is off or "
+                          "does not apply (agreement = \"evidence\", or limits set to false); give labels, a metric "
+                          "or an agreement limit (docs/policy.md)")
 
     def judged(self, m: TargetMetrics, spec: MetricSpec, check: str, output, n: int, cand_value: float,
                ref_value: float, interval: stats.Interval, op: str, threshold, detail: str,
-               counts: stats.PairCounts | None = None) -> None:
+               counts: stats.PairCounts | None = None, key: str | None = None) -> None:
         """A task metric's figures, and its check where it has a threshold (interval_check)."""
         outcome, needed = "reported", None
         if threshold is not None:
             outcome, needed = self.interval_check(check, interval, op, threshold, n, detail, output=output,
                                                   counts=counts)
-        m.task[spec.name] = TaskMetric(spec.name, output, n, float(cand_value), float(ref_value), interval, op,
+            self.task_checks.append(check)
+        m.task[key or spec.name] = TaskMetric(spec.name, output, n, float(cand_value), float(ref_value), interval, op,
                                        threshold, outcome, needed, spec.source)
 
     def interval_check(self, name: str, interval: stats.Interval, op: str, threshold: float, n: int, detail: str,

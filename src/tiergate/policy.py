@@ -89,6 +89,15 @@ class Thresholds:
     max_instructions_per_inference: float | None = None
     max_instructions_ratio: float | None = None
     max_instructions_ratio_vs_incumbent: float | None = None
+    # NPU tiers (Ethos-U, docs/npu.md): Vela's placement of the source model's operators, its estimated time (the NPU's
+    # part) and memory; applied on ethos-u classes only
+    min_npu_op_share: float | None = None          # operators on the NPU / all (the float interface not counted)
+    max_cpu_ops: int | None = None                 # operators that fall back to the CPU, beyond allowed_cpu_ops
+    allowed_cpu_ops: tuple[str, ...] = ()          # operator types (SOFTMAX, ...) max_cpu_ops does not count
+    max_estimated_time_ratio: float | None = None              # candidate / FP32 reference, Vela's estimate
+    max_estimated_time_ratio_vs_incumbent: float | None = None  # candidate / incumbent, Vela's estimate
+    max_npu_sram_kib: float | None = None          # SRAM Vela allocates (KiB)
+    max_npu_flash_kib: float | None = None         # flash Vela places the weights and constants in (KiB)
     noninferiority_margin: float = 0.01
     max_latency_regression: float = 0.10
     confidence: float = 0.95
@@ -108,11 +117,13 @@ class Thresholds:
         return max(2, math.ceil(1 / (1 - self.confidence) - 1e-9))
 
 
-_INT_KEYS = {"p99_min_samples", "bootstrap_resamples"}
+_INT_KEYS = {"p99_min_samples", "bootstrap_resamples", "max_cpu_ops"}
+_LIST_KEYS = {"allowed_cpu_ops"}          # lists of names (operator types), upper-cased
 # Bounds of every key (inclusive); a value outside them is refused naming the file and the key.
 MAX_BOOTSTRAP_RESAMPLES = 1_000_000
 _BOUNDS: dict[str, tuple[float, float]] = {
     "min_accuracy_ratio": (0.0, 1.0), "min_cosine": (-1.0, 1.0), "min_top1_agreement": (0.0, 1.0),
+    "min_npu_op_share": (0.0, 1.0), "max_cpu_ops": (0, 1_000_000),
     "noninferiority_margin": (0.0, 1.0), "p99_min_samples": (1, 10_000_000),
     "bootstrap_resamples": (99, MAX_BOOTSTRAP_RESAMPLES),
 }
@@ -285,6 +296,10 @@ def _value(name: str, where: str, key: str, value):
     if key not in _KNOWN:
         raise InputError(f"policy {name}: unknown key '{key}' in [{where}] (known: {', '.join(_KNOWN + EARLY_KEYS)})")
     bad = f"policy {name}: [{where}] {key}"
+    if key in _LIST_KEYS:
+        if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
+            raise InputError(f"{bad} must be a list of operator names (e.g. [\"SOFTMAX\"]), got {value!r}")
+        return tuple(v.strip().upper() for v in value)
     if key in _CHOICES:
         if value not in _CHOICES[key]:
             raise InputError(f"{bad} must be one of {', '.join(repr(c) for c in _CHOICES[key])}, got {value!r}")
@@ -297,8 +312,8 @@ def _value(name: str, where: str, key: str, value):
         raise InputError(f"{bad} must be a number (or false to switch it off), got {value!r}")
     if not math.isfinite(value):
         raise InputError(f"{bad} must be a finite number, got {value!r}")
-    if key in _INT_KEYS and (not isinstance(value, int) or value < 1):
-        raise InputError(f"{bad} must be a whole number of at least 1, got {value!r}")
+    if key in _INT_KEYS and (not isinstance(value, int) or value < (0 if key == "max_cpu_ops" else 1)):
+        raise InputError(f"{bad} must be a whole number of at least {0 if key == 'max_cpu_ops' else 1}, got {value!r}")
     if value < 0:
         raise InputError(f"{bad} must not be negative, got {value!r}")
     if key == "confidence" and not 0 < value < 1:

@@ -103,16 +103,17 @@ def runtime_graphs(artifact, classes) -> tuple[dict, list]:
 
 
 def compiled_runtime_graph(artifact, dc, client):
-    """(graph, None): what a compiling class (tvm) runs of the artifact, its compile's record (the passes applied,
-    each with the module's fingerprint after it), compiled now or found in the compile cache, at the model's own
-    shapes (a symbolic first dimension at the class's batch size); a model it cannot compile is a refusal in its
-    words. (None, why) when the model's shapes leave dimensions that only evaluation data fix (a gate compiles it)."""
-    from tiergate.compiler import compiled, compiled_graph, static_shapes
+    """(graph, None): what a compiling class (tvm, ethos-u) runs of the artifact, its compile's record (TVM: the
+    passes applied, each with the module's fingerprint after it; Vela: each operator's placement and the estimate),
+    compiled now or found in the compile cache, at the model's own shapes (a symbolic first dimension at the class's
+    batch size); a model it cannot compile is a refusal in its words. (None, why) when the model's shapes leave
+    dimensions that only evaluation data fix (a gate compiles it)."""
+    from tiergate.compiler import compile_shapes, compiled, compiled_graph
     from tiergate.errors import InputError
     from tiergate.runtime_graph import RuntimeGraph
 
     try:
-        static_shapes(dc, artifact)
+        compile_shapes(dc, artifact)
     except InputError as exc:
         return None, exc.one_line()
     try:
@@ -120,7 +121,8 @@ def compiled_runtime_graph(artifact, dc, client):
     except InputError as exc:
         return RuntimeGraph(target=dc.name, tier=dc.tier, runtime=dc.runtime, machine=dc.machine,
                             emulated=dc.emulated, image="", image_id="", artifact_sha256=artifact.sha256, ok=False,
-                            error=exc.one_line(), versions={"tvm": dc.runtime_version}), None
+                            error=exc.one_line(),
+                            versions={"ethos-u-vela" if dc.runtime == "ethos-u" else "tvm": dc.runtime_version}), None
 
 
 def _merged(per_target: list[list]) -> list:
@@ -276,6 +278,11 @@ def _print_runtime(console: Console, graph: dict) -> None:
     if "passes" in graph:
         _print_passes(console, title, graph)
         return
+    if graph.get("runtime") == "ethos-u":
+        from tiergate.cli.npu_table import print_placement
+
+        print_placement(console, title, graph)
+        return
     table = Table(title=title)
     placement = ", ".join(f"{ep} {n}" for ep, n in graph["placement"].items())
     if "levels" in graph:
@@ -391,6 +398,11 @@ def runtime_diff(old, new, target: str, new_disabled: tuple[str, ...] = ()) -> d
         a, b = graphs_old[name], graphs_new[name]
         out[name] = {"first_difference": first_difference(a, b), "levels": level_differences(a, b),
                      "ok": {"old": a.ok, "new": b.ok}}
+        if a.npu and b.npu:         # an NPU class: which operators moved (docs/npu.md)
+            from tiergate.npu.placement import Placement, diff as placement_diff
+
+            out[name]["placement"] = placement_diff(Placement.from_record(a.npu), Placement.from_record(b.npu),
+                                                     "the old model")
     return out
 
 
@@ -430,6 +442,11 @@ def _print_diff(doc: dict) -> None:
             if d["op_counts"]:
                 deltas = ", ".join(f"{op.removeprefix(':')} {v['delta']:+d}" for op, v in d["op_counts"].items())
                 console.print(f"  {level}: {deltas}")
+        if rt.get("placement"):
+            from tiergate.npu.placement import diff_lines
+
+            for line in diff_lines(rt["placement"]):
+                console.print(f"  {escape(line)}", highlight=False)
 
 
 def register(app: typer.Typer) -> None:

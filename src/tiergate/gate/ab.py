@@ -10,6 +10,7 @@ from tiergate.decision import ABResult, TargetMetrics
 from tiergate.gate import timing
 from tiergate.gate.common import class_labels, same_shape
 from tiergate.metrics.accuracy import correct, predictions
+from tiergate.npu import is_npu
 
 
 def compare(ev, m: TargetMetrics, cand, ref, inc, labels) -> None:
@@ -37,6 +38,8 @@ def compare(ev, m: TargetMetrics, cand, ref, inc, labels) -> None:
 def ab_latency(ev, m: TargetMetrics, cand, inc) -> None:
     """candidate / incumbent latency: from their interleaved calls on a native class (the median per-pair ratio),
     else the bootstrap of the two runs' mean latencies; non-inferior when its upper bound is within the margin."""
+    if is_npu(ev.dc):                 # no time of the NPU's to compare (docs/npu.md)
+        return
     a, b = cand.result.latencies_ns, inc.result.latencies_ns
     ratio, pairs = (None, 0) if m.emulated else timing.pairs_with(ev, cand, inc, "incumbent")
     if ratio is None:

@@ -8,6 +8,7 @@ import dataclasses
 from tiergate.decision import TargetMetrics
 from tiergate.metrics.device import FIGURES, ratios as device_ratios
 from tiergate.results import MB
+from tiergate.npu import is_npu
 
 
 def figures(ev, m: TargetMetrics, cand, ref, inc) -> None:
@@ -18,6 +19,8 @@ def figures(ev, m: TargetMetrics, cand, ref, inc) -> None:
             ev.check("memory_limit", f"out of memory ({who})", "<", limit / MB, passed=False,
                      detail=f"the {who}'s run was killed at {ev.dc.name}'s memory limit of "
                               f"{limit / MB:.0f} MB (memory_limit_mb); it needs more on tier {ev.dc.tier}")
+    if is_npu(ev.dc):                 # the host's memory and times, not the device's (npu_checks.NOT_TIMED)
+        return
     for side, outcome in (("candidate", cand), ("reference", ref), ("incumbent", inc)):
         if outcome is not None and outcome.result.ok and outcome.result.device is not None:
             m.device[side] = dataclasses.replace(outcome.result.device, emulated=m.emulated)

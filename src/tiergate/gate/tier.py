@@ -8,6 +8,7 @@ from tiergate.decision import Check, TargetMetrics, TaskMetric
 from tiergate.gate import ab, agreement, device, tasks, timing
 from tiergate.gate.common import class_labels, compare, failure, pick_label_output, plain
 from tiergate.metrics.task import MetricSpec
+from tiergate.npu import checks as npu_checks, is_npu
 from tiergate.policy import Thresholds
 from tiergate.targets import DeviceClass
 
@@ -51,6 +52,8 @@ class TierEval:
                             detail=failure(ref, "FP32 reference"))
         timing.latency(self, m, cand, ref, inc)
         device.figures(self, m, cand, ref, inc)
+        if is_npu(self.dc):               # Vela's placement, estimate and memory (tiergate.npu.checks)
+            npu_checks.evaluate(self, m, cand, ref, inc)
         if not (cand_ok and ref_ok):
             return m
         m.kinds = {name: kind.summary() for name, kind in self.kinds.items()}

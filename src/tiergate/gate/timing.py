@@ -10,9 +10,13 @@ from tiergate.decision import TargetMetrics
 from tiergate.gate.common import compare, untrusted
 from tiergate.metrics.cost import cost_per_1k
 from tiergate.metrics.latency import LatencyStats, latency_stats
+from tiergate.npu import checks as npu_checks, is_npu
 
 
 def latency(ev, m: TargetMetrics, cand, ref, inc) -> None:
+    if is_npu(ev.dc):                 # the reference kernels' time on this host is not the NPU's
+        ev.note(npu_checks.NOT_TIMED)
+        return
     for side, outcome in (("candidate", cand), ("reference", ref), ("incumbent", inc)):
         if outcome is not None and outcome.result.ok:
             stats_ = latency_stats(outcome.result.latencies_ns, outcome.result.batch_size or 1,

@@ -18,6 +18,7 @@ RULE_MODULES = (
     "layout_reorder",
     "mixed_range_scale",
     "dynamic_quantization",
+    "npu_fallback",
 )
 
 

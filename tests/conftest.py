@@ -178,7 +178,7 @@ def pytest_configure(config: pytest.Config) -> None:
 # (the measured seconds below, from a serial run: a unit not listed counts as light), so the longest unit starts
 # at once and the rest fills the other worker around it. What the workers share is shared as gates share it: the
 # Docker engine (images built once under their build lock, leases.building), the wheel and model caches (locked).
-SHARED_FOLDERS = ("realmodels", "tvm", "reports", "registry", "flows", "mlflow")
+SHARED_FOLDERS = ("realmodels", "tvm", "reports", "registry", "flows", "mlflow", "npu")
 # seconds, serial `make test` of 2026-11-26 (--durations=0, setup + call + teardown per unit; 2,018 s in all)
 HEAVY_UNITS: dict[str, float] = {
     "realmodels": 638, "flows": 248, "pipeline/test_demo.py": 100, "registry": 90, "reports": 87,
@@ -186,6 +186,7 @@ HEAVY_UNITS: dict[str, float] = {
     "faults/test_faults_docker.py": 49, "gate/test_paired_coverage.py": 47, "tvm": 43,
     "execution/test_execution_build.py": 43, "explain/test_explain_flow.py": 34, "explain/test_explain_tiers.py": 33,
     "execution/test_execution_docker.py": 32, "mlflow": 29, "execution/test_execution_local.py": 24,
+    "npu": 50,     # measured 2026-11-27 alone (images built; the Vela compiler image adds ~10 s once)
 }
 
 

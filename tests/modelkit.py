@@ -8,7 +8,7 @@ flatbuffer schema. Builders return an onnx.ModelProto; `write` puts one at a pat
 
 Named builders: mlp, linear, classifier, conv_net, unary_net, memory_hungry, multi_input,
 if_subgraph; quantize_qdq / quantize_dynamic_int8; tflite_bytes, tflite_mlp_pair and the
-TFLite editors. The lint models come in pairs: each flagged model has a clean twin that
+TFLite editors (tflite_softmax_in_float: an NPU's fallback). The lint models come in pairs: each flagged model has a clean twin that
 differs only in the defect.
 """
 
@@ -547,6 +547,30 @@ def tflite_unfused(noop: bool) -> bytes:
         last = moved
     ops.append(_operator(model, _opcode(model, schema.BuiltinOperator.RELU), [last], [out]))
     graph.operators[1:1] = ops
+    return _pack(model)
+
+
+def tflite_softmax_in_float(data: bytes) -> bytes:
+    """An integer TFLite classifier (..., SOFTMAX, DEQUANTIZE to a float output, as TFLiteConverter writes it) with its
+    SOFTMAX forced to float: DEQUANTIZE first, then a float SOFTMAX writes the output (what a selective quantizer
+    leaving the softmax in float writes). Same argmax as the integer model wherever its top score is not tied."""
+    schema = _schema()
+    model = _unpack(data)
+    graph = model.subgraphs[0]
+    codes = [max(c.builtinCode, c.deprecatedBuiltinCode) for c in model.operatorCodes]
+    ops = graph.operators
+    si = next(i for i, op in enumerate(ops) if codes[op.opcodeIndex] == schema.BuiltinOperator.SOFTMAX)
+    di = next(i for i, op in enumerate(ops) if codes[op.opcodeIndex] == schema.BuiltinOperator.DEQUANTIZE
+              and op.inputs[0] == ops[si].outputs[0])
+    softmax, dequantize = ops[si], ops[di]
+    logits, probs = softmax.inputs[0], dequantize.outputs[0]
+    floats = _new_tensor(model, probs, "logits_float")
+    graph.tensors[floats].shape = list(graph.tensors[logits].shape)
+    signature = graph.tensors[logits].shapeSignature
+    graph.tensors[floats].shapeSignature = None if signature is None else list(signature)
+    dequantize.inputs, dequantize.outputs = [logits], [floats]
+    softmax.inputs, softmax.outputs = [floats], [probs]
+    graph.operators = [op for i, op in enumerate(ops) if i not in (si, di)] + [dequantize, softmax]
     return _pack(model)
 
 

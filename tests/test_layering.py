@@ -29,7 +29,8 @@ CORE = (
     "tiergate.metrics", "tiergate.stats", "tiergate.policy", "tiergate.gate", "tiergate.results",
     "tiergate.reports", "tiergate.hashing", "tiergate.errors", "tiergate.paths", "tiergate.targets",
     "tiergate.images", "tiergate.figures", "tiergate.decision", "tiergate.quickgate", "tiergate.state",
-    "tiergate.request", "tiergate.usercode", "tiergate.attest", "tiergate.bisect", "tiergate.cpunames",
+    "tiergate.request", "tiergate.usercode", "tiergate.attest", "tiergate.bisect", "tiergate.dataloader",
+    "tiergate.labels", "tiergate.outputs", "tiergate.npu", "tiergate.cpunames",
 )
 EVERYONE = ("tiergate",)
 

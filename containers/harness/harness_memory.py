@@ -40,7 +40,7 @@ CLEAR_REFS = "/proc/self/clear_refs"
 CGROUP_PEAK = ("/sys/fs/cgroup/memory.peak",                      # cgroup v2
                "/sys/fs/cgroup/memory/memory.max_usage_in_bytes")  # cgroup v1
 RUNTIME_MODULE = {"onnxruntime": "onnxruntime", "onnxruntime-gpu": "onnxruntime",
-                  "tflite": "ai_edge_litert.interpreter", "tvm": "tvm"}
+                  "tflite": "ai_edge_litert.interpreter", "tvm": "tvm", "ethos-u": "ai_edge_litert.interpreter"}
 
 
 def status() -> dict[str, int]:

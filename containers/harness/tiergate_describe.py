@@ -50,7 +50,7 @@ LEVELS = ("basic", "extended", "all")
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--runtime", required=True, choices=("onnxruntime", "onnxruntime-gpu", "tflite", "tvm"))
+    p.add_argument("--runtime", required=True, choices=("onnxruntime", "onnxruntime-gpu", "tflite", "tvm", "ethos-u"))
     p.add_argument("--model", required=True)
     p.add_argument("--out", required=True)
     p.add_argument("--threads", type=int, default=1)
@@ -219,6 +219,21 @@ def _delegated(details, count):
     return covered
 
 
+def describe_ethos_u(args, doc):
+    """An Ethos-U class's artifact: what Vela's compile recorded beside the model (vela-meta.json: each operator's
+    placement, NPU or CPU with Vela's reason, and the estimate), read as is: the host parses it
+    (tiergate.npu.placement). The model beside it is what the tier's reference kernels run."""
+    path = os.path.join(os.path.dirname(os.path.abspath(args.model)), "vela-meta.json")
+    try:
+        with open(path) as fh:
+            doc["vela"] = json.load(fh)
+    except (OSError, ValueError) as exc:
+        doc["ok"], doc["error"] = False, f"no Vela record beside the model: {one_line(exc)}"
+        return 1
+    doc["versions"] = {"ethos-u-vela": doc["vela"].get("vela_version", "")}
+    return 0
+
+
 def describe(runtime, model, out, threads=1, own_level=False, disabled=()):
     """Describe `model` on this runtime into `out` (describe.json, optimized-LEVEL.onnx): the exit code.
     `own_level`: onnxruntime's default level only, the one a run executes (not basic and extended too). The
@@ -227,7 +242,8 @@ def describe(runtime, model, out, threads=1, own_level=False, disabled=()):
                               disabled=list(disabled))
     os.makedirs(out, exist_ok=True)
     doc = {"ok": True, "runtime": runtime, "machine": platform.machine(), "cpu": cpu_info(), "error": ""}
-    code = {"tflite": describe_tflite, "tvm": describe_tvm}.get(runtime, describe_onnx)(args, doc)
+    code = {"tflite": describe_tflite, "tvm": describe_tvm, "ethos-u": describe_ethos_u}.get(
+        runtime, describe_onnx)(args, doc)
     path = os.path.join(out, "describe.json")
     with open(path + ".tmp", "w") as fh:
         json.dump(doc, fh)

@@ -132,7 +132,7 @@ HOOK_POINTS = ("before_load", "loaded", "before_timed_loop", "after_timed_loop")
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--runtime", required=True, choices=("onnxruntime", "onnxruntime-gpu", "tflite", "tvm"))
+    p.add_argument("--runtime", required=True, choices=("onnxruntime", "onnxruntime-gpu", "tflite", "tvm", "ethos-u"))
     p.add_argument("--model", required=True, action="append", dest="models",
                    help="an artifact (repeatable; paired in order with --out)")
     p.add_argument("--data", required=True)
@@ -310,7 +310,11 @@ class OnnxRunner:
 
 
 class TfliteRunner:
-    def __init__(self, args):
+    """LiteRT's interpreter (XNNPACK by default). `reference`: its reference kernels (OpResolverType.BUILTIN_REF),
+    an Ethos-U class's numeric model (--runtime ethos-u: the model is the source TFLite, Vela's record beside it
+    goes to extra.npu)."""
+
+    def __init__(self, args, reference=False):
         import ai_edge_litert
         from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
@@ -319,6 +323,8 @@ class TfliteRunner:
         if unknown:
             raise SystemExit(f"harness: LiteRT has no pass named {', '.join(unknown)} (it can switch off: XNNPACK)")
         bare = {"experimental_op_resolver_type": OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES} if disabled else {}
+        if reference:
+            bare = {"experimental_op_resolver_type": OpResolverType.BUILTIN_REF}
         self.interp = Interpreter(model_path=args.model, num_threads=args.threads, **bare)
         self.interp.allocate_tensors()
         self.inputs = self.interp.get_input_details()
@@ -326,6 +332,10 @@ class TfliteRunner:
         self.output_names = [o["name"] for o in self.outputs]
         self.versions = {"ai-edge-litert": getattr(ai_edge_litert, "__version__", "")}
         self.extra = {"dequantized_outputs": [o["name"] for o in self.outputs if _quantized(o)]}
+        if reference:
+            self.extra["op_resolver"] = "BUILTIN_REF"
+            self.extra["npu"] = _vela_record(args.model)
+            self.versions["ethos-u-vela"] = self.extra["npu"].get("vela_version", "")
         self.current = None
         self.axes = {}
 
@@ -383,6 +393,17 @@ class TfliteRunner:
                 mark(CALLED)
             store(i, [_from_output(interp.get_tensor(o["index"]), o) for o in self.outputs])
         return lat
+
+
+def _vela_record(model):
+    """Vela's record beside the model (vela-meta.json, tiergate's Ethos-U compile), without its per-layer rows."""
+    path = os.path.join(os.path.dirname(os.path.abspath(model)), "vela-meta.json")
+    try:
+        with open(path) as fh:
+            record = json.load(fh)
+    except (OSError, ValueError) as exc:
+        raise SystemExit(f"harness: no Vela record beside the model ({exc})")
+    return {k: v for k, v in record.items() if k != "layers"}
 
 
 def _quantized(detail):
@@ -489,6 +510,8 @@ LOAD, LOADED, CALL, CALLED = 1, 2, 3, 4    # harness_insn's marker codes
 def make_runner(args):
     if args.runtime == "tvm":
         return TvmRunner(args)
+    if args.runtime == "ethos-u":
+        return TfliteRunner(args, reference=True)
     return TfliteRunner(args) if args.runtime == "tflite" else OnnxRunner(args)
 
 

@@ -198,16 +198,16 @@ def plan_runtime_image(dc: DeviceClass, *, client, base_image: str | None = None
     harness_sha = harness_sha256()
     versions = lock_versions(lock, dc)
     emulator = emulator_path(dc)
-    digest = _digest([dc.runtime, dc.arch, base, base_id, pip_mode, lock, pip_conf,
+    digest = _digest([dc.image_runtime, dc.arch, base, base_id, pip_mode, lock, pip_conf,
                       json.dumps(buildargs, sort_keys=True), hashlib.sha256(cas).hexdigest(), harness_sha,
                       file_sha256(recipe)] + ([file_sha256(emulator)] if emulator else []))
-    labels = {f"{LABEL}.runtime": dc.runtime, f"{LABEL}.arch": dc.arch, f"{LABEL}.base_image": base,
+    labels = {f"{LABEL}.runtime": dc.image_runtime, f"{LABEL}.arch": dc.arch, f"{LABEL}.base_image": base,
               f"{LABEL}.versions": json.dumps(versions, sort_keys=True), f"{LABEL}.harness.sha256": harness_sha,
               f"{LABEL}.requirements": dc.build.requirements,
               f"{LABEL}.env": json.dumps(dc.build.env, sort_keys=True)}
     if emulator:
         labels[f"{LABEL}.emulator"] = f"{emulator.name} {file_sha256(emulator)[:16]}"
-    return RuntimePlan(dc, f"tiergate/runtime-{dc.runtime}-{dc.arch}:{digest[:20]}", base, base_id, lock,
+    return RuntimePlan(dc, f"tiergate/runtime-{dc.image_runtime}-{dc.arch}:{digest[:20]}", base, base_id, lock,
                        buildargs, cas, pip_conf, pip_mode, ca_bundle is not None, versions, labels)
 
 
@@ -320,9 +320,10 @@ def base_python_version(client, base: str, base_id: str) -> str:
 
 
 def render_lock(requirements: Path, dc: DeviceClass) -> str:
-    """A pinned lock (containers/requirements/<name>.txt) with the device class's runtime version filled in."""
+    """A pinned lock (containers/requirements/<name>.txt) with the device class's runtime version filled in (the
+    runtime image's: an Ethos-U class's [numerics] litert_version, DeviceClass.image_runtime_version)."""
     text = requirements.read_text()
-    return text.replace("{runtime_version}", dc.runtime_version)
+    return text.replace("{runtime_version}", dc.image_runtime_version)
 
 
 def lock_versions(lock: str, dc: DeviceClass) -> dict[str, str]:
@@ -333,8 +334,8 @@ def lock_versions(lock: str, dc: DeviceClass) -> dict[str, str]:
         if "==" in line:
             name, version = line.split("==", 1)
             pins[name.strip().lower()] = version.strip()
-    package = {"tflite": "ai-edge-litert", "tvm": "apache-tvm"}.get(dc.runtime, dc.runtime)
-    return {package: pins.get(package, dc.runtime_version), "numpy": pins.get("numpy", "")}
+    package = {"tflite": "ai-edge-litert", "tvm": "apache-tvm"}.get(dc.image_runtime, dc.image_runtime)
+    return {package: pins.get(package, dc.image_runtime_version), "numpy": pins.get("numpy", "")}
 
 
 def ca_bundle_bytes(extra: Path | None) -> bytes:

@@ -14,6 +14,11 @@
 
 A model TVM cannot make static, import or compile raises InputError with TVM's reason (that tier's build fails:
 a failed run, never a crash); a compiler image that cannot be built is an EnvironmentProblem (exit 2).
+
+The same stage compiles for an ethos-u class with Arm's Vela (docs/npu.md): a `Toolchain` says what differs (the
+image's recipe and lock, the compile's command and files, the key's class part, the image's files and labels, the
+describe document); TVM's is here, Vela's parts are tiergate.vela's. The image, the container, the cache, its lock
+and the refusal record are one path for both.
 """
 
 from __future__ import annotations
@@ -24,17 +29,17 @@ import os
 import shutil
 import tempfile
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
 
 import docker
 import requests
 
-from tiergate import state
+from tiergate import state, vela
 from tiergate.build import (_digest, _docker_build, _one_line, base_python_version, building,
-                            ca_bundle_bytes, download_wheels, ensure_base_image, install_on_host, normalise_modes,
-                            render_lock)
+                            ca_bundle_bytes, download_wheels, ensure_base_image, install_on_host, normalise_modes)
 from tiergate.errors import EnvironmentProblem, InputError
 from tiergate.hashing import file_sha256
 from tiergate.images import COMPILE_KEY_LABEL, LABEL
@@ -58,8 +63,33 @@ class CompilerImage:
 
 
 @dataclass(frozen=True)
+class Toolchain:
+    """What one compiler needs of the compile stage: its image (recipe, script, lock, repository), the compile's
+    command and the files it writes (its record `meta` among them), the class's part of the cache key, the artifact
+    image's files and labels, and the describe document made from the record."""
+
+    name: str                                   # in messages: "TVM cannot compile ..."
+    recipe: str
+    script: str
+    lock: str
+    repository: str                             # the compiler image's repository (tag: content hash)
+    meta: str                                   # the compile's record (read back, sealed in the cache)
+    product: tuple[str, ...]                    # the files the compile writes (ERROR instead when it refuses)
+    command: Callable                           # (dc, artifact, shapes) -> the compile container's command
+    key_parts: Callable                         # (dc) -> what of the class can change the output
+    shapes: Callable                            # (dc, artifact, input_shapes) -> static shapes (or {})
+    files: Callable                             # (folder, artifact) -> what the artifact image holds, model first
+    labels: Callable                            # (meta) -> the artifact image's labels beyond the key's
+    describe: Callable                          # (meta, machine) -> describe.json
+    timeout_s: int = 1800
+    memory: str = "8g"
+    apt: bool = False                           # the recipe runs apt-get (its build needs the host's network)
+
+
+@dataclass(frozen=True)
 class Compiled:
-    """An artifact compiled for a class: its cache folder (model.so, tvm-meta.json) and what the compile recorded."""
+    """An artifact compiled for a class: its cache folder (model.so and tvm-meta.json, or Vela's model and
+    vela-meta.json) and what the compile recorded."""
 
     key: str
     folder: Path
@@ -67,21 +97,25 @@ class Compiled:
     compiler: str            # the compiler image's tag
     reused: bool
     seconds: float           # this call's wall time
+    tool: Toolchain | None = field(default=None, compare=False)
+    artifact_path: Path | None = None
 
     @property
     def files(self) -> list[Path]:
-        """What the artifact image holds: the library first (the harness's --model), its record beside it."""
-        return [self.folder / LIBRARY, self.folder / META]
+        """What the artifact image holds: the model first (the harness's --model), the compile's record beside it."""
+        return (self.tool or TVM).files(self.folder, SimpleNamespace(path=self.artifact_path))
 
     @property
     def labels(self) -> dict[str, str]:
-        meta = self.meta
-        return {KEY_LABEL: self.key, f"{LABEL}.compile.compiler": self.compiler,
-                f"{LABEL}.compile.target": json.dumps(meta.get("target", {}), sort_keys=True),
-                f"{LABEL}.compile.opt_level": str(meta.get("opt_level", "")),
-                f"{LABEL}.compile.disabled_passes": json.dumps(meta.get("disabled_passes", [])),
-                f"{LABEL}.compile.passes": str(len(meta.get("passes", []))),
-                f"{LABEL}.model.format": MODEL_FORMAT}
+        return {KEY_LABEL: self.key, f"{LABEL}.compile.compiler": self.compiler, **(self.tool or TVM).labels(self.meta)}
+
+
+def _tvm_labels(meta: dict) -> dict[str, str]:
+    return {f"{LABEL}.compile.target": json.dumps(meta.get("target", {}), sort_keys=True),
+            f"{LABEL}.compile.opt_level": str(meta.get("opt_level", "")),
+            f"{LABEL}.compile.disabled_passes": json.dumps(meta.get("disabled_passes", [])),
+            f"{LABEL}.compile.passes": str(len(meta.get("passes", []))),
+            f"{LABEL}.model.format": MODEL_FORMAT}
 
 
 # --- static shapes ---------------------------------------------------------------------------------------------
@@ -108,13 +142,51 @@ def static_shapes(dc: DeviceClass, artifact, input_shapes: dict | None = None) -
 
 
 def compile_key(dc: DeviceClass, artifact_sha256: str, shapes: dict, compiler_tag: str) -> str:
-    """The compile cache's key: everything that can change the library (docs/tvm.md)."""
+    """The compile cache's key: everything that can change the library (docs/tvm.md, docs/npu.md)."""
+    return _digest([compiler_tag, artifact_sha256, *toolchain(dc).key_parts(dc),
+                    json.dumps(shapes, sort_keys=True)])[:32]
+
+
+def _tvm_key_parts(dc: DeviceClass) -> list[str]:
     spec = dc.compile
-    return _digest([compiler_tag, artifact_sha256, json.dumps(spec.target, sort_keys=True), str(spec.opt_level),
-                    json.dumps(sorted(dc.disabled_passes)), json.dumps(shapes, sort_keys=True)])[:32]
+    return [json.dumps(spec.target, sort_keys=True), str(spec.opt_level), json.dumps(sorted(dc.disabled_passes))]
+
+
+def _tvm_command(dc: DeviceClass, artifact, shapes: dict) -> list[str]:
+    spec = dc.compile
+    command = ["--model", f"/in/model{Path(artifact.path).suffix}", "--out", "/out",
+               "--target", json.dumps(spec.target, sort_keys=True), "--opt-level", str(spec.opt_level)]
+    command += [arg for name in sorted(dc.disabled_passes) for arg in ("--disable-pass", name)]
+    return command + [f"--shape={name}={','.join(map(str, dims))}" for name, dims in sorted(shapes.items())]
+
+
+def _tvm_files(folder: Path, artifact) -> list[Path]:
+    return [Path(folder) / LIBRARY, Path(folder) / META]
+
+
+def compile_shapes(dc: DeviceClass, artifact, input_shapes: dict | None = None) -> dict[str, list[int]]:
+    """The static shapes a class's compiler takes ({} for Vela, which sets a dynamic batch axis to 1 itself)."""
+    return toolchain(dc).shapes(dc, artifact, input_shapes)
 
 
 # --- the compiler image ----------------------------------------------------------------------------------------
+
+
+TVM = Toolchain("TVM", RECIPE, SCRIPT, LOCK, "tiergate/tvm-compiler", META, (LIBRARY, META), _tvm_command,
+                _tvm_key_parts, static_shapes, _tvm_files, _tvm_labels, lambda meta, machine="": describe_doc(meta, machine),
+                COMPILE_TIMEOUT_S, COMPILE_MEMORY, apt=True)
+VELA = Toolchain("Vela", vela.RECIPE, vela.SCRIPT, vela.LOCK, vela.IMAGE_REPO, vela.META, vela.PRODUCT, vela.command,
+                 vela.key_parts, lambda dc, artifact, input_shapes=None: {}, vela.image_files, vela.labels,
+                 vela.describe_doc, vela.TIMEOUT_S, vela.MEMORY)
+
+
+def toolchain(dc: DeviceClass) -> Toolchain:
+    """The compiler of a class that compiles its artifact; InputError for another class."""
+    if dc.runtime == "ethos-u":
+        return VELA
+    if dc.runtime == "tvm":
+        return TVM
+    raise InputError(f"{dc.name}: runtime {dc.runtime} does not compile its artifact")
 
 
 def compiler_base(dc: DeviceClass) -> str:
@@ -123,34 +195,36 @@ def compiler_base(dc: DeviceClass) -> str:
 
 
 def ensure_compiler_image(dc: DeviceClass, *, client, ca_bundle: Path | None = None) -> CompilerImage:
-    """The compiler image for the class's TVM version, built once (content-hash tag, like runtime images)."""
-    recipe, script, lock_file = (containers_dir() / p for p in (RECIPE, SCRIPT, LOCK))
+    """The compiler image for the class's compiler version, built once (content-hash tag, like runtime images)."""
+    tool = toolchain(dc)
+    recipe, script, lock_file = (containers_dir() / p for p in (tool.recipe, tool.script, tool.lock))
     for path in (recipe, script, lock_file):
         if not path.is_file():
-            raise EnvironmentProblem(f"{dc.name}: the TVM compiler's {path} is missing")
+            raise EnvironmentProblem(f"{dc.name}: the {tool.name} compiler's {path} is missing")
     base = compiler_base(dc)
     # what build's base-image and wheel helpers read of a class, for the compiler's own platform
-    amd64 = SimpleNamespace(runtime="tvm-compiler", machine="x86_64", arch="amd64", name=dc.name,
-                            platform="linux/amd64")
+    name = tool.repository.rsplit("/", 1)[-1]
+    amd64 = SimpleNamespace(runtime=name, machine="x86_64", arch="amd64", name=dc.name, platform="linux/amd64")
     base_id = ensure_base_image(client, base, amd64)
     python = base_python_version(client, base, base_id)
-    lock = render_lock(lock_file, dc)
+    lock = lock_file.read_text().replace("{runtime_version}", dc.runtime_version)
     digest = _digest([file_sha256(recipe), file_sha256(script), lock, base, base_id, python])
-    tag = f"tiergate/tvm-compiler:{digest[:20]}"
-    labels = {f"{LABEL}.compiler": "tvm", f"{LABEL}.compiler.lock": hashlib.sha256(lock.encode()).hexdigest(),
+    tag = f"{tool.repository}:{digest[:20]}"
+    labels = {f"{LABEL}.compiler": tool.name.lower(),
+              f"{LABEL}.compiler.lock": hashlib.sha256(lock.encode()).hexdigest(),
               f"{LABEL}.base_image": base, f"{LABEL}.runtime.version": dc.runtime_version}
     with building(client, tag, labels) as found:
         if found is not None:
             return CompilerImage(tag, found.id, True)
-        image = _build_compiler(client, tag, labels, recipe, script, lock, amd64, python, base, ca_bundle)
+        image = _build_compiler(client, tag, labels, recipe, script, lock, amd64, python, base, ca_bundle, tool)
     return CompilerImage(tag, image.id, False)
 
 
-def _build_compiler(client, tag, labels, recipe, script, lock, amd64, python, base, ca_bundle):
-    with tempfile.TemporaryDirectory(prefix="tiergate-tvm-compiler-") as tmp:
+def _build_compiler(client, tag, labels, recipe, script, lock, amd64, python, base, ca_bundle, tool):
+    with tempfile.TemporaryDirectory(prefix=f"tiergate-{tool.name.lower()}-compiler-") as tmp:
         ctx = Path(tmp)
         shutil.copyfile(recipe, ctx / "Dockerfile")
-        shutil.copyfile(script, ctx / Path(SCRIPT).name)
+        shutil.copyfile(script, ctx / Path(tool.script).name)
         cert = None
         if ca_bundle is not None:
             cert = ctx / "ca-bundle.crt"
@@ -160,7 +234,8 @@ def _build_compiler(client, tag, labels, recipe, script, lock, amd64, python, ba
         if cert is not None:
             cert.unlink()
         normalise_modes(ctx)
-        return _docker_build(client, ctx, tag, {"BASE_IMAGE": base}, labels, network="host")   # apt-get
+        return _docker_build(client, ctx, tag, {"BASE_IMAGE": base}, labels,
+                             network="host" if tool.apt else "none")      # TVM's recipe runs apt-get
 
 
 # --- the compile -----------------------------------------------------------------------------------------------
@@ -168,27 +243,29 @@ def _build_compiler(client, tag, labels, recipe, script, lock, amd64, python, ba
 
 def compiled(dc: DeviceClass, artifact, *, input_shapes: dict | None = None, client=None,
              ca_bundle: Path | None = None) -> Compiled:
-    """`artifact` (a loaded Artifact) compiled for `dc`, from the compile cache or made now (InputError when TVM
-    cannot compile it)."""
+    """`artifact` (a loaded Artifact) compiled for `dc`, from the compile cache or made now (InputError when its
+    compiler, TVM or Vela, cannot compile it)."""
     from tiergate.execution.engine import connect, with_retries
 
     if dc.compile is None:
         raise InputError(f"{dc.name}: runtime {dc.runtime} does not compile its artifact")
+    tool = toolchain(dc)
     t0 = time.monotonic()
     own = client is None
     client = client or with_retries(lambda: connect(dc.docker_host), what=f"connecting to {dc.docker_host}")
     try:
-        shapes = static_shapes(dc, artifact, input_shapes)
+        shapes = tool.shapes(dc, artifact, input_shapes)
         image = ensure_compiler_image(dc, client=client, ca_bundle=ca_bundle)
         key = compile_key(dc, artifact.sha256, shapes, image.tag)
         folder = state.compiled_folder(key)
         with state.key_lock(f"compile-{key}"):        # one compile of a key at a time, across gates
             if state.cached_folder(folder, "compiled library"):
                 os.utime(folder)       # last used now: tiergate gc's --older-than and in-progress rules see it
-                if (folder / ERROR).is_file():      # TVM refused the model (published without a library)
+                if (folder / ERROR).is_file():      # the compiler refused the model (published without its output)
                     raise InputError(f"{_refusal(dc, artifact, folder)} (recorded when this compile first failed; "
                                      f"tiergate gc removes the record)")
-                return Compiled(key, folder, read_meta(folder), image.tag, True, time.monotonic() - t0)
+                return Compiled(key, folder, read_meta(folder, tool.meta), image.tag, True, time.monotonic() - t0,
+                                tool, Path(artifact.path))
             staging = state.part_path(folder)
             shutil.rmtree(staging, ignore_errors=True)
             staging.mkdir(parents=True)
@@ -199,8 +276,8 @@ def compiled(dc: DeviceClass, artifact, *, input_shapes: dict | None = None, cli
                 except InputError as exc:
                     if not (staging / ERROR).is_file():   # a timeout, OOM or crash: not recorded, tried again
                         raise
-                    refused = exc                         # TVM refused the model: the same key always will
-                    for name in (LIBRARY, META):
+                    refused = exc                         # the compiler refused the model: the same key always will
+                    for name in tool.product:
                         (staging / name).unlink(missing_ok=True)
                 state.write_compile_source(staging, artifact.sha256, dc.name, image.tag)
                 state.publish_folder(staging, folder)
@@ -208,53 +285,52 @@ def compiled(dc: DeviceClass, artifact, *, input_shapes: dict | None = None, cli
                 shutil.rmtree(staging, ignore_errors=True)
             if refused is not None:
                 raise refused
-            return Compiled(key, folder, read_meta(folder), image.tag, False, time.monotonic() - t0)
+            return Compiled(key, folder, read_meta(folder, tool.meta), image.tag, False, time.monotonic() - t0, tool,
+                            Path(artifact.path))
     finally:
         if own:
             client.close()
 
 
-def read_meta(folder: Path) -> dict:
-    record = state.compile_record(folder)
+def read_meta(folder: Path, name: str = META) -> dict:
+    record = state.compile_record(folder, name)
     if record is None:
-        raise InputError(f"{folder}: no readable {META}")
+        raise InputError(f"{folder}: no readable {name}")
     return record
 
 
 def _compile(client, image: CompilerImage, dc: DeviceClass, artifact, shapes: dict, work: Path) -> None:
-    """One compile container: the model in, model.so and tvm-meta.json (or error.json) out, into `work`."""
+    """One compile container: the model in, the compiler's files (model.so and tvm-meta.json, or Vela's) or
+    error.json out, into `work`."""
     from tiergate.execution import janitor
 
-    spec = dc.compile
-    command = ["--model", f"/in/model{Path(artifact.path).suffix}", "--out", "/out",
-               "--target", json.dumps(spec.target, sort_keys=True), "--opt-level", str(spec.opt_level)]
-    command += [arg for name in sorted(dc.disabled_passes) for arg in ("--disable-pass", name)]
-    command += [f"--shape={name}={','.join(map(str, dims))}" for name, dims in sorted(shapes.items())]
+    tool = toolchain(dc)
+    command = tool.command(dc, artifact, shapes)
     try:
         container = client.containers.create(
             image.image_id, command=command, network_mode="none", user="65534:65534", init=True,
             tmpfs={"/tmp": "rw,nosuid,nodev,size=1g,mode=1777"}, cap_drop=["ALL"],
-            security_opt=["no-new-privileges"], mem_limit=COMPILE_MEMORY, memswap_limit=COMPILE_MEMORY,
+            security_opt=["no-new-privileges"], mem_limit=tool.memory, memswap_limit=tool.memory,
             labels={f"{LABEL}.compile": dc.name, **janitor.owner_labels()})
     except docker.errors.DockerException as exc:
-        raise EnvironmentProblem(f"{dc.name}: the TVM compile container could not be created: {_one_line(exc)}") \
-            from None
+        raise EnvironmentProblem(f"{dc.name}: the {tool.name} compile container could not be created: "
+                                 f"{_one_line(exc)}") from None
     try:
         if not container.put_archive("/in", _model_tar(artifact)):
-            raise EnvironmentProblem(f"{dc.name}: could not copy the model into the TVM compile container")
+            raise EnvironmentProblem(f"{dc.name}: could not copy the model into the {tool.name} compile container")
         container.start()
         try:
-            code = container.wait(timeout=COMPILE_TIMEOUT_S)["StatusCode"]
+            code = container.wait(timeout=tool.timeout_s)["StatusCode"]
         except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError):
             container.kill()
-            raise InputError(f"{dc.name}: TVM's compile of {Path(artifact.path).name} ran past "
-                             f"{COMPILE_TIMEOUT_S} s") from None
+            raise InputError(f"{dc.name}: {tool.name}'s compile of {Path(artifact.path).name} ran past "
+                             f"{tool.timeout_s} s") from None
         container.reload()
-        _fetch(container, work)
+        _fetch(container, work, tool)
         log = container.logs(tail=20).decode("utf-8", "replace")
         oom = bool(container.attrs["State"].get("OOMKilled"))
     except docker.errors.DockerException as exc:
-        raise EnvironmentProblem(f"{dc.name}: the TVM compile container failed: {_one_line(exc)}") from None
+        raise EnvironmentProblem(f"{dc.name}: the {tool.name} compile container failed: {_one_line(exc)}") from None
     finally:
         try:
             container.remove(force=True)
@@ -264,18 +340,19 @@ def _compile(client, image: CompilerImage, dc: DeviceClass, artifact, shapes: di
     if (work / ERROR).is_file():
         raise InputError(_refusal(dc, artifact, work, _last(log)))
     if oom:
-        raise InputError(f"{dc.name}: TVM's compile of {name} ran out of memory ({COMPILE_MEMORY})")
-    if code != 0 or not (work / META).is_file() or not (work / LIBRARY).is_file():
-        raise InputError(f"{dc.name}: TVM's compile of {name} exited with code {code}: {_last(log)}")
+        raise InputError(f"{dc.name}: {tool.name}'s compile of {name} ran out of memory ({tool.memory})")
+    if code != 0 or not (work / tool.meta).is_file() or not (work / tool.product[0]).is_file():
+        raise InputError(f"{dc.name}: {tool.name}'s compile of {name} exited with code {code}: {_last(log)}")
 
 
 def _refusal(dc: DeviceClass, artifact, folder: Path, log_line: str = "") -> str:
-    """The one line for a model TVM refused, from the compile's error.json in `folder`."""
+    """The one line for a model the class's compiler refused, from the compile's error.json in `folder`."""
     try:
         why = str(json.loads((Path(folder) / ERROR).read_text()).get("error", ""))
     except (OSError, ValueError, AttributeError):
         why = ""
-    return f"{dc.name}: TVM cannot compile {Path(artifact.path).name}: {why or log_line or 'no reason given'}"
+    return (f"{dc.name}: {toolchain(dc).name} cannot compile {Path(artifact.path).name}: "
+            f"{why or log_line or 'no reason given'}")
 
 
 def _model_tar(artifact) -> bytes:
@@ -286,11 +363,11 @@ def _model_tar(artifact) -> bytes:
     return readonly_tar([(path, f"model{path.suffix}")] + [(path.parent / loc, loc) for loc in artifact.external_data])
 
 
-def _fetch(container, work: Path) -> None:
+def _fetch(container, work: Path, tool: Toolchain) -> None:
     """The compile's files from /out (only the names it writes), within the output limit (docker_backend.download)."""
     from tiergate.execution.docker_backend import download
 
-    download(container, work, lambda name: name in (LIBRARY, META, ERROR))
+    download(container, work, lambda name: name in (*tool.product, ERROR))
 
 
 def _last(log: str) -> str:
@@ -313,6 +390,7 @@ def compiled_graph(dc: DeviceClass, artifact, image=None, compiled_artifact: Com
     (its compile-key label) or of `compiled_artifact`. InputError when the record is gone (tiergate gc)."""
     from tiergate.runtime_graph import from_describe
 
+    tool = toolchain(dc)
     if compiled_artifact is not None:
         folder, image_ref, image_id = compiled_artifact.folder, "", ""
     else:
@@ -322,6 +400,6 @@ def compiled_graph(dc: DeviceClass, artifact, image=None, compiled_artifact: Com
         folder, image_ref, image_id = state.compiled_folder(key), image.tag, image.image_id
         if not state.cached_folder(folder, "compiled library"):
             raise InputError(f"{dc.name}: the compile record of {Path(artifact.path).name} is no longer cached")
-    return from_describe(describe_doc(read_meta(folder), dc.machine), None, target=dc.name, tier=dc.tier,
+    return from_describe(tool.describe(read_meta(folder, tool.meta), dc.machine), None, target=dc.name, tier=dc.tier,
                          runtime=dc.runtime, emulated=dc.emulated, image=image_ref, image_id=image_id,
                          artifact_sha256=artifact.sha256, seconds=0.0, cached=True)

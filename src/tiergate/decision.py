@@ -16,6 +16,7 @@ from tiergate.codec import decode, encode
 from tiergate.errors import EXIT_FAIL, EXIT_INCONCLUSIVE, EXIT_OK, InputError
 from tiergate.figures import DeviceFigures, Estimate, Interval, LatencyStats, Look, McNemar, OutputDrift
 from tiergate.fmt import number
+from tiergate.outputs.kind import OutputKind
 from tiergate.policy import Thresholds
 
 PROMOTE, REJECT, INCONCLUSIVE = "PROMOTE", "REJECT", "INCONCLUSIVE"
@@ -120,6 +121,10 @@ class TargetMetrics:
     device: dict[str, DeviceFigures] = field(default_factory=dict)    # candidate / reference / incumbent figures
     device_ratios: dict[str, float] = field(default_factory=dict)     # <figure>_ratio[_vs_incumbent]: candidate / other
     task: dict[str, TaskMetric] = field(default_factory=dict)         # task metrics by name
+    kinds: dict[str, OutputKind] = field(default_factory=dict)        # what each output is (tiergate.outputs)
+    # an NPU tier (docs/npu.md): Vela's placement and estimate per side (candidate / reference / incumbent), the
+    # placement's diff against the incumbent's ("diff") and what computed the outputs ("numerics")
+    npu: dict = field(default_factory=dict)
 
     def to_json(self) -> dict:
         return encode(self)
@@ -311,7 +316,17 @@ def runtime_summary(runtime: dict[str, dict]) -> dict[str, dict]:
                          "cpu": graph.get("cpu", {})}
         if graph.get("passes"):
             summary[name]["passes"] = pass_summary(graph["passes"])
+        if graph.get("npu"):
+            summary[name]["npu"] = npu_summary(graph)
     return summary
+
+
+def npu_summary(graph: dict) -> dict:
+    """An NPU tier's placement and estimate kept small for the record (tiergate.npu.placement; docs/npu.md)."""
+    from tiergate.npu.placement import Placement
+
+    placement = Placement.from_record(graph.get("npu"))
+    return {"tier": graph.get("tier", ""), **placement.to_json()} if placement is not None else {}
 
 
 def changed_passes(passes: list[dict]) -> list[dict]:

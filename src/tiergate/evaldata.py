@@ -4,13 +4,13 @@ Each input array has a *sample axis*: found from the model's symbolic dimensions
 (`state` [2, batch, 128] -> axis 1; the first non-fixed dimension), or given
 explicitly (`--sample-axis state=1`). A 0-d array is a constant fed to every call
 (silero VAD's `sr`). `labels` always have the sample axis first: one class index
-per sample (classification), a mask per sample (segmentation), numbers (regression).
+per sample (classification), a mask per sample (segmentation), numbers (regression),
+a text per sample (a 1-D string array); or `labels` is a 0-d string naming a side file
+of texts or COCO-style boxes (tiergate.labels), whose labels an archive then carries.
 
-A data *loader* (`FILE.py:FUNCTION`, as Polygraphy's data-loader scripts) runs
-once, here on the host: FUNCTION() yields samples, each a dict {input name: the
-array of one call} or a pair (that dict, label). They are materialised into a
+A data *loader* (`FILE.py:FUNCTION`, tiergate.dataloader) is materialised into a
 content-hashed archive under TIERGATE_HOME/data (written byte-for-byte
-deterministically: the same samples give the same file and hash, so run caching
+deterministically here: the same samples give the same file and hash, so run caching
 and "the same data on every tier" hold), and containers only ever see arrays.
 
 An archive whose sample axes are not all leading, or that holds constants, carries
@@ -23,9 +23,7 @@ NaN and infinities).
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
-import sys
 import zipfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -33,14 +31,15 @@ from pathlib import Path
 
 import numpy as np
 
-from tiergate.artifact.model import TensorSpec
+from tiergate import labels as labels_mod
 from tiergate import state
+from tiergate.artifact.model import TensorSpec
 from tiergate.request import is_loader  # noqa: F401 - re-exported
 from tiergate.errors import InputError
 from tiergate.hashing import file_sha256
 from tiergate.results import read_npy_header
 
-LABELS = "labels"
+LABELS = labels_mod.LABELS
 AXES_MEMBER = "__tiergate_axes__"
 _ZIP_TIME = (1980, 1, 1, 0, 0, 0)
 
@@ -78,11 +77,12 @@ class EvalData:
     sha256: str
     n_samples: int
     info: dict[str, ArrayInfo]               # input arrays only, by name (no labels)
-    labels: np.ndarray | None = None
+    labels: np.ndarray | labels_mod.BoxLabels | None = None   # numbers or texts; boxes (tiergate.labels)
     arrays: Mapping[str, np.ndarray] = field(default_factory=dict)
     axes: dict[str, int | None] = field(default_factory=dict)     # input -> sample axis; None: a constant
     output_axes: dict[str, int] = field(default_factory=dict)     # explicit sample axes of outputs
     source: str = ""                                              # the loader spec, when a loader made it
+    labels_file: str = ""                                         # the side file the labels were read from
 
     def axis(self, name: str) -> int | None:
         return self.axes.get(name, 0 if self.info[name].shape else None)
@@ -165,7 +165,7 @@ def load_eval_data(path: str | Path, inputs: list[TensorSpec] | None = None,
     """
     path = Path(path)
     infos = _read_headers(path)
-    label_info = infos.pop(LABELS, None)
+    label_info, boxes_info = infos.pop(LABELS, None), infos.pop(labels_mod.RAGGED_MEMBER, None)
     meta = _read_meta(path, infos.pop(AXES_MEMBER, None))
     if not infos:
         raise InputError(f"evaluation data {path}: holds no input arrays (only labels or nothing)")
@@ -192,15 +192,30 @@ def load_eval_data(path: str | Path, inputs: list[TensorSpec] | None = None,
     outputs = {k: v for k, v in explicit.items() if k not in infos}
     outputs = {**meta.get("outputs", {}), **outputs}
     n_samples = _sample_count(path, infos, axes)
-    labels = None
-    if label_info is not None:
-        with np.load(path, allow_pickle=False) as npz:
-            labels = npz[LABELS]
+    labels, side_file = _read_labels(path, label_info, boxes_info)
     data = EvalData(path=path, sha256=file_sha256(path), n_samples=n_samples, info=infos, labels=labels,
                     arrays=_LazyArrays(path, list(infos)), axes=axes, output_axes=outputs,
-                    source=meta.get("source", ""))
+                    source=meta.get("source", ""), labels_file=side_file)
     _check_labels(data)
     return data
+
+
+def _read_labels(path: Path, label_info: ArrayInfo | None, boxes_info: ArrayInfo | None):
+    """(labels, the side file they came from or ""): numbers or texts in `labels`, boxes in the JSON member, or
+    a 0-d string `labels` naming a side file (tiergate.labels)."""
+    if label_info is not None and boxes_info is not None:
+        raise InputError(f"evaluation data {path}: holds both 'labels' and '{labels_mod.RAGGED_MEMBER}'; one only")
+    if label_info is None and boxes_info is None:
+        return None, ""
+    with np.load(path, allow_pickle=False) as npz:
+        if boxes_info is not None:
+            return labels_mod.BoxLabels.from_json(str(npz[labels_mod.RAGGED_MEMBER][()]), f"evaluation data {path}"), ""
+        labels = npz[LABELS]
+    if labels.dtype.kind == "U" and labels.ndim == 0:
+        name = str(labels[()])
+        side = labels_mod.read_side_file(name, path)
+        return side, str((path.parent / name).resolve())
+    return labels, ""
 
 
 def needs_axes_member(data: EvalData) -> bool:
@@ -211,11 +226,15 @@ def needs_axes_member(data: EvalData) -> bool:
 def normalised(data: EvalData) -> EvalData:
     """The same data in an archive that carries its sample axes (content-hashed), when they are not all
     leading; otherwise `data` itself (an unchanged file keeps its hash and its cached runs)."""
+    if data.labels_file:      # the labels come into the archive, so its hash covers them
+        arrays = {name: data.arrays[name] for name in data.info} | labels_mod.members(data.labels)
+        meta = {"inputs": data.axes, "outputs": data.output_axes} if needs_axes_member(data) else None
+        return load_eval_data(write_archive(arrays, meta))
     if not needs_axes_member(data) or data.source or _has_meta(data.path):
         return data
     arrays = {name: data.arrays[name] for name in data.info}
     if data.labels is not None:
-        arrays[LABELS] = data.labels
+        arrays |= labels_mod.members(data.labels)
     path = write_archive(arrays, {"inputs": data.axes, "outputs": data.output_axes})
     return load_eval_data(path)
 
@@ -241,7 +260,7 @@ def check_finite(data: EvalData) -> None:
     evidence about either (it would be judged as their outputs' disagreement). Names the first bad sample."""
     where = f"evaluation data {data.source or data.path}"
     arrays = [(name, data.axis(name), data.info[name].dtype) for name in data.info]
-    if data.labels is not None:
+    if data.labels is not None and not labels_mod.is_ragged(data.labels):
         arrays.append((LABELS, 0, data.labels.dtype.name))
     for name, axis, dtype in arrays:
         if np.dtype(dtype).kind not in "fc":
@@ -266,7 +285,7 @@ def check_finite(data: EvalData) -> None:
 def _check_input(where: str, info: ArrayInfo, spec: TensorSpec, axis: int | None) -> None:
     if info.dtype != spec.dtype:
         raise InputError(f"{where}: input '{spec.name}' has dtype {info.dtype}, the model wants {spec.dtype}")
-    expected = _shape_text(spec.shape, axis)
+    expected = shape_text(spec.shape, axis)
     if len(info.shape) != len(spec.shape):
         where_axis = "a constant: 0-d" if axis is None else f"sample axis {axis}"
         raise InputError(f"{where}: input '{spec.name}' has shape {info.shape}, the model wants "
@@ -281,19 +300,19 @@ def _check_labels(data: EvalData) -> None:
     labels = data.labels
     if labels is None:
         return
-    where = f"evaluation data {data.source or data.path}: labels"
+    where = f"evaluation data {data.source or data.path}: labels" + (
+        f" (from {data.labels_file})" if data.labels_file else "")
     if labels.ndim == 0:
         raise InputError(f"{where} must hold one label per sample (first axis = sample), got a 0-d array")
-    if not (np.issubdtype(labels.dtype, np.integer) or np.issubdtype(labels.dtype, np.floating)
-            or labels.dtype == np.bool_):
-        raise InputError(f"{where} must be numbers, got dtype {labels.dtype}")
+    if not (labels_mod.is_ragged(labels) or np.issubdtype(labels.dtype, np.integer)
+            or np.issubdtype(labels.dtype, np.floating) or labels.dtype == np.bool_):
+        raise InputError(f"{where} must be numbers, texts (a 1-D string array) or a side file's name (a 0-d "
+                         f"string), got dtype {labels.dtype}")
     if len(labels) != data.n_samples:
         raise InputError(f"{where}: {len(labels)} labels but the inputs hold {data.n_samples} samples")
-    if np.issubdtype(labels.dtype, np.integer) and labels.size and labels.min() < 0:
-        raise InputError(f"{where} must not be negative (found {labels.min()})")
 
 
-def _shape_text(shape, axis: int | None = 0) -> str:
+def shape_text(shape, axis: int | None = 0) -> str:
     return "(" + ", ".join("N" if i == axis else ("?" if dynamic_dim(d) else str(d))
                            for i, d in enumerate(shape)) + ")"
 
@@ -386,11 +405,18 @@ def label_classes(outputs: list[TensorSpec]) -> tuple[str, int] | None:
     return None
 
 
+def is_class_indices(labels) -> bool:
+    """One class index per sample: integers, none negative (a negative label is no class index: only a metric of
+    the user's reads such labels)."""
+    return (isinstance(labels, np.ndarray) and labels.ndim == 1 and np.issubdtype(labels.dtype, np.integer)
+            and (labels.size == 0 or int(labels.min()) >= 0))
+
+
 def check_labels_within(data: EvalData, output: str, classes: int) -> None:
     """Every label must name one of the output's classes."""
     labels = data.labels
-    if labels is None or labels.ndim != 1 or not np.issubdtype(labels.dtype, np.integer):
-        return       # not class indices (masks, scores, regression targets): no class count to check against
+    if not is_class_indices(labels):
+        return       # not class indices (masks, scores, texts, boxes): no class count to check against
     if labels.size and int(labels.max()) >= classes:
         raise InputError(f"evaluation data {data.path}: label {int(labels.max())} is outside output '{output}', "
                          f"which has {classes} classes (labels 0..{classes - 1})")
@@ -433,7 +459,7 @@ def subset(data: EvalData, start: int, stop: int) -> EvalData:
         raise ValueError(f"samples {start}-{stop} are outside 0-{data.n_samples}")
     arrays = {name: take(data.arrays[name], data.axis(name), start, stop) for name in data.info}
     if data.labels is not None:
-        arrays[LABELS] = data.labels[start:stop]
+        arrays |= labels_mod.members(data.labels[start:stop])
     meta = {"inputs": data.axes, "outputs": data.output_axes} if needs_axes_member(data) else None
     return load_eval_data(write_archive(arrays, meta))
 
@@ -450,7 +476,7 @@ def select(data: EvalData, rows) -> EvalData:
                                                                               axis=data.axis(name))
               for name in data.info}
     if data.labels is not None:
-        arrays[LABELS] = data.labels[rows]
+        arrays |= labels_mod.members(data.labels[rows])
     meta = {"inputs": data.axes, "outputs": data.output_axes} if needs_axes_member(data) else None
     return load_eval_data(write_archive(arrays, meta))
 
@@ -469,8 +495,6 @@ def sample_keys(data: EvalData, seed: int) -> np.ndarray:
         axis = data.axis(name)
         if axis is not None:
             columns.append((name, np.moveaxis(np.asarray(data.arrays[name]), axis, 0)))
-    if data.labels is not None:
-        columns.append((LABELS, np.asarray(data.labels)))
     keys = np.empty((data.n_samples, 2), dtype=np.uint64)
     copies: dict[bytes, int] = {}
     for i in range(data.n_samples):
@@ -479,6 +503,8 @@ def sample_keys(data: EvalData, seed: int) -> np.ndarray:
             one = np.ascontiguousarray(column[i])
             digest.update(f"{name}\0{one.dtype.str}\0{one.shape}\0".encode())
             digest.update(one.tobytes())
+        if data.labels is not None:
+            digest.update(b"labels\0" + labels_mod.sample_bytes(data.labels, i))
         key = digest.digest()
         copy = copies.get(key, 0)
         copies[key] = copy + 1
@@ -486,154 +512,3 @@ def sample_keys(data: EvalData, seed: int) -> np.ndarray:
             key = hashlib.blake2b(salt + key + copy.to_bytes(8, "little"), digest_size=16).digest()
         keys[i] = np.frombuffer(key, dtype="<u8")
     return keys
-
-
-# --- data loaders: FILE.py:FUNCTION -----------------------------------------------------------------
-
-
-LOADER_MAX_SAMPLES_ENV = "TIERGATE_LOADER_MAX_SAMPLES"
-LOADER_MAX_MB_ENV = "TIERGATE_LOADER_MAX_MB"
-LOADER_MAX_SAMPLES = 1_000_000
-LOADER_MAX_MB = 4096
-
-
-def load_function(spec: str, what: str = "data loader"):
-    """FUNCTION from FILE.py (imported once per call, as a fresh module); an InputError naming the spec.
-
-    The import runs the file's top level: user code, run with limits (tiergate.usercode)."""
-    from tiergate import usercode
-
-    file, sep, function = str(spec).rpartition(":")
-    if not sep or not file.endswith(".py") or not function.isidentifier():
-        raise InputError(f"{what} {spec!r}: expected FILE.py:FUNCTION")
-    path = Path(file)
-    if not path.is_file():
-        raise InputError(f"{what} {spec}: {file} does not exist")
-    module_name = f"tiergate_user_{abs(hash(str(path.resolve())))}"
-    try:
-        module_spec = importlib.util.spec_from_file_location(module_name, path)
-        module = importlib.util.module_from_spec(module_spec)
-        sys.modules[module_name] = module
-        usercode.call(f"{what} {spec}: importing {file}", module_spec.loader.exec_module, module)
-    except BaseException:
-        sys.modules.pop(module_name, None)
-        raise
-    fn = getattr(module, function, None)
-    if not callable(fn):
-        raise InputError(f"{what} {spec}: {file} defines no function {function}()")
-    return fn
-
-
-def run_loader(spec: str, inputs: list[TensorSpec], sample_axes: dict[str, int] | None = None) -> EvalData:
-    """Run a loader once, here; its samples, checked against the model's inputs, as a content-hashed archive.
-
-    The loader is user code run with limits (tiergate.usercode: sys.exit, stdout, a timeout per sample),
-    and at most TIERGATE_LOADER_MAX_SAMPLES samples and TIERGATE_LOADER_MAX_MB of arrays are taken from it."""
-    from tiergate import usercode
-
-    fn = load_function(spec)
-    where = f"data loader {spec}"
-    max_samples = usercode.env_limit(LOADER_MAX_SAMPLES_ENV, LOADER_MAX_SAMPLES)
-    max_bytes = usercode.env_limit(LOADER_MAX_MB_ENV, LOADER_MAX_MB) * 2 ** 20
-    samples = usercode.iterate(where, fn, lambda i: f"{where}: sample {i}")
-    explicit = dict(sample_axes or {})
-    specs = {s.name: s for s in inputs}
-    axes = {name: explicit.get(name, model_sample_axis(s)) for name, s in specs.items()}
-    columns: dict[str, list[np.ndarray]] = {name: [] for name in specs}
-    labels: list[np.ndarray] = []
-    index, held = -1, 0
-    try:
-        for index, sample in enumerate(samples):
-            if index >= max_samples:
-                raise InputError(f"{where}: yields more than {max_samples:,} samples, the limit "
-                                 f"({LOADER_MAX_SAMPLES_ENV}); a loader must end")
-            feed, label = _split_sample(where, index, sample)
-            if (label is None) != (not labels) and index > 0:
-                raise InputError(f"{where}: sample {index}: " + ("has a label but earlier samples have none"
-                                 if label is not None else "has no label but earlier samples have one"))
-            for name in feed:
-                if name not in specs:
-                    raise InputError(f"{where}: sample {index}: '{name}' is not a model input "
-                                     f"(inputs: {', '.join(specs)})")
-            for name, s in specs.items():
-                if name not in feed:
-                    raise InputError(f"{where}: sample {index}: model input '{name}' is missing "
-                                     f"(sample has: {', '.join(feed) or 'nothing'})")
-                array = _one_call(where, index, s, axes[name], feed[name], columns[name])
-                if axes[name] is not None or not columns[name]:
-                    held += array.nbytes
-                columns[name].append(array)
-            if label is not None:
-                labels.append(_label(where, index, label, labels))
-                held += labels[-1].nbytes
-            if held > max_bytes:
-                raise InputError(f"{where}: sample {index}: its samples exceed {max_bytes // 2 ** 20:,} MB, the "
-                                 f"limit ({LOADER_MAX_MB_ENV})")
-    finally:
-        samples.close()
-    if index < 0:
-        raise InputError(f"{where}: yielded no samples")
-    arrays = {name: (column[0] if axes[name] is None else np.concatenate(column, axis=axes[name]))
-              for name, column in columns.items()}
-    if labels:
-        arrays[LABELS] = np.stack(labels)
-    meta = {"inputs": axes, "outputs": {k: v for k, v in explicit.items() if k not in specs},
-            "source": str(spec)}
-    # the source names the loader in messages; it is part of the hash only through the samples' bytes
-    path = write_archive(arrays, {**meta, "source": Path(str(spec).rpartition(":")[0]).name + ":"
-                                  + str(spec).rpartition(":")[2]})
-    return load_eval_data(path)
-
-
-def _split_sample(where: str, index: int, sample):
-    label = None
-    if isinstance(sample, (tuple, list)) and len(sample) == 2 and isinstance(sample[0], Mapping):
-        sample, label = sample
-    if not isinstance(sample, Mapping):
-        raise InputError(f"{where}: sample {index}: expected a dict {{input name: array}} or a pair "
-                         f"(dict, label), got {type(sample).__name__}")
-    return dict(sample), label
-
-
-def _one_call(where: str, index: int, spec: TensorSpec, axis: int | None, value, column: list) -> np.ndarray:
-    name = f"sample {index}: input '{spec.name}'"
-    try:
-        array = np.asarray(value)
-    except Exception as exc:  # noqa: BLE001
-        raise InputError(f"{where}: {name}: not an array ({type(exc).__name__}: {exc})") from None
-    if array.dtype.hasobject or array.dtype.name != spec.dtype:
-        raise InputError(f"{where}: {name} has dtype {array.dtype}, the model wants {spec.dtype}")
-    wanted = _shape_text(spec.shape, axis).replace("N", "1")
-    if axis is None:
-        if array.shape != tuple(spec.shape):
-            raise InputError(f"{where}: {name} has shape {array.shape}, the model wants {wanted}")
-        if column and not np.array_equal(column[0], array):
-            raise InputError(f"{where}: {name} differs from sample 0's, but the model input has no sample axis "
-                             "(a 0-d input is one constant for every call)")
-        return array
-    if array.ndim == len(spec.shape) - 1:
-        array = np.expand_dims(array, axis)
-    if array.ndim != len(spec.shape) or array.shape[axis] != 1:
-        raise InputError(f"{where}: {name} has shape {array.shape}, one call's is {wanted} "
-                         f"(sample axis {axis} of size 1, or left out)")
-    for i, (have, want) in enumerate(zip(array.shape, spec.shape)):
-        if i != axis and isinstance(want, int) and want > 0 and have != want:
-            raise InputError(f"{where}: {name} has shape {array.shape}, one call's is {wanted} "
-                             f"(axis {i} is {have}, must be {want})")
-    if column and column[0].shape != array.shape:
-        raise InputError(f"{where}: {name} has shape {array.shape} but sample 0's is {column[0].shape}: "
-                         "samples must agree off the sample axis")
-    return array
-
-
-def _label(where: str, index: int, label, labels: list) -> np.ndarray:
-    try:
-        array = np.asarray(label)
-    except Exception as exc:  # noqa: BLE001
-        raise InputError(f"{where}: sample {index}: label is not an array ({exc})") from None
-    if array.dtype.hasobject or not (np.issubdtype(array.dtype, np.number) or array.dtype == np.bool_):
-        raise InputError(f"{where}: sample {index}: label has dtype {array.dtype}; labels must be numbers")
-    if labels and (labels[0].shape != array.shape or labels[0].dtype != array.dtype):
-        raise InputError(f"{where}: sample {index}: label {array.dtype}{list(array.shape)} differs from sample 0's "
-                         f"{labels[0].dtype}{list(labels[0].shape)}")
-    return array

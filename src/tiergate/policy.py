@@ -26,10 +26,11 @@ import tomllib
 
 from tiergate.errors import InputError
 from tiergate.figures import SPENDING
+from tiergate.outputs.kind import parse_table
 from tiergate.targets import DeviceClass
 
 DEFAULT_POLICY = "default-policy.toml"
-_TABLES = ("defaults", "override", "metrics")
+_TABLES = ("defaults", "override", "metrics", "outputs")
 ON_INCONCLUSIVE = ("inconclusive", "reject", "promote")
 AGREEMENT = ("auto", "gate", "evidence")
 _CHOICES = {"on_inconclusive": ON_INCONCLUSIVE, "agreement": AGREEMENT}
@@ -88,6 +89,15 @@ class Thresholds:
     max_instructions_per_inference: float | None = None
     max_instructions_ratio: float | None = None
     max_instructions_ratio_vs_incumbent: float | None = None
+    # NPU tiers (Ethos-U, docs/npu.md): Vela's placement of the source model's operators, its estimated time (the NPU's
+    # part) and memory; applied on ethos-u classes only
+    min_npu_op_share: float | None = None          # operators on the NPU / all (the float interface not counted)
+    max_cpu_ops: int | None = None                 # operators that fall back to the CPU, beyond allowed_cpu_ops
+    allowed_cpu_ops: tuple[str, ...] = ()          # operator types (SOFTMAX, ...) max_cpu_ops does not count
+    max_estimated_time_ratio: float | None = None              # candidate / FP32 reference, Vela's estimate
+    max_estimated_time_ratio_vs_incumbent: float | None = None  # candidate / incumbent, Vela's estimate
+    max_npu_sram_kib: float | None = None          # SRAM Vela allocates (KiB)
+    max_npu_flash_kib: float | None = None         # flash Vela places the weights and constants in (KiB)
     noninferiority_margin: float = 0.01
     max_latency_regression: float = 0.10
     confidence: float = 0.95
@@ -107,11 +117,13 @@ class Thresholds:
         return max(2, math.ceil(1 / (1 - self.confidence) - 1e-9))
 
 
-_INT_KEYS = {"p99_min_samples", "bootstrap_resamples"}
+_INT_KEYS = {"p99_min_samples", "bootstrap_resamples", "max_cpu_ops"}
+_LIST_KEYS = {"allowed_cpu_ops"}          # lists of names (operator types), upper-cased
 # Bounds of every key (inclusive); a value outside them is refused naming the file and the key.
 MAX_BOOTSTRAP_RESAMPLES = 1_000_000
 _BOUNDS: dict[str, tuple[float, float]] = {
     "min_accuracy_ratio": (0.0, 1.0), "min_cosine": (-1.0, 1.0), "min_top1_agreement": (0.0, 1.0),
+    "min_npu_op_share": (0.0, 1.0), "max_cpu_ops": (0, 1_000_000),
     "noninferiority_margin": (0.0, 1.0), "p99_min_samples": (1, 10_000_000),
     "bootstrap_resamples": (99, MAX_BOOTSTRAP_RESAMPLES),
 }
@@ -126,6 +138,7 @@ class Policy:
     overrides: dict[str, dict[str, float | int | str | None]]
     sources: tuple[str, ...] = ()
     metrics: dict[str, dict] = field(default_factory=dict)     # [metrics.NAME] tables
+    outputs: dict[str, dict] = field(default_factory=dict)     # [outputs.NAME] tables: what each output is
     early: dict[str, dict] = field(default_factory=dict)       # early_* keys: "defaults" and "override.NAME"
 
     def for_target(self, device_class: DeviceClass) -> Thresholds:
@@ -159,6 +172,8 @@ class Policy:
     def to_json(self) -> dict:
         doc = {"sources": list(self.sources), "defaults": asdict(self.defaults),
                "overrides": self.overrides, "metrics": self.metrics}
+        if self.outputs:
+            doc["outputs"] = self.outputs
         if self.early:
             doc["early"] = self.early
         return doc
@@ -182,13 +197,14 @@ def load_policy(path: str | Path | None = None) -> Policy:
     early = {**base["early"], **user["early"]}
     if "defaults" in base["early"] or "defaults" in user["early"]:
         early["defaults"] = {**base["early"].get("defaults", {}), **user["early"].get("defaults", {})}
-    return _build({"defaults": merged_defaults, "metrics": {**base["metrics"], **user["metrics"]}, "early": early},
+    return _build({"defaults": merged_defaults, "metrics": {**base["metrics"], **user["metrics"]}, "early": early,
+                   "outputs": {**base["outputs"], **user["outputs"]}},
                   user["override"], (f"builtin:{DEFAULT_POLICY}", str(path)))
 
 
 def _build(base: dict, overrides: dict, sources: tuple[str, ...]) -> Policy:
     return Policy(defaults=Thresholds(**base["defaults"]), overrides=overrides, sources=sources,
-                  metrics=base.get("metrics", {}), early=base.get("early", {}))
+                  metrics=base.get("metrics", {}), early=base.get("early", {}), outputs=base.get("outputs", {}))
 
 
 def _parse(name: str, text: str) -> dict:
@@ -199,7 +215,7 @@ def _parse(name: str, text: str) -> dict:
     for key in data:
         if key not in _TABLES:
             raise InputError(f"policy {name}: unknown key '{key}' (known tables: [defaults], [override.NAME], "
-                             "[metrics.NAME])")
+                             "[metrics.NAME], [outputs.NAME])")
     early: dict[str, dict] = {}
     defaults = _section(name, "defaults", data.get("defaults", {}), early)
     overrides = data.get("override", {})
@@ -208,10 +224,15 @@ def _parse(name: str, text: str) -> dict:
     metrics = data.get("metrics", {})
     if not isinstance(metrics, dict):
         raise InputError(f"policy {name}: 'metrics' must be tables [metrics.NAME]")
+    outputs = data.get("outputs", {})
+    if not isinstance(outputs, dict):
+        raise InputError(f"policy {name}: 'outputs' must be tables [outputs.NAME] (NAME: a model output)")
     return {"defaults": defaults,
             "override": {target: _section(name, f"override.{target}", table, early)
                          for target, table in overrides.items()},
             "metrics": {metric: _metric_table(name, metric, table) for metric, table in metrics.items()},
+            "outputs": {output: parse_table(f"policy {name}: [outputs.{output}]", table)
+                        for output, table in outputs.items()},
             "early": early}
 
 
@@ -232,7 +253,8 @@ def _metric_table(name: str, metric: str, table) -> dict:
             if not isinstance(value, str):
                 raise InputError(f"{where} {key} must be a string, got {value!r}")
         elif value is False and key in ("min_ratio", "max_ratio", "max_drop"):
-            value = None
+            out[key] = False          # switched off: reported only (metrics.task.builtin)
+            continue
         elif isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
                 or value < 0 or (kind is int and not isinstance(value, int)):
             raise InputError(f"{where} {key} must be a non-negative {'whole ' if kind is int else ''}number, "
@@ -274,6 +296,10 @@ def _value(name: str, where: str, key: str, value):
     if key not in _KNOWN:
         raise InputError(f"policy {name}: unknown key '{key}' in [{where}] (known: {', '.join(_KNOWN + EARLY_KEYS)})")
     bad = f"policy {name}: [{where}] {key}"
+    if key in _LIST_KEYS:
+        if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
+            raise InputError(f"{bad} must be a list of operator names (e.g. [\"SOFTMAX\"]), got {value!r}")
+        return tuple(v.strip().upper() for v in value)
     if key in _CHOICES:
         if value not in _CHOICES[key]:
             raise InputError(f"{bad} must be one of {', '.join(repr(c) for c in _CHOICES[key])}, got {value!r}")
@@ -286,8 +312,8 @@ def _value(name: str, where: str, key: str, value):
         raise InputError(f"{bad} must be a number (or false to switch it off), got {value!r}")
     if not math.isfinite(value):
         raise InputError(f"{bad} must be a finite number, got {value!r}")
-    if key in _INT_KEYS and (not isinstance(value, int) or value < 1):
-        raise InputError(f"{bad} must be a whole number of at least 1, got {value!r}")
+    if key in _INT_KEYS and (not isinstance(value, int) or value < (0 if key == "max_cpu_ops" else 1)):
+        raise InputError(f"{bad} must be a whole number of at least {0 if key == 'max_cpu_ops' else 1}, got {value!r}")
     if value < 0:
         raise InputError(f"{bad} must not be negative, got {value!r}")
     if key == "confidence" and not 0 < value < 1:

@@ -87,6 +87,10 @@ class RuntimeGraph:
     # tvm: the lowered graph, one entry per kernel main calls ({"name", "kernel", "ops", "inputs", "dtype"}, the
     # compile's kernel_graph): what the graph rules judge on a compiled tier (tiergate.lint.kernels)
     kernels: list[dict] = field(default_factory=list)
+    # ethos-u: Vela's record (each source operator's placement with its reason, the estimate, memory: vela-meta.json,
+    # containers/vela/tiergate_vela_compile.py); `placement` counts "npu" and "cpu" operators, `nodes` are
+    # [index, op, "npu" | "cpu"]
+    npu: dict = field(default_factory=dict)
 
     def modified_by(self) -> list[str]:
         """The optimizer passes that changed the graph at the tier's own level, in order (`modified_by`)."""
@@ -115,6 +119,8 @@ class RuntimeGraph:
                        fingerprints={name: lvl.fingerprint.to_json() for name, lvl in self.levels.items()})
         elif self.runtime == "tvm":
             doc.update(passes=self.passes, compile=self.compile, kernels=self.kernels)
+        elif self.runtime == "ethos-u":
+            doc.update(ops=self.ops, npu=self.npu)
         else:
             doc.update(ops=self.ops, needs_delegate=self.needs_delegate)
         return doc
@@ -152,6 +158,8 @@ def from_describe(doc: dict, folder: Path | None, *, target: str, tier: str, run
         return graph
     if runtime == "tvm":
         return _compiled(graph, doc.get("tvm") or {})
+    if runtime == "ethos-u":
+        return _vela(graph, doc.get("vela") or {})
     if runtime == "tflite":
         graph.ops = doc.get("ops", {})
         graph.nodes = doc.get("nodes", [])
@@ -232,6 +240,17 @@ def _compiled(graph: RuntimeGraph, record: dict) -> RuntimeGraph:
     return graph
 
 
+def _vela(graph: RuntimeGraph, record: dict) -> RuntimeGraph:
+    """An Ethos-U compile's graph from Vela's record: each source operator on the NPU or the CPU (the float interface
+    of an integer model on the CPU too, marked), op counts, and the record itself."""
+    operators = [op for op in record.get("operators") or [] if isinstance(op, dict)]
+    graph.nodes = [[op.get("index"), op.get("op"), str(op.get("target", "")).lower()] for op in operators]
+    graph.placement = dict(Counter(where for _, _, where in graph.nodes))
+    graph.ops = dict(Counter(str(op.get("op")) for op in operators))
+    graph.npu = dict(record)
+    return graph
+
+
 def modified_by(graph: dict) -> list[str]:
     """The optimizer passes that changed the graph a tier runs, each once, in the order they ran, from a runtime
     graph's JSON (`RuntimeGraph.to_json()`, as a gate keeps it): onnxruntime's graph transformers that modified it at
@@ -278,6 +297,8 @@ def first_difference(old: RuntimeGraph, new: RuntimeGraph) -> str | None:
             return name
     if old.runtime == "tflite" and (old.ops != new.ops or old.placement != new.placement):
         return "delegation"
+    if old.runtime == "ethos-u" and ([n[1:] for n in old.nodes] != [n[1:] for n in new.nodes]):
+        return "placement"
     if old.runtime == "tvm":
         i = first_pass_difference(old.passes, new.passes)
         if i is not None:

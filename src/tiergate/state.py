@@ -101,10 +101,11 @@ COMPILE_SOURCE = "source.json"      # in a compiled folder: the artifact, class 
 COMPILE_META = "tvm-meta.json"      # in a compiled folder: what the compile recorded (passes, target, timings)
 
 
-def compile_record(folder: Path) -> dict | None:
-    """What a compile recorded in its folder (tvm-meta.json), or None when it is not there (or unreadable)."""
+def compile_record(folder: Path, name: str = COMPILE_META) -> dict | None:
+    """What a compile recorded in its folder (tvm-meta.json; Vela's: vela-meta.json), or None when it is not there
+    (or unreadable)."""
     try:
-        doc = json.loads((Path(folder) / COMPILE_META).read_text())
+        doc = json.loads((Path(folder) / name).read_text())
     except (OSError, ValueError):
         return None
     return doc if isinstance(doc, dict) else None
@@ -590,8 +591,10 @@ def policy_identity(policy) -> str:
     decisions, each naming its own file)."""
     import dataclasses
 
-    text = json.dumps([dataclasses.asdict(policy.defaults), policy.overrides, policy.metrics,
-                       list(policy.sources)], sort_keys=True, default=str)
+    parts = [dataclasses.asdict(policy.defaults), policy.overrides, policy.metrics, list(policy.sources)]
+    if getattr(policy, "outputs", None):
+        parts.append(policy.outputs)          # (absent when empty: the keys of decisions made before it hold)
+    text = json.dumps(parts, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()
 
 

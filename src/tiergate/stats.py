@@ -291,13 +291,17 @@ CUSTOM_MAX_RESAMPLES = 999        # a user's metric is called once per resample,
 
 
 def metric_ratio(cand, ref, statistic, *, confidence: float = 0.95, n_resamples: int = 9999, seed: int = 0,
-                 vectorised: bool = True, difference: bool = False) -> Interval:
+                 vectorised: bool = True, difference: bool = False, ref_statistic=None,
+                 percentile: bool = False) -> Interval:
     """Paired bootstrap CI of statistic(cand) / statistic(ref) over the same samples (with `difference`:
     statistic(cand) - statistic(ref), for a metric that can be zero or negative, where a ratio means nothing).
 
     `cand`, `ref`: per-sample components (c, n) with `statistic(components, axis=-1)` (vectorised), or,
     with `vectorised=False`, `statistic(indices) -> (cand value, ref value)` and `cand` the sample count.
     Identical components give the degenerate interval [1, 1] ([0, 0] for a difference; nothing to resample).
+    `ref_statistic`: the reference's own statistic where it differs from the candidate's (average precision,
+    whose statistic holds each side's detections: the components are the image indices, the same on both).
+    `percentile`: the percentile interval only (a costly statistic: BCa's jackknife calls it n more times).
     """
     combine = _minus if difference else _ratio
     if not vectorised:
@@ -311,19 +315,21 @@ def metric_ratio(cand, ref, statistic, *, confidence: float = 0.95, n_resamples:
         return _bootstrap((np.arange(n),), ratio_of, estimate, confidence, min(n_resamples, CUSTOM_MAX_RESAMPLES),
                           seed, paired=True, vectorized=False, methods=("percentile",))
     cand, ref = np.asarray(cand, dtype=np.float64), np.asarray(ref, dtype=np.float64)
-    estimate = combine(float(statistic(cand, axis=-1)), float(statistic(ref, axis=-1)))
-    if cand.shape == ref.shape and np.array_equal(cand, ref):
+    other = statistic if ref_statistic is None else ref_statistic
+    estimate = combine(float(statistic(cand, axis=-1)), float(other(ref, axis=-1)))
+    if ref_statistic is None and cand.shape == ref.shape and np.array_equal(cand, ref):
         if difference:
             return Interval(estimate, estimate, estimate, confidence, "degenerate")
         return _no_discordance(ref, estimate, confidence)
 
     def ratio(a, b, axis=-1):
-        x, y = statistic(a, axis=axis), statistic(b, axis=axis)
+        x, y = statistic(a, axis=axis), other(b, axis=axis)
         if difference:
             return x - y
         with np.errstate(invalid="ignore", divide="ignore"):
             return np.where(y != 0, x / np.where(y != 0, y, 1), np.where(x == 0, 1.0, np.inf))
-    return _bootstrap((cand, ref), ratio, estimate, confidence, n_resamples, seed, paired=True)
+    return _bootstrap((cand, ref), ratio, estimate, confidence, n_resamples, seed, paired=True,
+                      methods=("percentile",) if percentile else None)
 
 
 def _minus(x: float, y: float) -> float:

@@ -16,14 +16,19 @@ from pathlib import Path
 
 from tiergate.cpunames import emulated_cpu_problem, feature_problem
 from tiergate.errors import EnvironmentProblem, InputError
+from tiergate.npu.spec import VelaSpec, parse as parse_vela_spec
 from tiergate.paths import containers_dir, targets_dir
 
 ARCHES = ("amd64", "arm64")
-RUNTIMES = ("onnxruntime", "tflite", "onnxruntime-gpu", "tvm")
-COMPILED_RUNTIMES = ("tvm",)     # runtimes whose build step compiles the artifact first (tiergate.compiler)
+RUNTIMES = ("onnxruntime", "tflite", "onnxruntime-gpu", "tvm", "ethos-u")
+# runtimes whose build step compiles the artifact first (tiergate.compiler; ethos-u through tiergate.vela)
+COMPILED_RUNTIMES = ("tvm", "ethos-u")
+# the runtime image a class of these runtimes runs in: an Ethos-U class's outputs are LiteRT's reference kernels'
+# (docs/npu.md), so it shares the tflite runtime image (its [numerics] litert_version)
+IMAGE_RUNTIME = {"ethos-u": "tflite"}
 EXECUTIONS = ("native", "emulated", "remote")
 MACHINE_OF_ARCH = {"amd64": "x86_64", "arm64": "aarch64"}
-FORMAT_OF_RUNTIME = {"onnxruntime": "onnx", "onnxruntime-gpu": "onnx", "tflite": "tflite", "tvm": "onnx"}
+FORMAT_OF_RUNTIME = {"onnxruntime": "onnx", "onnxruntime-gpu": "onnx", "tflite": "tflite", "tvm": "onnx", "ethos-u": "tflite"}
 _NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
 _CPU = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,39}$")
 _FEATURE = re.compile(r"^[a-z0-9_]{1,32}$")
@@ -68,7 +73,7 @@ def requirements_path(name: str) -> Path:
 
 
 def default_build(runtime: str) -> RuntimeBuild:
-    return RuntimeBuild(requirements=runtime, env=dict(DEFAULT_BUILD_ENV.get(runtime, {})))
+    return RuntimeBuild(requirements=IMAGE_RUNTIME.get(runtime, runtime), env=dict(DEFAULT_BUILD_ENV.get(runtime, {})))
 
 
 @dataclass(frozen=True)
@@ -234,7 +239,9 @@ class DeviceClass:
     # passes (PassContext disabled_pass); `tiergate gate --disable-pass` and `tiergate bisect` set it on the
     # candidate's runs only (docs/bisect.md)
     disabled_passes: tuple[str, ...] = ()
-    compile: CompileSpec | None = None    # the [compile] table: runtimes that compile the artifact (tvm) only
+    # the [compile] table: runtimes that compile the artifact only (tvm: CompileSpec; ethos-u: npu.spec.VelaSpec, with
+    # its [numerics] table)
+    compile: CompileSpec | VelaSpec | None = None
 
     def __post_init__(self):
         if self.build is None:
@@ -293,6 +300,19 @@ class DeviceClass:
         return self.runtime in COMPILED_RUNTIMES
 
     @property
+    def image_runtime(self) -> str:
+        """The runtime whose image the class's runs use (an Ethos-U class: tflite, its reference kernels)."""
+        return IMAGE_RUNTIME.get(self.runtime, self.runtime)
+
+    @property
+    def image_runtime_version(self) -> str:
+        """The version the runtime image's lock is rendered with: the class's runtime_version, or for an Ethos-U
+        class (whose runtime_version is Vela's) its [numerics] litert_version."""
+        if isinstance(self.compile, VelaSpec):
+            return self.compile.litert_version
+        return self.runtime_version
+
+    @property
     def artifact_format(self) -> str:
         return FORMAT_OF_RUNTIME[self.runtime]
 
@@ -325,6 +345,7 @@ _FIELDS: dict[str, tuple[type | tuple[type, ...], bool]] = {
     "cpu": (dict, False),
     "disabled_passes": (list, False),
     "compile": (dict, False),
+    "numerics": (dict, False),
 }
 _CPU_FIELDS = {"requires": list, "lacks": list, "on_mismatch": str}
 ON_MISMATCH = ("refuse", "emulate")
@@ -446,9 +467,13 @@ _TARGET_ATTR = re.compile(r"^[+-][A-Za-z0-9._]{1,32}$")
 TRIPLE_ARCH = {"amd64": "x86_64", "arm64": "aarch64"}     # the first part of a target's mtriple per class arch
 
 
-def _parse_compile(path: Path, data: dict) -> CompileSpec | None:
-    """The [compile] table: required by a runtime that compiles (tvm), refused by the others."""
+def _parse_compile(path: Path, data: dict) -> CompileSpec | VelaSpec | None:
+    """The [compile] table: required by a runtime that compiles (tvm, ethos-u), refused by the others."""
     table = data.get("compile")
+    if "numerics" in data and data["runtime"] != "ethos-u":
+        raise _bad(path, "numerics", f"applies to ethos-u classes, not {data['runtime']}")
+    if data["runtime"] == "ethos-u":
+        return parse_vela_spec(table, data.get("numerics"), lambda key, problem: _bad(path, key, problem))
     if data["runtime"] not in COMPILED_RUNTIMES:
         if table is not None:
             raise _bad(path, "compile", "applies to runtimes that compile the artifact "

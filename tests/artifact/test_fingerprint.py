@@ -82,3 +82,33 @@ def test_to_json_shape(tmp_path):
     doc = fp.to_json()
     assert set(doc) == {"structure", "weights", "quantization", "combined"}
     assert all(len(doc[k]) == 64 for k in ("structure", "weights", "quantization")) and len(doc["combined"]) == 16
+
+
+def test_dynamic_quantization_is_quantization(tmp_path):
+    """Issue 41: a dynamically quantized model (onnxruntime's quantize_dynamic: DynamicQuantizeLinear before
+    MatMulInteger) was `quantized=false` with the quantization hash of nothing; its weights' zero points and scales
+    and its run-time activations are quantization, and a change of them moves only that hash."""
+    import hashlib
+
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    from tiergate.diff import diff_artifacts
+    from tiergate.lint import lint
+
+    fp32 = m.save(m.mlp(features=16, outputs=8), "mlp.onnx", tmp_path)
+    per_tensor, per_channel = tmp_path / "dyn.onnx", tmp_path / "dyn_pc.onnx"
+    quantize_dynamic(str(fp32), str(per_tensor), weight_type=QuantType.QInt8)
+    quantize_dynamic(str(fp32), str(per_channel), weight_type=QuantType.QInt8, per_channel=True)
+    art = load_artifact(per_tensor)
+    assert art.is_quantized
+    runtime = [q for q in art.quant.values() if not q.scale]
+    weights = [q for q in art.quant.values() if q.scale and q.tensor in art.initializers]
+    assert runtime and weights and all(q.dtype == "int8" for q in weights)
+    a, b = fingerprint(art), fingerprint(load_artifact(per_channel))
+    assert a.quantization != hashlib.sha256().hexdigest()           # the hash of empty input: nothing seen
+    assert "quantization" in _moved(a, b)
+    changes = diff_artifacts(art, load_artifact(per_channel))
+    assert not changes.same["quantization"]
+    assert any(c.what == "quantization" for node in changes.changed for c in node.changes)
+    findings = {f.rule: f for f in lint(art)}
+    assert findings["dynamic-quantization"].severity == "info" and "float-island" not in findings

@@ -36,7 +36,7 @@ def case(tmp_path, linear_set, tiergate_home, monkeypatch):
     monkeypatch.setenv("TIERGATE_CACHE_KEY", str(tmp_path / "keys" / "a.key"))
     rng, w, write = linear_set(7)
     lenient = tmp_path / "lenient.toml"
-    lenient.write_text("[defaults]\nmin_accuracy_ratio = false\n")
+    lenient.write_text("[defaults]\nmin_accuracy_ratio = 0.0\n")
     # the engine's image ids, as the fast path asks them (over its socket in real life)
     monkeypatch.setattr(quickgate, "image_ids", lambda names, socket, labels=False: {n: _image_id(n) for n in names})
     return {"reference": write("ref.onnx", w), "bad": write("bad.onnx", rng.normal(size=w.shape)),

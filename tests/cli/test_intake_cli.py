@@ -29,7 +29,10 @@ def test_inspect_clean_model_exits_0_with_documented_json(capsys, tmp_path):
     code, out, _ = _run(capsys, "inspect", path, "--json")
     doc = json.loads(out)
     assert code == 0 and doc["ok"] is True and doc["findings"] == []
-    assert set(doc) == {"version", "artifact", "precision", "fingerprint", "target", "findings", "summary", "ok"}
+    assert set(doc) == {"version", "artifact", "precision", "fingerprint", "target", "outputs", "findings", "summary",
+                        "ok"}
+    assert {name: kind["kind"] for name, kind in doc["outputs"].items()} == {
+        spec["name"]: "map" for spec in doc["artifact"]["outputs"]}            # (N, C, 8, 8) at the input's size
     assert all(f["basis"] == "file" for f in doc["findings"])
     assert set(doc["artifact"]) == {"path", "format", "version", "sha256", "size_bytes", "inputs", "outputs",
                                     "node_count", "op_counts", "quantization", "external_data"}

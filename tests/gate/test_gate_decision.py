@@ -264,7 +264,7 @@ def test_missing_or_misshapen_output_fails(runs, device_classes, policy):
     (lambda c, r, lab: r.pop("arm"), "no FP32 reference result for device class 'arm'"),
     (lambda c, r, lab: lab.__setitem__(0, lab[0][:-5]), "labels: 595 labels but output 'probs' holds 600 samples"),
     (lambda c, r, lab: lab.__setitem__(0, lab[0] + 10), "but output 'probs' has only 10 scores per sample"),
-    (lambda c, r, lab: lab.__setitem__(0, np.array(lab[0][0])), "labels must be numbers with the sample axis first"),
+    (lambda c, r, lab: lab.__setitem__(0, np.array(lab[0][0])), "labels must be numbers, texts or boxes with the sample axis first"),
 ])
 def test_bad_input_is_one_clear_error(runs, device_classes, policy, classifier_data, mutate, message):
     reference, candidate = runs

@@ -82,8 +82,8 @@ def test_sample_axis_and_symbolic_dims_are_free(tmp_path):
 @pytest.mark.parametrize("labels, message", [
     (np.arange(6), "6 labels but the inputs hold 7 samples"),
     (np.array(3), "got a 0-d array"),
-    (np.array(["a"] * 7), "must be numbers"),
-    (np.array([0, 1, 2, -1, 0, 0, 0]), "must not be negative"),
+    (np.array([b"a"] * 7), "must be numbers, texts"),
+    (np.array([1j] * 7), "must be numbers, texts"),
 ])
 def test_bad_labels_are_refused(tmp_path, labels, message):
     path = save(tmp_path, image=np.zeros((7, 3, 8, 8), np.float32), mask=np.zeros((7, 4), np.int64), labels=labels)

@@ -96,6 +96,9 @@ def as_numpy(outputs, labels):
 
 def as_array1(outputs, labels):
     return np.array([accuracy(outputs, labels)])
+
+def hits_of_zero(outputs, labels):                       # 1 where the top score's index equals the label 0-3
+    return float(np.mean(outputs["probs"].argmax(-1) == labels + 1))   # labels -1..2: only a user metric reads them
 '''
 
 
@@ -281,6 +284,35 @@ def test_max_drop_judges_a_negative_metric_as_a_difference(case, capfd):
                            policy="[metrics.logprob]\nmax_drop = 0.01\n")
     check = next(c for c in json.loads(out)["checks"] if c["name"] == "logprob_difference")
     assert code == 0 and check["passed"] and abs(check["value"]) < 1e-3, err
+
+
+def test_a_user_metric_at_zero_for_the_candidate_is_a_reject_not_an_error(case, capfd):
+    """Issue 41: a non-negative, higher-is-better metric whose candidate value is 0 beside a positive reference is a
+    ratio of 0, a REJECT (exit 1); it was refused (exit 2) as if the ratio meant nothing."""
+    case["backend"].outputs_for["candidate"]["probs"] = np.full((N, 4), 0.25, np.float32)
+    code, out, err = _gate(capfd, case, "--json", "--metric", f"{case['user']}:accuracy", data=_float_labels(case),
+                           policy="[metrics.accuracy]\nmin_ratio = 0.9\n")
+    doc = json.loads(out)
+    check = next(c for c in doc["checks"] if c["name"] == "accuracy_ratio")
+    assert code == 1 and doc["verdict"] == "REJECT", err
+    assert check["value"] < 0.5 and not check["passed"] and not check["inconclusive"]
+
+
+def test_negative_labels_are_read_by_a_user_metric_and_by_nothing_else(case, capfd):
+    """Issue 41: labels below 0 were refused even where only a user metric reads them; they are no class indices,
+    so no top-1 accuracy is computed from them."""
+    with np.load(case["data"]) as npz:
+        x, labels = npz["x"], npz["labels"]
+    shifted = case["folder"] / "shifted.npz"
+    np.savez(shifted, x=x, labels=labels - 1)                  # -1..2
+    code, out, err = _gate(capfd, case, "--json", "--metric", f"{case['user']}:hits_of_zero", data=shifted,
+                           policy="[metrics.hits_of_zero]\nmin_ratio = 0.9\n")
+    doc = json.loads(out)
+    names = {c["name"] for c in doc["checks"]}
+    assert "hits_of_zero_ratio" in names and "accuracy_ratio" not in names, (code, err)
+    assert code == 1 and doc["verdict"] == "REJECT"           # the 18%-right candidate, judged by the user metric
+    task = next(iter(doc["metrics"].values()))["task"]["hits_of_zero"]
+    assert task["reference"] > 0.8 and task["candidate"] < 0.3
 
 
 def test_a_positive_user_metric_keeps_its_ratio_and_builtins_keep_working(case, capfd):

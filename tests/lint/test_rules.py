@@ -36,7 +36,8 @@ def ops_of(artifact, finding) -> list[str]:
 def test_registry_lists_every_rule():
     assert set(rule_ids()) == {"unfused-activation", "unfolded-batchnorm", "float-island",
                                "default-calibration-range", "unsupported-op", "external-data-escape",
-                               "provider-fallback", "layout-reorder"}
+                               "provider-fallback", "layout-reorder", "mixed-range-scale", "dynamic-quantization",
+                               "npu-fallback"}
 
 
 # ---------------------------------------------------------------- unfused-activation

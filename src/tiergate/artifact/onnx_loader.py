@@ -15,7 +15,7 @@ from tiergate.artifact.onnx_types import dtype_name, plain_value, sparse_names, 
 from tiergate.artifact.onnx_walk import ScopedNode, Walk, walk
 from tiergate.errors import InputError
 
-__all__ = ["QUANT_SLOTS", "dtype_name", "load_onnx"]
+__all__ = ["DYNAMIC_SLOTS", "QUANT_SLOTS", "dtype_name", "dynamic_scales", "load_onnx"]
 
 # input slots holding (scale, zero point) pairs, by op: quantization parameters, not weights
 QUANT_SLOTS: dict[str, tuple[tuple[int, int, int], ...]] = {
@@ -150,10 +150,24 @@ def _skeleton(model: onnx.ModelProto) -> onnx.ModelProto:
     return skeleton
 
 
+# dynamic quantization (onnxruntime's quantize_dynamic): integer ops whose weights are quantized offline, by op:
+# (weight slot, weight zero-point slot); their activations are quantized at run time by DynamicQuantizeLinear
+DYNAMIC_SLOTS: dict[str, tuple[int, int]] = {"MatMulInteger": (1, 3), "ConvInteger": (1, 3)}
+
+
+def dynamic_scales(walked: Walk) -> set[str]:
+    """The scales a DynamicQuantizeLinear computes per call (its output 1): a Mul reading one multiplies it by a
+    weight's scale (the dequantization of an integer op's result)."""
+    return {scoped.outputs[1] for scoped in walked.nodes
+            if scoped.node.op_type == "DynamicQuantizeLinear" and len(scoped.outputs) > 1 and scoped.outputs[1]}
+
+
 def _quant(walked: Walk) -> dict[str, QuantParams]:
-    """Scale and zero point of every tensor a Q/DQ or QLinear op (de)quantizes (scoped names)."""
+    """Scale and zero point of every tensor a Q/DQ or QLinear op (de)quantizes (scoped names); the weights of a
+    dynamically quantized integer op (their scale from the Mul that dequantizes its result) and the activations
+    DynamicQuantizeLinear quantizes at run time (no fixed scale: `scale` empty)."""
     inits = {sg.scoped(t.name): t for sg in walked.graphs for t in sg.graph.initializer}
-    found: dict[str, QuantParams] = {}
+    found: dict[str, QuantParams] = _dynamic(walked, inits)
     for scoped in walked.nodes:
         node = scoped.node
         axis = next((a.i for a in node.attribute if a.name == "axis"), None)
@@ -165,6 +179,54 @@ def _quant(walked: Walk) -> dict[str, QuantParams]:
             zero = inits.get(_at(scoped.inputs, zp_slot))
             found[tensor] = _params(tensor, scale, zero, axis)
     return found
+
+
+def _dynamic(walked: Walk, inits: dict) -> dict[str, QuantParams]:
+    from onnx import numpy_helper
+
+    found: dict[str, QuantParams] = {}
+    runtime_scales = dynamic_scales(walked)
+    muls = {name: scoped for scoped in walked.nodes if scoped.node.op_type == "Mul" for name in scoped.outputs}
+    weight_scale = {}            # the product of a run-time scale and an initializer: that initializer
+    for name, scoped in muls.items():
+        if any(i in runtime_scales for i in scoped.inputs):
+            weight_scale[name] = next((inits[i] for i in scoped.inputs if i in inits), None)
+    readers: dict[str, list] = {}
+    for scoped in walked.nodes:
+        for name in scoped.inputs:
+            readers.setdefault(name, []).append(scoped)
+        if scoped.node.op_type == "DynamicQuantizeLinear" and scoped.outputs and scoped.outputs[0]:
+            found[scoped.outputs[0]] = QuantParams(scoped.outputs[0], (), (), "uint8")
+    for scoped in walked.nodes:
+        slots = DYNAMIC_SLOTS.get(scoped.node.op_type)
+        weight = _at(scoped.inputs, slots[0]) if slots else ""
+        if weight not in inits or weight in found:
+            continue
+        zero = inits.get(_at(scoped.inputs, slots[1]))
+        scale = _scale_after(scoped, readers, weight_scale)
+        zeros = tuple(int(z) for z in numpy_helper.to_array(zero).reshape(-1)) if zero is not None else (0,)
+        scales = tuple(float(v) for v in numpy_helper.to_array(scale).reshape(-1)) if scale is not None else ()
+        found[weight] = QuantParams(weight, scales, zeros, dtype_name(inits[weight].data_type),
+                                    0 if len(scales) > 1 or len(zeros) > 1 else None)
+    return found
+
+
+def _scale_after(node, readers: dict, weight_scale: dict):
+    """The weight scale multiplied into an integer op's result: through a Cast, the Mul by (run-time scale x
+    weight scale)."""
+    frontier = [node]
+    for _ in range(3):
+        following = []
+        for scoped in frontier:
+            for out in scoped.outputs:
+                for reader in readers.get(out, []):
+                    for name in reader.inputs:
+                        if weight_scale.get(name) is not None:
+                            return weight_scale[name]
+                    if reader.node.op_type in ("Cast", "Mul"):
+                        following.append(reader)
+        frontier = following
+    return None
 
 
 def _params(tensor: str, scale: onnx.TensorProto, zero: onnx.TensorProto | None, axis: int | None) -> QuantParams:

@@ -20,8 +20,9 @@ _PRECISION = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32", "float64
 def precision_of(artifact) -> str:
     """'int8', 'uint8', 'fp16', 'fp32'...: the quantized tensors' type, else the type holding most weight elements."""
     if artifact.quant:
-        dtype = Counter(q.dtype for q in artifact.quant.values()).most_common(1)[0][0]
-        return _PRECISION.get(dtype, dtype)
+        fixed = [q for q in artifact.quant.values() if q.scale] or list(artifact.quant.values())
+        dtype = Counter(q.dtype for q in fixed).most_common(1)[0][0]     # (dynamic quantization's run-time
+        return _PRECISION.get(dtype, dtype)                             # activations have no type of their own)
     elements: Counter = Counter()
     for shape, dtype in artifact.initializers.values():
         if dtype in _PRECISION:

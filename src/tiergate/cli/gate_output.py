@@ -180,10 +180,23 @@ def _print_runtime(console, run) -> None:
                       ", ".join(f"{op} {n}" for op, n in ops[:6]),
                       ", ".join(f"{k} {v}" for k, v in item["placement"].items()))
     console.print(table)
+    for name, item in summary.items():
+        if item.get("npu"):
+            console.print(f"{name}: {npu_line(item['npu'])}", highlight=False)
     for name, found in run.runtime_findings.items():
         for f in found:
             if f.severity != "info":
                 console.print(f"[yellow]{f.severity}[/] {name}: {f.rule}: {escape(f.message)}", highlight=False)
+
+
+def npu_line(npu: dict) -> str:
+    """An NPU tier's placement and Vela's estimate in one line (docs/npu.md)."""
+    share = "n/a" if npu.get("npu_op_share") is None else f"{npu['npu_op_share']:.0%}"
+    time = "no NPU work" if npu.get("estimated_us") is None else \
+        f"{npu['estimated_us']:.1f} us ({npu.get('cycles') or 0:.0f} cycles)"
+    return (f"Vela {npu.get('vela_version', '')} on {npu.get('accelerator', '')}: {npu.get('npu_ops')} of "
+            f"{npu.get('counted')} operators on the NPU ({share}), {npu.get('cpu_ops')} fall back to the CPU; "
+            f"estimated {time}, the NPU's part only; SRAM {npu.get('sram_kib')} KiB, flash {npu.get('flash_kib')} KiB")
 
 
 def _fmt(value) -> str:

@@ -23,21 +23,26 @@ JSON_VERSION = 1
 _SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "dim"}
 
 
-def inspect_report(path: Path, target: str | None = None, *, runtime: bool = True) -> tuple[dict, int]:
+def inspect_report(path: Path, target: str | None = None, *, runtime: bool = True,
+                   policy: Path | None = None) -> tuple[dict, int]:
     """The inspect JSON document and the exit code; shared by the CLI and other callers.
 
     target: device class name(s), comma-separated. runtime: describe each target's runtime graph
-    in its container (tiergate.execution.describe) and lint on it; False judges the file only."""
+    in its container (tiergate.execution.describe) and lint on it; False judges the file only.
+    policy: a gate policy whose [outputs.NAME] tables say what outputs are (shown with what was detected)."""
     from tiergate.artifact import load_artifact
     from tiergate.artifact.graph import precision_counts
     from tiergate.fingerprint import fingerprint
     from tiergate.lint import lint
+    from tiergate.outputs import resolve as output_kinds
+    from tiergate.policy import load_policy
+    from tiergate.mlflow_bridge import local_artifact
     from tiergate.targets import resolve
 
-    from tiergate.mlflow_bridge import local_artifact
-
     classes = resolve(target) if target else []
+    tables = load_policy(policy).outputs if policy is not None else {}
     artifact = load_artifact(local_artifact(path))
+    kinds = output_kinds(artifact, tables)
     graphs, notes = runtime_graphs(artifact, classes) if runtime else ({}, [])
     findings = _merged([lint(artifact, dc, runtime=graphs.get(dc.name)) for dc in classes]
                        if classes else [lint(artifact)]) + notes
@@ -48,6 +53,7 @@ def inspect_report(path: Path, target: str | None = None, *, runtime: bool = Tru
         "precision": precision_counts(artifact),
         "fingerprint": fingerprint(artifact).to_json(),
         "target": classes[0].name if classes else None,
+        "outputs": {name: _kind_json(kind) for name, kind in kinds.items()},
         "findings": [f.to_json() for f in findings],
         "summary": summary,
         "ok": summary["error"] == 0,
@@ -98,16 +104,17 @@ def runtime_graphs(artifact, classes) -> tuple[dict, list]:
 
 
 def compiled_runtime_graph(artifact, dc, client):
-    """(graph, None): what a compiling class (tvm) runs of the artifact, its compile's record (the passes applied,
-    each with the module's fingerprint after it), compiled now or found in the compile cache, at the model's own
-    shapes (a symbolic first dimension at the class's batch size); a model it cannot compile is a refusal in its
-    words. (None, why) when the model's shapes leave dimensions that only evaluation data fix (a gate compiles it)."""
-    from tiergate.compiler import compiled, compiled_graph, static_shapes
+    """(graph, None): what a compiling class (tvm, ethos-u) runs of the artifact, its compile's record (TVM: the
+    passes applied, each with the module's fingerprint after it; Vela: each operator's placement and the estimate),
+    compiled now or found in the compile cache, at the model's own shapes (a symbolic first dimension at the class's
+    batch size); a model it cannot compile is a refusal in its words. (None, why) when the model's shapes leave
+    dimensions that only evaluation data fix (a gate compiles it)."""
+    from tiergate.compiler import compile_shapes, compiled, compiled_graph
     from tiergate.errors import InputError
     from tiergate.runtime_graph import RuntimeGraph
 
     try:
-        static_shapes(dc, artifact)
+        compile_shapes(dc, artifact)
     except InputError as exc:
         return None, exc.one_line()
     try:
@@ -115,7 +122,8 @@ def compiled_runtime_graph(artifact, dc, client):
     except InputError as exc:
         return RuntimeGraph(target=dc.name, tier=dc.tier, runtime=dc.runtime, machine=dc.machine,
                             emulated=dc.emulated, image="", image_id="", artifact_sha256=artifact.sha256, ok=False,
-                            error=exc.one_line(), versions={"tvm": dc.runtime_version}), None
+                            error=exc.one_line(),
+                            versions={"ethos-u-vela" if dc.runtime == "ethos-u" else "tvm": dc.runtime_version}), None
 
 
 def _merged(per_target: list[list]) -> list:
@@ -128,6 +136,14 @@ def _merged(per_target: list[list]) -> list:
                 seen.add(key)
                 merged.append(f)
     return merged
+
+
+def _kind_json(kind) -> dict:
+    from dataclasses import asdict
+
+    doc = asdict(kind.summary())
+    doc.pop("alphabet", None)
+    return doc
 
 
 def _artifact_json(artifact) -> dict:
@@ -164,15 +180,17 @@ def inspect(
     runtime: bool = typer.Option(True, "--runtime/--no-runtime",
                                  help="With --target: describe the runtime graph in the tier's container "
                                       "(--no-runtime judges the file only, no Docker)."),
+    policy: Path = typer.Option(None, "--policy", help="A gate policy: its [outputs.NAME] tables say what outputs "
+                                                       "are (shown with what tiergate detected)."),
 ) -> None:
     """Describe, fingerprint and lint artifacts; exit 1 when a finding is an error, 2 when a file is unusable."""
     if len(artifacts) == 1 and not as_jsonl:
-        report, code = inspect_report(artifacts[0], target, runtime=runtime)
+        report, code = inspect_report(artifacts[0], target, runtime=runtime, policy=policy)
         typer.echo(json.dumps(report, indent=1)) if as_json else _print_inspect(report)
         raise typer.Exit(code)
     reports, tally = [], {"ok": 0, "with errors": 0, "unusable": 0}
     for path in artifacts:
-        report, _ = inspect_one(path, target, runtime=runtime)
+        report, _ = inspect_one(path, target, runtime=runtime, policy=policy)
         tally["unusable" if "error" in report else "ok" if report["ok"] else "with errors"] += 1
         if as_jsonl:
             typer.echo(json.dumps(report))
@@ -189,14 +207,15 @@ def inspect(
     raise typer.Exit(EXIT_UNUSABLE if tally["unusable"] else EXIT_FAIL if tally["with errors"] else EXIT_OK)
 
 
-def inspect_one(path: Path, target: str | None = None, *, runtime: bool = True) -> tuple[dict, int]:
+def inspect_one(path: Path, target: str | None = None, *, runtime: bool = True,
+                policy: Path | None = None) -> tuple[dict, int]:
     """inspect_report for one file of several: an unusable file is a report with its one-line "error" (exit 2
     for it), so the other files are still inspected."""
     from tiergate.cli.main import os_error_line
     from tiergate.errors import TiergateError
 
     try:
-        return inspect_report(path, target, runtime=runtime)
+        return inspect_report(path, target, runtime=runtime, policy=policy)
     except (TiergateError, OSError) as exc:     # one file's problem is its own record, never the batch's end
         error = exc.one_line() if isinstance(exc, TiergateError) else os_error_line(exc)
         return {"version": JSON_VERSION, "artifact": {"path": str(path)}, "error": error, "ok": False}, \
@@ -220,6 +239,7 @@ def _print_inspect(report: dict) -> None:
                       f"{len(art['quantization'])} quantized tensors"),
         ("fingerprint", f"{fp['combined']} (structure {fp['structure'][:12]}, weights {fp['weights'][:12]}, "
                         f"quantization {fp['quantization'][:12]})"),
+        ("output kinds", "\n".join(f"{name}: {_kind_text(kind)}" for name, kind in report["outputs"].items())),
         ("target", report["target"] or "(default runtime of the format)"),
     ]
     for row in rows:
@@ -228,6 +248,20 @@ def _print_inspect(report: dict) -> None:
     for graph in report.get("runtime", {}).values():
         _print_runtime(console, graph)
     _print_findings(console, report)
+
+
+def _kind_text(kind: dict) -> str:
+    """An output's kind for people: the kind, its layout or alphabet, and where it came from."""
+    extra = kind["layout"]
+    if kind["kind"] == "ctc":
+        extra = (f"alphabet of {kind['alphabet_size']} from {kind['alphabet_source']}" if kind["alphabet_size"]
+                 else "no alphabet: symbol indices")
+    elif kind["kind"] == "landmarks":
+        extra = f"{kind['points']} points x {kind['dims']}"
+    if kind.get("scores"):
+        extra += f", scores in '{kind['scores']}'"
+    head = kind["kind"] + (f" ({extra})" if extra else "")
+    return f"{head} [{'policy' if kind['source'] == 'policy' else 'detected: ' + kind['why']}]"
 
 
 def _op_list(ops: dict) -> str:
@@ -246,6 +280,11 @@ def _print_runtime(console: Console, graph: dict) -> None:
         return
     if "passes" in graph:
         _print_passes(console, title, graph)
+        return
+    if graph.get("runtime") == "ethos-u":
+        from tiergate.cli.npu_table import print_placement
+
+        print_placement(console, title, graph)
         return
     table = Table(title=title)
     placement = ", ".join(f"{ep} {n}" for ep, n in graph["placement"].items())
@@ -364,6 +403,11 @@ def runtime_diff(old, new, target: str, new_disabled: tuple[str, ...] = ()) -> d
         a, b = graphs_old[name], graphs_new[name]
         out[name] = {"first_difference": first_difference(a, b), "levels": level_differences(a, b),
                      "ok": {"old": a.ok, "new": b.ok}}
+        if a.npu and b.npu:         # an NPU class: which operators moved (docs/npu.md)
+            from tiergate.npu.placement import Placement, diff as placement_diff
+
+            out[name]["placement"] = placement_diff(Placement.from_record(a.npu), Placement.from_record(b.npu),
+                                                     "the old model")
     return out
 
 
@@ -403,6 +447,11 @@ def _print_diff(doc: dict) -> None:
             if d["op_counts"]:
                 deltas = ", ".join(f"{op.removeprefix(':')} {v['delta']:+d}" for op, v in d["op_counts"].items())
                 console.print(f"  {level}: {deltas}")
+        if rt.get("placement"):
+            from tiergate.npu.placement import diff_lines
+
+            for line in diff_lines(rt["placement"]):
+                console.print(f"  {escape(line)}", highlight=False)
 
 
 def register(app: typer.Typer) -> None:

@@ -165,6 +165,9 @@ def explain(candidate: Path, reference: Path, data_path: Path | str, device_clas
         raise InputError("--samples must be at least 1")
     cand_art, ref_art = load_artifact(candidate), load_artifact(reference)
     for dc in device_classes:
+        if dc.runtime == "ethos-u":      # not wired (docs/npu.md): its outputs are the reference kernels'
+            raise InputError(f"device class {dc.name} is an NPU tier: explain does not dump its reference kernels' "
+                             "tensors; name a LiteRT class (x86_64-cpu-tflite)")
         if dc.compiled:      # a compiled library has no intermediate tensors to dump (docs/tvm.md)
             raise InputError(f"device class {dc.name} runs a compiled library ({dc.runtime}): explain dumps "
                              "intermediate tensors that only an interpreting runtime has; name another class")
@@ -214,8 +217,9 @@ def explain(candidate: Path, reference: Path, data_path: Path | str, device_clas
 
 def eval_data(source: Path | str, inputs: list):
     """The evaluation data in any form the gate takes: an .npz, or a loader FILE.py:FUNCTION run once and
-    materialised into a content-hashed archive (tiergate.evaldata.run_loader, as the gate does)."""
-    from tiergate.evaldata import is_loader, load_eval_data, run_loader
+    materialised into a content-hashed archive (tiergate.dataloader.run_loader, as the gate does)."""
+    from tiergate.dataloader import run_loader
+    from tiergate.evaldata import is_loader, load_eval_data
 
     return run_loader(str(source), inputs) if is_loader(source) else load_eval_data(source)
 

@@ -16,6 +16,9 @@ RULE_MODULES = (
     "external_data_escape",
     "provider_fallback",
     "layout_reorder",
+    "mixed_range_scale",
+    "dynamic_quantization",
+    "npu_fallback",
 )
 
 

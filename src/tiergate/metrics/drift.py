@@ -52,9 +52,13 @@ def relative_l2(ref: np.ndarray, out: np.ndarray) -> float:
 
 
 def sqnr_db(ref: np.ndarray, out: np.ndarray) -> float:
+    """SQNR in dB; two identical outputs of zeros agree perfectly (inf: no noise, where EPS / EPS would say 0 dB)."""
     ref64 = as_float64(ref).ravel()
+    noise = float(np.linalg.norm(ref64 - as_float64(out).ravel()))
+    if noise == 0 and not np.any(ref64):
+        return math.inf
     signal = max(float(np.linalg.norm(ref64)), EPS)
-    noise = max(float(np.linalg.norm(ref64 - as_float64(out).ravel())), EPS)
+    noise = max(noise, EPS)
     ratio = signal / noise                 # NaN stays NaN; infinite noise gives -inf dB
     return 20.0 * math.log10(ratio) if ratio > 0 else (-math.inf if ratio == 0 else math.nan)
 

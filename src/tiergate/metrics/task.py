@@ -30,10 +30,11 @@ from pathlib import Path
 import numpy as np
 
 from tiergate.errors import InputError
+from tiergate.metrics.kinds import LOWER_IS_BETTER as _KIND_LOWER, NAMES as KIND_METRICS
 
-LOWER_IS_BETTER = ("mae", "rmse")
+LOWER_IS_BETTER = ("mae", "rmse") + _KIND_LOWER
 BINARY = ("precision", "recall", "f1", "roc_auc")
-_FIXED = ("top1_accuracy", "mean_iou", "mae", "rmse") + BINARY
+_FIXED = ("top1_accuracy", "mean_iou", "mae", "rmse") + BINARY + KIND_METRICS
 _TOPK = re.compile(r"^top(\d+)_accuracy$")
 TABLE_KEYS = ("min_ratio", "max_ratio", "max_drop", "output", "k", "threshold", "positive")
 DEFAULT_MAX_ERROR_RATIO = 1.05
@@ -51,6 +52,7 @@ class MetricSpec:
     max_ratio: float | None = None     # candidate / reference <= this (errors)
     max_drop: float | None = None      # a difference instead of a ratio: candidate >= reference - this
     source: str = ""                   # FILE.py:FUNCTION of a custom metric
+    explicit_off: bool = False         # the policy switched its threshold off (`false`): reported only
     source_sha256: str = ""
     code_sha256: str = ""              # the metric file, the local modules it imports, its folder (metric_code)
     code_files: tuple[str, ...] = ()   # the local modules it imports that lie outside its folder
@@ -77,15 +79,17 @@ def builtin(name: str, table: dict | None = None) -> MetricSpec:
     else:
         raise InputError(f"metric '{name}' is not built in (built in: {', '.join(_FIXED)}, topK_accuracy); "
                          "a metric of your own is --metric FILE.py:FUNCTION")
+    off = any(table.get(key) is False for key in ("min_ratio", "max_ratio", "max_drop"))
+    table = {key: (None if value is False else value) for key, value in table.items()}
     _one_form(name, table)
     if kind in ("top1", "topk") and table.get("max_drop") is not None:
         raise InputError(f"policy: [metrics.{name}] max_drop: accuracy is a proportion (never negative) judged "
                          "as a ratio to the reference; use min_ratio")
-    if kind in LOWER_IS_BETTER and table.get("max_ratio") is None and table.get("max_drop") is None:
+    if kind in ("mae", "rmse") and table.get("max_ratio") is None and table.get("max_drop") is None and not off:
         table["max_ratio"] = DEFAULT_MAX_ERROR_RATIO
     return MetricSpec(name, kind, table.get("output"), int(table.get("k", k)), float(table.get("threshold", 0.5)),
                       int(table.get("positive", 1)), table.get("min_ratio"), table.get("max_ratio"),
-                      table.get("max_drop"))
+                      table.get("max_drop"), explicit_off=off)
 
 
 def _one_form(name: str, table: dict) -> None:
@@ -98,7 +102,8 @@ def _one_form(name: str, table: dict) -> None:
 
 def resolve(names: list[str], policy) -> list[MetricSpec]:
     """The implicit top-1 check, the policy's [metrics.NAME] tables, then --metric names (built-in or files)."""
-    from tiergate.evaldata import is_loader, load_function
+    from tiergate.dataloader import load_function
+    from tiergate.evaldata import is_loader
     from tiergate.hashing import file_sha256
 
     tables = dict(getattr(policy, "metrics", {}) or {})
@@ -109,12 +114,14 @@ def resolve(names: list[str], policy) -> list[MetricSpec]:
             fn = load_function(name, "metric")
             fname, file = name.rpartition(":")[2], name.rpartition(":")[0]
             table = tables.get(fname, {})
+            off = any(table.get(key) is False for key in ("min_ratio", "max_ratio", "max_drop"))
+            table = {key: (None if value is False else value) for key, value in table.items()}
             _one_form(fname, table)
             code_sha, code_files = metric_code(Path(file), fn, set(sys.modules) - before)
             specs[fname] = MetricSpec(fname, "custom", table.get("output"), min_ratio=table.get("min_ratio"),
                                       max_ratio=table.get("max_ratio"), max_drop=table.get("max_drop"), source=name,
                                       source_sha256=file_sha256(file), code_sha256=code_sha,
-                                      code_files=code_files, fn=fn)
+                                      code_files=code_files, fn=fn, explicit_off=off)
         else:
             specs[name] = builtin(name, tables.get(name))
     for name, table in tables.items():
@@ -368,10 +375,12 @@ def custom_value(spec: MetricSpec, outputs: dict[str, np.ndarray], labels) -> fl
 
 
 def refuse_ratio_of_nonpositive(spec: MetricSpec, values: dict[str, float]) -> None:
-    """A ratio to the reference means nothing when a value is zero or negative (a mean log-probability: a
-    worse candidate gets a ratio above 1): such a metric is judged as a difference, `max_drop`."""
+    """A ratio to the reference means nothing when a value is negative (a mean log-probability: a worse
+    candidate gets a ratio above 1) or the reference's is zero: such a metric is judged as a difference,
+    `max_drop`. A candidate at zero beside a positive reference is a ratio of 0: a REJECT of a higher-is-better
+    metric, not an error (a user metric judged by a ratio is taken to be non-negative)."""
     for side, number in values.items():
-        if number <= 0:
+        if number < 0 or (number == 0 and side == "reference"):
             raise InputError(f"metric {spec.name} ({spec.source or 'built in'}): the {side}'s value is {number:.6g}; "
                              f"a ratio threshold cannot judge a metric that can be zero or negative: set "
                              f"[metrics.{spec.name}] max_drop = D (the candidate may be at most D below the "

@@ -197,7 +197,7 @@ def bisect_recipe(request: GateRequest, target: str, recipe: str, good: Path, ba
                   check: str | None = None, seams: Seams | None = None,
                   options: RunOptions | None = None) -> core.Report:
     """The smallest set of a recipe's options whose bad values make the check fail on `target`."""
-    from tiergate.evaldata import load_function
+    from tiergate.dataloader import load_function
     from tiergate.usercode import call
 
     make = load_function(recipe, "recipe")

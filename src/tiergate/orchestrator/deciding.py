@@ -17,7 +17,7 @@ from tiergate.orchestrator.intake import carried_outputs
 from tiergate.orchestrator.running import load_outcomes
 from tiergate.orchestrator.types import Basis
 
-_DECIDING_MODULES = ("gate.py", "stats.py", "policy.py", "codec.py", "metrics", "evaldata.py")
+_DECIDING_MODULES = ("gate", "stats.py", "policy.py", "codec.py", "metrics", "evaldata.py", "outputs", "labels.py")
 
 
 def resolve_metrics(names: list[str] | None, policy):
@@ -26,6 +26,13 @@ def resolve_metrics(names: list[str] | None, policy):
     from tiergate.metrics.task import resolve
 
     return resolve(names or [], policy)
+
+
+def output_kinds(artifact, policy) -> dict:
+    """Each output's kind (tiergate.outputs): detected on the reference, the policy's [outputs.NAME] on top."""
+    from tiergate.outputs import resolve
+
+    return resolve(artifact, getattr(policy, "outputs", {}) or {})
 
 
 def decide_saved(folders: dict[tuple[str, str], Path], basis: Basis, *, hits: int = 0, started: int = 0,
@@ -62,7 +69,7 @@ def decide(outcomes: dict, basis: Basis) -> Decision:
     decision = evaluate(outcomes["candidate"], outcomes["reference"], {dc.name: dc for dc in basis.device_classes},
                         basis.policy, basis.data.labels, outcomes.get("incumbent"),
                         quantized=intakes["candidate"].artifact.is_quantized, metrics=basis.metrics,
-                        carried=carried_outputs(intakes["reference"].artifact))
+                        carried=carried_outputs(intakes["reference"].artifact), kinds=basis.kinds)
     for name, outcome in sorted(outcomes["candidate"].items()):
         off = outcome.result.extra.get("disabled_passes") if outcome.result.ok else None
         if off:

@@ -7,12 +7,13 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-import numpy as np
 
 from tiergate.artifact import Artifact, load_artifact
 from tiergate.errors import InputError
-from tiergate.evaldata import (EvalData, check_labels_within, check_sample_count, is_loader, label_classes,
-                               load_eval_data, normalised, run_loader, validate_against)
+from tiergate.evaldata import (EvalData, check_labels_within, check_sample_count, is_class_indices, is_loader,
+                               label_classes,
+                               load_eval_data, normalised, validate_against)
+from tiergate.dataloader import run_loader
 from tiergate.fingerprint import fingerprint
 from tiergate.gate import RunOutcome
 from tiergate.lint import Finding, lint
@@ -105,8 +106,7 @@ def _spec_text(spec) -> str:
 
 def labels_checked(data: EvalData, intakes: dict[str, Intake]) -> bool:
     """Check the labels against the reference's class count when its output shape says it (True when done)."""
-    labels = data.labels
-    if labels is None or labels.ndim != 1 or not np.issubdtype(labels.dtype, np.integer):
+    if not is_class_indices(data.labels):
         return True          # no class indices: nothing to check
     found = label_classes(intakes["reference"].artifact.outputs)
     if found is None:

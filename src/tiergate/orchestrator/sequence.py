@@ -12,7 +12,7 @@ from tiergate.artifact.precision import check_reference
 from tiergate.decision import GateRun
 from tiergate.gate import signature_decision
 from tiergate.orchestrator.building import build_images
-from tiergate.orchestrator.deciding import decide_saved, resolve_metrics
+from tiergate.orchestrator.deciding import decide_saved, output_kinds, resolve_metrics
 from tiergate.orchestrator.describing import Describing
 from tiergate.orchestrator.early import early_settings, gate_early
 from tiergate.orchestrator.intake import check_formats, intake, labels_checked, load_data, signature_differences
@@ -85,7 +85,9 @@ def _basis(request: GateRequest, intakes: dict) -> Basis:
                              f"(known: {', '.join(known)})")
     data = load_data(request.data, intakes, axes, request.policy, device_classes)
     metrics = resolve_metrics(list(request.metrics), request.policy)
-    return Basis(intakes, tuple(device_classes), request.policy, data, tuple(metrics))
+    reference = intakes.get("reference") or intakes["candidate"]
+    kinds = output_kinds(reference.artifact, request.policy)
+    return Basis(intakes, tuple(device_classes), request.policy, data, tuple(metrics), kinds)
 
 
 def _build(specs: list[RunSpec], seams: Seams, options: RunOptions, shapes: dict | None = None) -> None:

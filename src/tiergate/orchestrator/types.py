@@ -4,7 +4,7 @@ decision is made from besides its runs."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from tiergate.artifact import Artifact
@@ -89,6 +89,7 @@ class Basis:
     policy: Policy
     data: EvalData
     metrics: tuple = ()
+    kinds: dict = field(default_factory=dict)     # output -> tiergate.outputs.OutputKind (the reference's)
 
 
 def say(progress: Progress | None, text: str) -> None:

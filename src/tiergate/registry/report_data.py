@@ -157,6 +157,9 @@ def decision_entries(registry: Registry, artifacts: list[dict], explained: set[i
                     "format": reference.format,
                     "version": by_sha[reference.sha256]["label"] if reference.sha256 in by_sha else None},
                 "explained": d.id in explained,
+                # NPU tiers: the candidate's placement and Vela's estimate per device class (docs/npu.md)
+                "npu": {name: graph["npu"] for name, graph in (d.detail.get("runtime") or {}).items()
+                        if isinstance(graph, dict) and graph.get("npu")},
             })
     return out
 
@@ -178,9 +181,31 @@ def verdict_matrix(artifacts: list[dict], decisions: list[dict], tiers: list[str
                 "decision_id": d["id"], "verdict": d["verdict"], "explained": d["explained"],
                 "failed": [c["label"] for c in d["checks"] if c["tier"] == tier and c["outcome"] == "fail"],
                 # an early decision stopped this tier unjudged: another tier's REJECT was final
-                "stopped": stopped["detail"] if stopped is not None else ""}
+                "stopped": stopped["detail"] if stopped is not None else "",
+                # an NPU tier: the candidate's share on the NPU and Vela's estimate
+                "npu": next((s for s in (d.get("npu") or {}).values() if s.get("tier") == tier), None)}
         rows.append({"artifact_sha": a["sha256"], "label": a["label"], "family": a["family"], "cells": cells})
     return {"tiers": names, "rows": rows}
+
+
+def npu_over_versions(artifacts: list[dict], decisions: list[dict]) -> list[dict]:
+    """Per NPU device class and version (oldest first), from the version's latest decision on it: the share of its
+    operators on the NPU, the operators on the CPU, Vela's estimated time and memory (docs/npu.md)."""
+    rows = []
+    for a in artifacts:
+        latest: dict[str, tuple[dict, dict]] = {}
+        for d in decisions:
+            if d["artifact_sha"] == a["sha256"]:
+                for name, summary in (d.get("npu") or {}).items():
+                    latest[name] = (d, summary)
+        for name, (d, s) in sorted(latest.items()):
+            rows.append({"artifact_sha": a["sha256"], "label": a["label"], "device_class": name,
+                         "tier": s.get("tier", ""), "decision_id": d["id"], "verdict": d["verdict"],
+                         "npu_op_share": s.get("npu_op_share"), "npu_ops": s.get("npu_ops"),
+                         "cpu_ops": s.get("cpu_ops"), "counted": s.get("counted"), "cpu": s.get("cpu", []),
+                         "estimated_us": s.get("estimated_us"), "cycles": s.get("cycles"),
+                         "sram_kib": s.get("sram_kib"), "flash_kib": s.get("flash_kib")})
+    return rows
 
 
 def _row(artifact: ArtifactRecord, run: RunRecord, decision: DecisionRecord | None, promoted: bool) -> dict:
@@ -275,6 +300,7 @@ def build_drift_report(registry: Registry, model: str, since: datetime | None = 
         "tiers": tiers,
         "decisions": decisions,
         "verdicts": verdict_matrix(entries, decisions, list(tiers)),
+        "npu": npu_over_versions(entries, decisions),
         "explanations": {str(k): v for k, v in sorted(explanations.items())},
         "cross_tier": promoted_cross_tier(registry, promoted),
         "runtime": runtime_graphs(registry, artifacts),

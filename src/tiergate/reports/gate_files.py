@@ -63,4 +63,9 @@ def runtime_markdown(summary: dict[str, dict]) -> str:
     refused = [f"- `{n}`: refused by the runtime: {summary[n]['error']}" for n in names if not summary[n]["ok"]]
     compiled = [f"- `{n}`: compiled (TVM): {p['count']} passes applied, {len(p['changed'])} changed the module, final "
                 f"fingerprint `{p['final']}`" for n in names if (p := summary[n].get("passes"))]
-    return "\n".join(lines + [""] + refused + compiled) + "\n"
+    npu = [f"- `{n}`: NPU (Vela {p.get('vela_version', '')}, {p.get('accelerator', '')}): {p.get('npu_ops')} of "
+           f"{p.get('counted')} operators on the NPU, {p.get('cpu_ops')} on the CPU"
+           + "".join(f"; {c}" for c in p.get("cpu", []))
+           + (f"; estimated {p['estimated_us']:.1f} us" if p.get("estimated_us") is not None else "; no NPU work")
+           for n in names if (p := summary[n].get("npu"))]
+    return "\n".join(lines + [""] + refused + compiled + npu) + "\n"

@@ -196,6 +196,9 @@ def verdict_table(report: dict) -> str:
                 failed += f'<span class="check stopped" title="{escape(cell["stopped"])}">stopped, not judged</span>'
             explain = (f' <a class="explain-link" href="{explain_page_name(did)}">explain</a>'
                        if cell["explained"] else "")
+            if cell.get("npu"):
+                failed += f'<span class="check npu">{escape(npu_text(cell["npu"]))}</span>'
+
             cells.append(f'<td class="cell verdict-{escape(verdict)}" data-verdict="{escape(verdict)}" '
                          f'data-decision="{did}"><a class="verdict-link" href="{decision_page_name(did)}">'
                          f'{_VERDICT_TEXT.get(verdict, escape(verdict))}</a>{explain}{failed}</td>')
@@ -210,6 +213,34 @@ def verdict_table(report: dict) -> str:
               "when another tier's REJECT was final.</p>")
     return (f'{legend}<table id="table-verdicts"><tr><th class="l">version</th><th class="l">family</th>'
             f'<th class="l">hash</th><th class="l">registered</th>{head}</tr>{"".join(rows)}</table>')
+
+
+def npu_text(summary: dict) -> str:
+    """An NPU tier's cell: its share on the NPU and Vela's estimate."""
+    share = summary.get("npu_op_share")
+    time = summary.get("estimated_us")
+    return (f"NPU {share:.0%}" if share is not None else "NPU n/a") + \
+        f", {summary.get('cpu_ops', 0)} on CPU, " + (f"est. {time:.1f} us" if time is not None else "no NPU work")
+
+
+def npu_table(rows: list[dict]) -> str:
+    """NPU tiers over versions: placement share, operators on the CPU and Vela's estimate (docs/npu.md)."""
+    body = []
+    for r in rows:
+        share = "n/a" if r["npu_op_share"] is None else f'{r["npu_op_share"]:.0%}'
+        time = "no NPU work" if r["estimated_us"] is None else f'{r["estimated_us"]:.1f}'
+        cpu = "; ".join(r.get("cpu") or []) or "none"
+        body.append(f'<tr><td class="l">{escape(r["label"])}</td><td class="l">{escape(r["device_class"])}</td>'
+                    f'<td class="verdict-{escape(r["verdict"].lower())}">{escape(r["verdict"])}</td>'
+                    f'<td>{share} ({r["npu_ops"]} of {r["counted"]})</td><td>{r["cpu_ops"]}</td><td>{time}</td>'
+                    f'<td>{_fmt(r["cycles"], "{:.0f}")}</td><td>{_fmt(r["sram_kib"], "{:.2f}")}</td>'
+                    f'<td>{_fmt(r["flash_kib"], "{:.2f}")}</td><td class="l">{escape(cpu)}</td></tr>')
+    return ('<p class="note">Vela\'s placement of each version\'s operators and its estimate of the NPU\'s part '
+            "(operators on the CPU add no time to it); the float interface of an integer model is not counted. "
+            "Accuracy on these tiers is LiteRT's reference kernels, never a measurement of the NPU.</p>"
+            '<table id="table-npu"><tr><th class="l">version</th><th class="l">device class</th><th>verdict</th>'
+            "<th>on the NPU</th><th>on the CPU</th><th>estimated us</th><th>cycles</th><th>SRAM KiB</th>"
+            f'<th>flash KiB</th><th class="l">operators on the CPU</th></tr>{"".join(body)}</table>')
 
 
 def matrix_table(cross: dict) -> str:
@@ -243,6 +274,8 @@ def render_html(report: dict) -> str:
         + ("" if report["promoted"] else "<li>nothing promoted yet</li>") + "</ul>")
     if (report.get("verdicts") or {}).get("rows"):
         parts.append('<h2 id="verdicts">Verdicts: versions x tiers</h2>' + verdict_table(report))
+    if report.get("npu"):
+        parts.append('<h2 id="npu">NPU tiers: placement and estimated time over versions</h2>' + npu_table(report["npu"]))
     for tier, entry in tiers.items():
         parts.append(f'<h2 id="{element_id("tier", tier)}">Tier {escape(tier)}</h2>')
         parts.append(f'<div class="plot">{interactive.tier_plot(report, tier, _PANELS, _EMULATION_BOUND, element_id("plot-tier", tier))}</div>')

@@ -13,8 +13,10 @@ DESCRIPTION = "float compute between quantized regions of a quantized graph"
 
 
 def check(ctx) -> list:
-    if not ctx.artifact.is_quantized:
-        return []
+    from tiergate.lint.rules.dynamic_quantization import is_dynamic
+
+    if not ctx.artifact.is_quantized or is_dynamic(ctx.artifact):     # float between a dynamic model's integer
+        return []                                                      # ops is its design (dynamic-quantization)
     kinds = ctx.precision
     if ctx.artifact.format == "tvm" and "quantized" not in kinds:
         return _all_float(ctx)

@@ -23,7 +23,8 @@ RULE = "unsupported-op"
 SEVERITY = "error"
 DESCRIPTION = "op (or model) the device class's runtime cannot run natively (falls back or fails)"
 
-_FORMAT_OF_RUNTIME = {"onnxruntime": "onnx", "onnxruntime-gpu": "onnx", "tflite": "tflite", "tvm": "onnx"}
+_FORMAT_OF_RUNTIME = {"onnxruntime": "onnx", "onnxruntime-gpu": "onnx", "tflite": "tflite", "tvm": "onnx",
+                      "ethos-u": "tflite"}
 _DEFAULT_RUNTIME = {"onnx": "onnxruntime", "tflite": "tflite"}
 
 
@@ -43,6 +44,8 @@ def check(ctx) -> list:
         return [_runtime_finding(ctx, ctx.finding(
             RULE, "error", f"tier {described.tier} ({described.target}, {version}, {described.machine}) "
                            f"refuses the model: " + (f"{why} (it says: {words})" if why else words)))]
+    if runtime == "ethos-u":
+        return []     # Vela decides what runs where (npu-fallback); LiteRT's reference kernels run every builtin
     if runtime == "tvm":
         return []     # TVM's frontend and compile decide (a model they refuse is a refusal above), not ORT's kernels
     if artifact.format == "tflite":

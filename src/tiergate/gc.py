@@ -352,7 +352,8 @@ class _Planner:
             item.remove, item.reason = (False, "being downloaded by a gate in progress") if live else \
                 (True, "partial download of a gate that is no longer running")
         elif download.artifact in self.needs.keep:
-            item.remove, item.reason = False, f"artifact {_short(download.artifact)}: {self.needs.keep[download.artifact]}"
+            item.remove = False
+            item.reason = f"artifact {_short(download.artifact)}: {self.needs.keep[download.artifact]}"
         return item
 
     # -- the engine --------------------------------------------------------------------

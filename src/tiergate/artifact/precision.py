@@ -39,4 +39,5 @@ def check_reference(artifact, label=None) -> None:
     precision = precision_of(artifact)
     if artifact.is_quantized or not is_float(precision):
         raise InputError(f"{label or artifact.path}: the reference is quantized ({precision}); give the FP32 model "
-                         "(a quantized reference hides the candidate's losses, and they compound release after release)")
+                         "(a quantized reference hides the candidate's losses, and they compound release after "
+                         "release)")

@@ -171,8 +171,8 @@ def combine_tiers(per_tier: dict[str, Decision], looks: dict[str, TierLooks], dr
         elif t.stopped_early:
             notes.append(f"{name}: early stop: {t.verdict} settled at look {t.look} of {t.looks}, on {t.samples_used} "
                          f"of {t.samples_total} samples (intervals at {t.confidence:.4%})"
-                         + (f"; its point checks ({', '.join(sorted(SETTLED_WHEN_FAILED & _point_checks(per_tier[name])))})"
-                            " covered those samples only" if t.verdict == PROMOTE and name in per_tier else ""))
+                         + (f"; its point checks ({_covered_names(per_tier[name])}) covered those samples only"
+                            if t.verdict == PROMOTE and name in per_tier else ""))
         else:
             notes.append(f"{name}: early stop: no earlier look settled it; decided at look {t.look} of {t.looks} on "
                          f"{t.samples_used} samples (intervals at {t.confidence:.4%})")
@@ -180,8 +180,9 @@ def combine_tiers(per_tier: dict[str, Decision], looks: dict[str, TierLooks], dr
     return Decision(verdict, checks, metrics, drift, notes, quantized, list(policy.sources), warnings, dict(looks))
 
 
-def _point_checks(decision: Decision) -> set[str]:
-    return {c.name for c in decision.checks if c.interval is None}
+def _covered_names(decision: Decision) -> str:
+    """The point checks of a tier's decision (no interval; SETTLED_WHEN_FAILED), comma-separated."""
+    return ", ".join(sorted(SETTLED_WHEN_FAILED & {c.name for c in decision.checks if c.interval is None}))
 
 
 def _coverage(checks: list[Check], looks: TierLooks | None) -> list[Check]:

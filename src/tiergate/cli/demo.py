@@ -26,13 +26,13 @@ def demo(
     450 test images and promoted on 2,000 samples), 1 otherwise.
     """
     from tiergate.demo.job import run_demo
-    from tiergate.demo.models import _CANDIDATES
+    from tiergate.demo.models import CANDIDATES
 
     console = Console(width=max(Console().width, 140))
     columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                TimeElapsedColumn())
     with Progress(*columns, console=console, transient=False) as bar:
-        task = bar.add_task("candidates", total=len(_CANDIDATES) + 1)   # + the confirmation on more samples
+        task = bar.add_task("candidates", total=len(CANDIDATES) + 1)   # + the confirmation on more samples
         step = bar.add_task("starting", total=None)
         seen = []
 

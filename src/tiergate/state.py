@@ -6,7 +6,7 @@ Layout under `home()`:
   decisions/<key>.json            a decision with the hashes of every input it was made from (sealed)
   quick/<request key>.json        the fast path's entry for an unchanged `tiergate gate` (sealed)
   runtime-graphs/<key>/           the describe cache (a tier's runtime graph of an artifact)
-  compiled/<key>/                 the compile cache: an artifact compiled for a class (tiergate.compiler: model.so,
+  compiled/<key>/                 the compile cache: an artifact compiled for a class (tiergate.build.compiling: model.so,
                                   tvm-meta.json), sealed like the describe cache
   explain/<key>/                  explain's tensor dumps
   data/<sha>.npz                  content-hashed archives (loader data, early-decision chunks)
@@ -93,7 +93,7 @@ def graph_folder(artifact_sha256: str, image_id: str, describer_sha256: str, cpu
 
 
 def compiled_folder(key: str) -> Path:
-    """The compile cache's folder of an artifact compiled for a class (key: tiergate.compiler.compile_key)."""
+    """The compile cache's folder of an artifact compiled for a class (key: tiergate.build.compiling.compile_key)."""
     return home() / COMPILED / key
 
 
@@ -756,7 +756,7 @@ def parse_iso(value) -> datetime | None:
 
 
 def remove_compiled(path: Path, root: Path) -> str | None:
-    """Remove a compiled library's folder under its compile's lock (tiergate.compiler.compiled); returns why it
+    """Remove a compiled library's folder under its compile's lock (tiergate.build.compiling.compiled); returns why it
     was kept, or None when removed."""
     return _remove_locked(path, root, f"compile-{path.name}", "a gate is compiling or reading this compile meanwhile")
 

@@ -21,7 +21,7 @@ from tiergate.paths import containers_dir, targets_dir
 
 ARCHES = ("amd64", "arm64")
 RUNTIMES = ("onnxruntime", "tflite", "onnxruntime-gpu", "tvm", "ethos-u")
-# runtimes whose build step compiles the artifact first (tiergate.compiler; ethos-u through tiergate.vela)
+# runtimes whose build step compiles the artifact first (tiergate.build.compiling; ethos-u through tiergate.build.vela)
 COMPILED_RUNTIMES = ("tvm", "ethos-u")
 # the runtime image a class of these runtimes runs in: an Ethos-U class's outputs are LiteRT's reference kernels'
 # (docs/npu.md), so it shares the tflite runtime image (its [numerics] litert_version)

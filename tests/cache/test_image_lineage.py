@@ -16,6 +16,7 @@ import gatekit
 import modelkit
 from fakes import FakeBackend, FakeBuilder
 from tiergate import build, orchestrator
+from tiergate.build import artifact_image
 from tiergate.errors import EnvironmentProblem
 from tiergate.images import LABEL
 from tiergate.policy import load_policy
@@ -59,7 +60,7 @@ def test_the_artifact_tag_names_the_recipe_not_the_host_modes(private_model, mon
     for p in files:
         os.chmod(p, 0o644)
     assert build.artifact_image_tag(dc, runtime, labels, files) == private      # same content, same image
-    monkeypatch.setattr(build, "ARTIFACT_RECIPE", "next")
+    monkeypatch.setattr(artifact_image, "ARTIFACT_RECIPE", "next")
     assert build.artifact_image_tag(dc, runtime, labels, files) != private      # a new recipe: old images unused
 
 
@@ -87,14 +88,14 @@ def test_an_image_retagged_under_the_candidates_tag_is_built_again(private_model
     dc = resolve(X86)[0]
     runtime = build.RuntimeImage("tiergate/runtime-onnxruntime-amd64:r", "sha256:r", {"onnxruntime": "1"},
                                  "base:1", True)
-    monkeypatch.setattr(build, "ensure_runtime_image", lambda *a, **k: runtime)
+    monkeypatch.setattr(artifact_image, "ensure_runtime_image", lambda *a, **k: runtime)
     built = []
 
     def docker_build(client, ctx, tag, buildargs, labels, network="none"):
         built.append(tag)
         client._images[tag] = _Image("sha256:fresh", dict(labels))
         return client._images[tag]
-    monkeypatch.setattr(build, "_docker_build", docker_build)
+    monkeypatch.setattr(artifact_image, "docker_build", docker_build)
     client = _Client({})
     first = build.build_image(dc, private_model, artifact_sha256="c" * 64, client=client)
     assert built == [first.tag] and not first.reused

@@ -182,7 +182,7 @@ def test_npu_fallback_lint_on_the_runtime_graph(tmp_path):
     from tiergate.artifact import load_artifact
     from tiergate.lint import lint
     from tiergate.runtime_graph import from_describe
-    from tiergate.vela import describe_doc
+    from tiergate.build.vela import describe_doc
 
     path = mk.save_tflite(mk.tflite_bytes("int8"), "npu-lint.tflite", tmp_path)
     artifact = load_artifact(path)

@@ -82,7 +82,7 @@ def _artifact(shape=("N", 3, 48, "W")):
 
 
 def test_static_shapes_come_from_the_data_else_the_model():
-    from tiergate.compiler import static_shapes
+    from tiergate.build.tvm import static_shapes
 
     dc = targets.catalogue()["x86_64-cpu-tvm"]
     assert static_shapes(dc, _artifact(), {"x": [None, 3, 48, 192]}) == {"x": [1, 3, 48, 192]}
@@ -104,7 +104,7 @@ def test_evaluation_data_give_one_calls_shapes(tmp_path):
 def test_compile_key_changes_with_everything_that_changes_the_library():
     import dataclasses
 
-    from tiergate.compiler import compile_key
+    from tiergate.build.compiling import compile_key
 
     dc = targets.catalogue()["x86_64-cpu-tvm"]
     shapes = {"x": [1, 3, 8, 8]}
@@ -135,7 +135,7 @@ def _record(passes, disabled=()):
 
 
 def test_a_compile_record_is_a_runtime_graph_with_its_passes(tmp_path):
-    from tiergate.compiler import describe_doc
+    from tiergate.build.tvm import describe_doc
     from tiergate.decision import runtime_summary
     from tiergate.runtime_graph import changed_passes, first_difference, first_pass_difference, parse_describe
 

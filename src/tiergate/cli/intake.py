@@ -109,7 +109,7 @@ def compiled_runtime_graph(artifact, dc, client):
     compiled now or found in the compile cache, at the model's own shapes (a symbolic first dimension at the class's
     batch size); a model it cannot compile is a refusal in its words. (None, why) when the model's shapes leave
     dimensions that only evaluation data fix (a gate compiles it)."""
-    from tiergate.compiler import compile_shapes, compiled, compiled_graph
+    from tiergate.build.compiling import compile_shapes, compiled, compiled_graph
     from tiergate.errors import InputError
     from tiergate.runtime_graph import RuntimeGraph
 

@@ -353,7 +353,7 @@ def readonly_tar(files: list[tuple[Path, str]]) -> bytes:
 
 def _shareable(jobs: list[Job]) -> bool:
     """One container can run them: one runtime image, and the files of every artifact but the first at hand (a
-    compiled artifact's library is in its own image only: tiergate.compiler)."""
+    compiled artifact's library is in its own image only: tiergate.build.compiling)."""
     runtimes = {job.image.runtime_tag or job.image.tag for job in jobs}
     compiled = any(f"{LABEL}.compile.key" in (job.image.labels or {}) for job in jobs)
     return len(runtimes) == 1 and not compiled and all(job.artifact_path is not None and

@@ -6,7 +6,7 @@
 - `checks`: the gate's checks on it (min_npu_op_share, max_cpu_ops, max_estimated_time_ratio, SRAM and flash
   budgets), called from gate.tier.TierEval.run.
 
-Stdlib only. The compile itself (a container of Vela's image) is tiergate.vela; the run that computes the tier's
+Stdlib only. The compile itself (a container of Vela's image) is tiergate.build.vela; the run that computes the tier's
 outputs is LiteRT's reference kernels (the harness's --runtime ethos-u).
 """
 

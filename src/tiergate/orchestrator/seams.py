@@ -57,9 +57,9 @@ class DockerBuilder:
                            extra_labels=compiled.labels if compiled else None)
 
     def _compiled(self, device_class: DeviceClass, intake: Intake):
-        """The artifact compiled for the class (tiergate.compiler), at the data's input shapes (intake.input_shapes,
+        """The artifact compiled for the class (tiergate.build.compiling), at the data's input shapes (intake.input_shapes,
         set by the building stage)."""
-        from tiergate.compiler import compiled
+        from tiergate.build.compiling import compiled
 
         return compiled(device_class, intake.artifact, input_shapes=intake.input_shapes,
                         ca_bundle=self.settings.ca_bundle)
@@ -74,9 +74,9 @@ class DockerBuilder:
 
     def describe(self, device_class: DeviceClass, intake: Intake, image: BuiltImage):
         """The runtime graph of the artifact in the class's runtime image (cached by artifact and image); for a
-        compiled artifact, what its compile recorded (tiergate.compiler)."""
+        compiled artifact, what its compile recorded (tiergate.build.compiling)."""
         if device_class.compiled:
-            from tiergate.compiler import compiled_graph
+            from tiergate.build.compiling import compiled_graph
             from tiergate.lint import lint
 
             graph = compiled_graph(device_class, intake.artifact, image)

@@ -1,4 +1,4 @@
-"""The Ethos-U compile stage's own parts (docs/npu.md): what tiergate.compiler needs to compile an artifact with Arm's
+"""The Ethos-U compile stage's own parts (docs/npu.md): what tiergate.build.compiling needs to compile an artifact with Arm's
 Vela for an ethos-u class, beside TVM's.
 
 - the compiler image: containers/vela/compiler.Dockerfile on the amd64 base, ethos-u-vela at the class's
@@ -8,7 +8,7 @@ Vela for an ethos-u class, beside TVM's.
   class's [compile] table (accelerator, Vela configuration file, system configuration, memory mode, optimise); it
   writes the model Vela writes (model_vela.tflite), Vela's per-layer and summary CSVs and vela-meta.json (each source
   operator's placement with Vela's reason, the summary's figures);
-- the compile cache key: the artifact, the compiler image, and those arguments (tiergate.compiler.compile_key);
+- the compile cache key: the artifact, the compiler image, and those arguments (tiergate.build.compiling.compile_key);
 - what the artifact image holds: the source model (the tier's outputs are LiteRT's reference kernels running it) and
   vela-meta.json beside it (the harness's extra.npu, the describer's runtime graph).
 """
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tiergate.build.toolchain import Toolchain
 from tiergate.images import LABEL
 
 RECIPE, SCRIPT, LOCK = "vela/compiler.Dockerfile", "vela/tiergate_vela_compile.py", "vela/requirements.txt"
@@ -63,3 +64,9 @@ def describe_doc(meta: dict, machine: str = "") -> dict:
     container writes the same from the record beside the model)."""
     return {"ok": True, "runtime": "ethos-u", "machine": machine, "error": "", "vela": meta,
             "versions": {"ethos-u-vela": meta.get("vela_version", "")}}
+
+
+VELA = Toolchain("Vela", RECIPE, SCRIPT, LOCK, IMAGE_REPO, META, PRODUCT, command,
+                 key_parts, lambda dc, artifact, input_shapes=None: {}, image_files, labels,
+                 describe_doc, TIMEOUT_S, MEMORY)
+

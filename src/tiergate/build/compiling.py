@@ -17,7 +17,7 @@ a failed run, never a crash); a compiler image that cannot be built is an Enviro
 
 The same stage compiles for an ethos-u class with Arm's Vela (docs/npu.md): a `Toolchain` says what differs (the
 image's recipe and lock, the compile's command and files, the key's class part, the image's files and labels, the
-describe document); TVM's is here, Vela's parts are tiergate.vela's. The image, the container, the cache, its lock
+describe document); TVM's is here, Vela's parts are tiergate.build.vela's. The image, the container, the cache, its lock
 and the refusal record are one path for both.
 """
 
@@ -29,155 +29,35 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
 
 import docker
 import requests
 
-from tiergate import state, vela
-from tiergate.build import (_digest, _docker_build, _one_line, base_python_version, building,
-                            ca_bundle_bytes, download_wheels, ensure_base_image, install_on_host, normalise_modes)
+from tiergate import state
+from tiergate.build.engine import (base_python_version, building, content_digest, docker_build, ensure_base_image,
+                                   normalise_modes, one_line)
+from tiergate.build.runtime import ca_bundle_bytes, download_wheels, install_on_host
+from tiergate.build.toolchain import COMPILER_BASE, ERROR, KEY_LABEL, META, Compiled, CompilerImage, Toolchain
+from tiergate.build.tvm import TVM
+from tiergate.build.vela import VELA
 from tiergate.errors import EnvironmentProblem, InputError
 from tiergate.hashing import file_sha256
-from tiergate.images import COMPILE_KEY_LABEL, LABEL
+from tiergate.images import LABEL
 from tiergate.paths import containers_dir
 from tiergate.targets import DeviceClass
-
-RECIPE, SCRIPT, LOCK = "tvm/compiler.Dockerfile", "tvm/tiergate_tvm_compile.py", "tvm/requirements.txt"
-LIBRARY, META, ERROR = "model.so", state.COMPILE_META, "error.json"      # what the compile script writes
-COMPILER_BASE = "tiergate/base:bookworm-amd64"    # the compile runs on x86_64 (cross-linking for aarch64)
-COMPILE_TIMEOUT_S = 1800
-COMPILE_MEMORY = "8g"
-MODEL_FORMAT = "tvm-library"          # the artifact image's model.format label for a compiled library
-KEY_LABEL = COMPILE_KEY_LABEL
-
-
-@dataclass(frozen=True)
-class CompilerImage:
-    tag: str
-    image_id: str
-    reused: bool
-
-
-@dataclass(frozen=True)
-class Toolchain:
-    """What one compiler needs of the compile stage: its image (recipe, script, lock, repository), the compile's
-    command and the files it writes (its record `meta` among them), the class's part of the cache key, the artifact
-    image's files and labels, and the describe document made from the record."""
-
-    name: str                                   # in messages: "TVM cannot compile ..."
-    recipe: str
-    script: str
-    lock: str
-    repository: str                             # the compiler image's repository (tag: content hash)
-    meta: str                                   # the compile's record (read back, sealed in the cache)
-    product: tuple[str, ...]                    # the files the compile writes (ERROR instead when it refuses)
-    command: Callable                           # (dc, artifact, shapes) -> the compile container's command
-    key_parts: Callable                         # (dc) -> what of the class can change the output
-    shapes: Callable                            # (dc, artifact, input_shapes) -> static shapes (or {})
-    files: Callable                             # (folder, artifact) -> what the artifact image holds, model first
-    labels: Callable                            # (meta) -> the artifact image's labels beyond the key's
-    describe: Callable                          # (meta, machine) -> describe.json
-    timeout_s: int = 1800
-    memory: str = "8g"
-    apt: bool = False                           # the recipe runs apt-get (its build needs the host's network)
-
-
-@dataclass(frozen=True)
-class Compiled:
-    """An artifact compiled for a class: its cache folder (model.so and tvm-meta.json, or Vela's model and
-    vela-meta.json) and what the compile recorded."""
-
-    key: str
-    folder: Path
-    meta: dict
-    compiler: str            # the compiler image's tag
-    reused: bool
-    seconds: float           # this call's wall time
-    tool: Toolchain | None = field(default=None, compare=False)
-    artifact_path: Path | None = None
-
-    @property
-    def files(self) -> list[Path]:
-        """What the artifact image holds: the model first (the harness's --model), the compile's record beside it."""
-        return (self.tool or TVM).files(self.folder, SimpleNamespace(path=self.artifact_path))
-
-    @property
-    def labels(self) -> dict[str, str]:
-        return {KEY_LABEL: self.key, f"{LABEL}.compile.compiler": self.compiler, **(self.tool or TVM).labels(self.meta)}
-
-
-def _tvm_labels(meta: dict) -> dict[str, str]:
-    return {f"{LABEL}.compile.target": json.dumps(meta.get("target", {}), sort_keys=True),
-            f"{LABEL}.compile.opt_level": str(meta.get("opt_level", "")),
-            f"{LABEL}.compile.disabled_passes": json.dumps(meta.get("disabled_passes", [])),
-            f"{LABEL}.compile.passes": str(len(meta.get("passes", []))),
-            f"{LABEL}.model.format": MODEL_FORMAT}
-
-
-# --- static shapes ---------------------------------------------------------------------------------------------
-
-
-def static_shapes(dc: DeviceClass, artifact, input_shapes: dict | None = None) -> dict[str, list[int]]:
-    """Each model input's static shape for the compile: the data's (`input_shapes`, EvalData.call_shapes: the sample
-    axis at the class's batch_size), else the model's own, a symbolic first dimension at batch_size. InputError when a
-    dimension stays unknown (the gate knows it from the data; inspect cannot)."""
-    out = {}
-    for spec in artifact.inputs:
-        given = (input_shapes or {}).get(spec.name)
-        if given is not None:
-            out[spec.name] = [dc.batch_size if d is None else int(d) for d in given]
-            continue
-        shape = [d if isinstance(d, int) and d > 0 else (dc.batch_size if i == 0 else None)
-                 for i, d in enumerate(spec.shape)]
-        if any(d is None for d in shape):
-            dims = ", ".join(str(d) if isinstance(d, int) else (d or "?") for d in spec.shape)
-            raise InputError(f"{dc.name}: TVM compiles static shapes, and input {spec.name!r} [{dims}] has "
-                             "dimensions that only evaluation data fix (tiergate gate takes them from its --data)")
-        out[spec.name] = shape
-    return out
 
 
 def compile_key(dc: DeviceClass, artifact_sha256: str, shapes: dict, compiler_tag: str) -> str:
     """The compile cache's key: everything that can change the library (docs/tvm.md, docs/npu.md)."""
-    return _digest([compiler_tag, artifact_sha256, *toolchain(dc).key_parts(dc),
+    return content_digest([compiler_tag, artifact_sha256, *toolchain(dc).key_parts(dc),
                     json.dumps(shapes, sort_keys=True)])[:32]
-
-
-def _tvm_key_parts(dc: DeviceClass) -> list[str]:
-    spec = dc.compile
-    return [json.dumps(spec.target, sort_keys=True), str(spec.opt_level), json.dumps(sorted(dc.disabled_passes))]
-
-
-def _tvm_command(dc: DeviceClass, artifact, shapes: dict) -> list[str]:
-    spec = dc.compile
-    command = ["--model", f"/in/model{Path(artifact.path).suffix}", "--out", "/out",
-               "--target", json.dumps(spec.target, sort_keys=True), "--opt-level", str(spec.opt_level)]
-    command += [arg for name in sorted(dc.disabled_passes) for arg in ("--disable-pass", name)]
-    return command + [f"--shape={name}={','.join(map(str, dims))}" for name, dims in sorted(shapes.items())]
-
-
-def _tvm_files(folder: Path, artifact) -> list[Path]:
-    return [Path(folder) / LIBRARY, Path(folder) / META]
 
 
 def compile_shapes(dc: DeviceClass, artifact, input_shapes: dict | None = None) -> dict[str, list[int]]:
     """The static shapes a class's compiler takes ({} for Vela, which sets a dynamic batch axis to 1 itself)."""
     return toolchain(dc).shapes(dc, artifact, input_shapes)
-
-
-# --- the compiler image ----------------------------------------------------------------------------------------
-
-
-TVM = Toolchain("TVM", RECIPE, SCRIPT, LOCK, "tiergate/tvm-compiler", META, (LIBRARY, META), _tvm_command,
-                _tvm_key_parts, static_shapes, _tvm_files, _tvm_labels, lambda meta, machine="": describe_doc(meta, machine),
-                COMPILE_TIMEOUT_S, COMPILE_MEMORY, apt=True)
-VELA = Toolchain("Vela", vela.RECIPE, vela.SCRIPT, vela.LOCK, vela.IMAGE_REPO, vela.META, vela.PRODUCT, vela.command,
-                 vela.key_parts, lambda dc, artifact, input_shapes=None: {}, vela.image_files, vela.labels,
-                 vela.describe_doc, vela.TIMEOUT_S, vela.MEMORY)
 
 
 def toolchain(dc: DeviceClass) -> Toolchain:
@@ -208,7 +88,7 @@ def ensure_compiler_image(dc: DeviceClass, *, client, ca_bundle: Path | None = N
     base_id = ensure_base_image(client, base, amd64)
     python = base_python_version(client, base, base_id)
     lock = lock_file.read_text().replace("{runtime_version}", dc.runtime_version)
-    digest = _digest([file_sha256(recipe), file_sha256(script), lock, base, base_id, python])
+    digest = content_digest([file_sha256(recipe), file_sha256(script), lock, base, base_id, python])
     tag = f"{tool.repository}:{digest[:20]}"
     labels = {f"{LABEL}.compiler": tool.name.lower(),
               f"{LABEL}.compiler.lock": hashlib.sha256(lock.encode()).hexdigest(),
@@ -234,11 +114,8 @@ def _build_compiler(client, tag, labels, recipe, script, lock, amd64, python, ba
         if cert is not None:
             cert.unlink()
         normalise_modes(ctx)
-        return _docker_build(client, ctx, tag, {"BASE_IMAGE": base}, labels,
+        return docker_build(client, ctx, tag, {"BASE_IMAGE": base}, labels,
                              network="host" if tool.apt else "none")      # TVM's recipe runs apt-get
-
-
-# --- the compile -----------------------------------------------------------------------------------------------
 
 
 def compiled(dc: DeviceClass, artifact, *, input_shapes: dict | None = None, client=None,
@@ -314,7 +191,7 @@ def _compile(client, image: CompilerImage, dc: DeviceClass, artifact, shapes: di
             labels={f"{LABEL}.compile": dc.name, **janitor.owner_labels()})
     except docker.errors.DockerException as exc:
         raise EnvironmentProblem(f"{dc.name}: the {tool.name} compile container could not be created: "
-                                 f"{_one_line(exc)}") from None
+                                 f"{one_line(exc)}") from None
     try:
         if not container.put_archive("/in", _model_tar(artifact)):
             raise EnvironmentProblem(f"{dc.name}: could not copy the model into the {tool.name} compile container")
@@ -330,7 +207,7 @@ def _compile(client, image: CompilerImage, dc: DeviceClass, artifact, shapes: di
         log = container.logs(tail=20).decode("utf-8", "replace")
         oom = bool(container.attrs["State"].get("OOMKilled"))
     except docker.errors.DockerException as exc:
-        raise EnvironmentProblem(f"{dc.name}: the {tool.name} compile container failed: {_one_line(exc)}") from None
+        raise EnvironmentProblem(f"{dc.name}: the {tool.name} compile container failed: {one_line(exc)}") from None
     finally:
         try:
             container.remove(force=True)
@@ -373,16 +250,6 @@ def _fetch(container, work: Path, tool: Toolchain) -> None:
 def _last(log: str) -> str:
     lines = [line.strip() for line in log.splitlines() if line.strip()]
     return lines[-1][:400] if lines else "no output"
-
-
-# --- what a tier runs of a compiled artifact ----------------------------------------------------------------------
-
-
-def describe_doc(meta: dict, machine: str = "") -> dict:
-    """The describe.json of a compiled artifact, made on the host from its compile record (the describer in a run's
-    container writes the same from the record beside the library)."""
-    return {"ok": True, "runtime": "tvm", "machine": machine, "error": "", "tvm": meta,
-            "versions": {"tvm": meta.get("tvm_version", "")}}
 
 
 def compiled_graph(dc: DeviceClass, artifact, image=None, compiled_artifact: Compiled | None = None):

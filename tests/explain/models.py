@@ -83,3 +83,43 @@ def without_qdq(model: onnx.ModelProto, tensor: str) -> onnx.ModelProto:
     graph.node.remove(q)
     graph.node.remove(dq)
     return out
+
+
+WIDE, CHANNELS = 192, 64      # the wide net's image side and channels: 9 MiB a float tensor, a sample
+
+
+def wide_conv(seed: int = 0) -> onnx.ModelProto:
+    """x [N,1,192,192] -> conv1 (64 channels) -> relu1 -> `wide` -> conv2 (1 channel) -> pool -> y [N,1,1,1]: a tiny
+    file whose tensors are large (about 12 MB a sample to dump, FP32 and INT8 together), as a detector's are."""
+    rng = np.random.default_rng(seed)
+    node = helper.make_node
+    graph = helper.make_graph(
+        [node("Conv", ["x", "w1", "b1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
+         node("Relu", ["c1"], ["wide"], name="relu1"),
+         node("Conv", ["wide", "w2", "b2"], ["c2"], name="conv2"),
+         node("GlobalAveragePool", ["c2"], ["y"], name="pool")],
+        "wide_conv", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 1, WIDE, WIDE])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 1, 1, 1])],
+        [numpy_helper.from_array(rng.standard_normal((CHANNELS, 1, 3, 3)).astype(np.float32), "w1"),
+         numpy_helper.from_array(np.full(CHANNELS, 0.1, np.float32), "b1"),
+         numpy_helper.from_array((rng.standard_normal((1, CHANNELS, 1, 1)) / 8).astype(np.float32), "w2"),
+         numpy_helper.from_array(np.zeros(1, np.float32), "b2")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", modelkit.OPSET)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model
+
+
+def write_wide_set(folder: Path, n_eval: int = 32) -> dict[str, Path]:
+    """The wide net in FP32, its INT8 with the default [-6, 6] range at `wide` (which reaches about 10), the
+    evaluation and calibration images."""
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(5)
+    fp32 = modelkit.write(wide_conv(), folder / "wide-fp32.onnx")
+    cal = {"x": rng.uniform(-1, 1, (8, 1, WIDE, WIDE)).astype(np.float32)}
+    np.savez(folder / "wide-cal.npz", **cal)
+    int8 = modelkit.quantize_qdq(fp32, folder / "wide-int8.onnx", cal)
+    bad = modelkit.write(with_tensor_range(onnx.load(int8), "wide"), folder / "wide-default-range.onnx")
+    np.savez(folder / "wide-eval.npz", x=rng.uniform(-1, 1, (n_eval, 1, WIDE, WIDE)).astype(np.float32))
+    return {"fp32": fp32, "int8": int8, "default_range": bad, "eval": folder / "wide-eval.npz",
+            "cal": folder / "wide-cal.npz"}

@@ -58,7 +58,8 @@ def explain(
     result = run_explain(candidate, reference, data, device_classes, loaded_policy,
                          runner=docker_runner(build), samples=samples, progress=progress)
     code = 0
-    if fix is not None or mixed_precision is not None:
+    failed = [f"{name}: {item.error}" for name, item in result.targets.items() if item.error]
+    if not failed and (fix is not None or mixed_precision is not None):
         from tiergate.orchestrator import DockerBuilder, RunOptions, Seams
         from tiergate.orchestrator.explain_fix import find_fixes, mixed_precision_ab
         from tiergate.request import GateRequest
@@ -90,6 +91,11 @@ def explain(
         print_explanation(Console(width=max(Console().width, 120)), result)
         if out is not None:
             Console().print(f"report: {out / 'explain.html'}", highlight=False)
+    if failed:        # what was made is printed and written above; an explanation short of a tier is no answer
+        from tiergate.errors import TiergateError
+
+        skipped = " (no fix was made)" if fix is not None or mixed_precision is not None else ""
+        raise TiergateError(f"explain could not be made on {'; '.join(failed)}{skipped}")
     raise typer.Exit(code)
 
 
@@ -132,7 +138,7 @@ def print_explanation(console: Console, result, n: int = 5) -> None:
         first = item.first_divergent
         title = (f"{name}: first divergent layer [bold red]{first}[/]" if first else
                  f"{name}: no layer below {item.threshold_db:g} dB")
-        table = Table(title=f"{title} ({item.seconds:.1f} s)")
+        table = Table(title=f"{title} ({item.seconds:.1f} s{f', {item.samples} samples' if item.samples else ''})")
         for column in ("tensor", "op", "SQNR dB", "cosine", "max abs err", "saturation"):
             table.add_column(column, overflow="fold")
         for layer in item.worst(n):
@@ -141,6 +147,8 @@ def print_explanation(console: Console, result, n: int = 5) -> None:
             table.add_row(layer.tensor, layer.op, f"{layer.sqnr_db:.1f}", f"{layer.cosine:.4f}",
                           f"{layer.max_abs_error:.4g}", sat, style=style)
         console.print(table)
+        if item.samples_note:
+            console.print(f"samples: {item.samples_note}", highlight=False)
         if item.keep_float:
             console.print(f"keep in float: {', '.join(item.keep_float)}", highlight=False)
         for hint in item.calibration:

@@ -228,6 +228,7 @@ class Fix:
     ab: dict[str, dict] = field(default_factory=dict)  # "<class>/<check>": {"value", "threshold", "passed"}
     reasons: list[str] = field(default_factory=list)
     note: str = ""
+    same_as: list[str] = field(default_factory=list)   # other methods that made these very bytes (not gated again)
 
     @property
     def float_nodes(self) -> list[str]:
@@ -289,14 +290,18 @@ def rows(report: FixReport) -> tuple[list[str], list[list[str]]]:
     for fix in [report.candidate, *report.fixes]:
         layers = (f"{len(fix.float_layers)}: " + ", ".join(
             f"{layer.tensor} ({', '.join(layer.nodes)})" for layer in fix.float_layers)) if fix.float_layers else "0"
-        table.append([fix.name, f"{fix.method} ({fix.calibration})", "yes" if fix.passes else "no",
+        name = fix.name + "".join(f" = {other}" for other in fix.same_as)
+        table.append([name, f"{fix.method} ({fix.calibration})", "yes" if fix.passes else "no",
                       *[_cell(fix.tiers.get(t)) for t in tiers], f"{fix.size_bytes:,} B", layers, str(fix.gates)])
     return header, table
 
 
 def notes(report: FixReport) -> list[str]:
     """What the table says below it: each candidate's own note, then the report's."""
-    return [f"{fix.name}: {fix.note}" for fix in [report.candidate, *report.fixes] if fix.note] + list(report.notes)
+    said = [f"{fix.name}: {fix.note}" for fix in [report.candidate, *report.fixes] if fix.note]
+    said += [f"{', '.join(fix.same_as)}: the same model as {fix.name}, byte for byte (gated once)"
+             for fix in report.fixes if fix.same_as]
+    return said + list(report.notes)
 
 
 def _cell(verdict: TierVerdict | None) -> str:

@@ -89,3 +89,25 @@ def test_fix_onto_an_input_is_refused_before_work(tiergate_home, mlp_set, tmp_pa
     code = main(["explain", "-c", str(mlp_set["default_range"]), "-r", str(mlp_set["fp32"]), "-d",
                  str(mlp_set["eval"]), "-t", X86, "--fix", str(out)])
     assert code == 2 and "--fix needs --calibration-data" in capsys.readouterr().err
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_the_digits_default_range_case_keeps_the_gemm_that_holds_r_in_float(tiergate_home, tmp_path, capsys):
+    """An exporter's digits MLP (nodes unnamed), r = Relu(Gemm(x)) given the default range: the Relu is fused into
+    the candidate's Gemm, so the node that holds r is that Gemm; --mixed-precision keeps it (and r's reader) in
+    float, writes the model and its gate does not REJECT it."""
+    import onnx
+
+    paths = models.write_digits_set(tmp_path / "digits")
+    out = tmp_path / "mixed.onnx"
+    code = main(["explain", "-c", str(paths["default_range"]), "-r", str(paths["fp32"]), "-d", str(paths["eval"]),
+                 "-t", X86, "--mixed-precision", str(out), "--calibration-data", str(paths["cal"]), "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["targets"][X86]["first_divergent"] == models.TENSOR
+    mixed = doc["mixed_precision"]
+    assert mixed["int8"]["verdict"] == "REJECT" and mixed["mixed"] is not None, mixed.get("note")
+    assert mixed["mixed"]["verdict"] != "REJECT" and code in (0, 1) and out.is_file(), mixed["mixed"]["reasons"]
+    assert {"Gemm:h", "Relu:r"} <= set(mixed["mixed"]["excluded"])      # the Gemm that holds r, named by its output
+    floats = {n.op_type for n in onnx.load(out).graph.node if n.name in ("Gemm:h", "Gemm:logits")}
+    assert floats == {"Gemm"} and mixed["trail"] and mixed["gates"] <= fx.max_gates(len(mixed["trail"]) + 1)

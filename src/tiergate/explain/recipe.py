@@ -1,4 +1,5 @@
-"""The candidate's own recipe: what a quantized ONNX candidate shows of how it was made, and the FP32 reference
+"""The candidate's own recipe: what a quantized ONNX candidate shows of how it was made (`quantized_nodes`: which of
+its nodes run on integers), and the FP32 reference
 prepared the way it was before quantizing, so that explain's fixes (orchestrator/explain_ab.py's `requantize`) are
 made as the user made the candidate and differ from it only where they mean to (a calibration, nodes in float).
 
@@ -23,8 +24,9 @@ from pathlib import Path
 import numpy as np
 
 from tiergate.errors import InputError
+from tiergate.explain.pairs import QDQ_OPS
 
-QDQ_OPS = ("QuantizeLinear", "DequantizeLinear")
+_INTEGER_OPS = ("ConvInteger", "MatMulInteger", "DynamicQuantizeLinear", "DynamicQuantizeMatMul", "MatMulNBits")
 # onnxruntime's QOperator ops, by the float op they stand for
 QOPERATOR = {"QLinearConv": "Conv", "QLinearMatMul": "MatMul", "QGemm": "Gemm", "QLinearAdd": "Add",
              "QLinearMul": "Mul", "QLinearSigmoid": "Sigmoid", "QLinearLeakyRelu": "LeakyRelu",
@@ -39,15 +41,40 @@ def opset(model) -> int:
     return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
 
 
+def quantized_nodes(graph) -> set[str]:
+    """Names of the candidate's compute nodes that run on integers: an integer op (QLinear*, ConvInteger, ...),
+    or a node all of whose non-constant inputs are dequantized and that either reads a quantized weight (a
+    DequantizeLinear of a constant) or has its output quantized again (DQ -> op -> Q, what runtimes fuse).
+    A float node that merely reads a dequantized tensor is not one: keeping it in float changes nothing."""
+    constants = {t.name for t in graph.initializer} | {o for n in graph.node if n.op_type == "Constant"
+                                                       for o in n.output}
+    made_by = {out: n for n in graph.node for out in n.output}
+    quantizes = {n.input[0] for n in graph.node if n.op_type == "QuantizeLinear" and n.input}
+    found = set()
+    for node in graph.node:
+        if not node.name or node.op_type in QDQ_OPS:
+            continue
+        if node.op_type.startswith("QLinear") or node.op_type == "QGemm" or node.op_type in _INTEGER_OPS:
+            found.add(node.name)
+            continue
+        sources = [made_by.get(name) for name in node.input if name and name not in constants]
+        if not sources or not all(src is not None and src.op_type == "DequantizeLinear" for src in sources):
+            continue
+        weights = any(src is not None and src.op_type == "DequantizeLinear" and src.input[0] in constants
+                      for src in (made_by.get(name) for name in node.input if name))
+        if weights or any(out in quantizes for out in node.output):
+            found.add(node.name)
+    return found
+
+
 def settings(path: Path, reference: Path | None = None) -> dict:
     """The quantization settings a QDQ or QOperator ONNX candidate shows (module docstring)."""
     import onnx
     from onnx import numpy_helper
 
-    from tiergate.explain.onnx_pairing import quantized_nodes
-
     model = onnx.load(str(path))
     graph = model.graph
+    name_nodes(graph)
     inits = {t.name: t for t in graph.initializer}
     constants = set(inits) | {o for n in graph.node if n.op_type == "Constant" for o in n.output}
     ops = {n.op_type for n in graph.node}

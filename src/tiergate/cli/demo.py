@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from rich.console import Console
+
+from tiergate.cli import screen
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -28,7 +29,7 @@ def demo(
     from tiergate.demo.job import run_demo
     from tiergate.demo.models import _CANDIDATES
 
-    console = Console(width=max(Console().width, 140))
+    console = screen.console(140)
     columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                TimeElapsedColumn())
     with Progress(*columns, console=console, transient=False) as bar:

@@ -172,12 +172,13 @@ def requantize(reference: Path, out: Path, calibration: Path, settings: dict, ex
 
 @contextlib.contextmanager
 def _quiet():
-    """onnxruntime's quantizer logs "please consider pre-processing" on the root logger at every call (the settings
-    are the candidate's own, pre-processing included when it was: that advice is held back), and its histogram
-    calibrators print their progress on stdout (which --json owns): held back too."""
+    """onnxruntime's quantizer logs on the root logger at every call ("please consider pre-processing": the settings
+    are the candidate's own, pre-processing included when it was; "Axis 1 is out-of-range for weight ..." of a
+    BatchNormalization's per-channel weights), and its histogram calibrators print their progress on stdout (which
+    --json owns): a third party's advice and chatter, held back (its errors pass)."""
     class Advice(logging.Filter):
         def filter(self, record: logging.LogRecord) -> bool:
-            return "pre-processing" not in record.getMessage()
+            return record.levelno >= logging.ERROR
 
     advice, root = Advice(), logging.getLogger()       # the quantizer logs through the root logger itself
     root.addFilter(advice)

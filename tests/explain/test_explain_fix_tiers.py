@@ -111,3 +111,24 @@ def test_the_digits_default_range_case_keeps_the_gemm_that_holds_r_in_float(tier
     assert {"Gemm:h", "Relu:r"} <= set(mixed["mixed"]["excluded"])      # the Gemm that holds r, named by its output
     floats = {n.op_type for n in onnx.load(out).graph.node if n.name in ("Gemm:h", "Gemm:logits")}
     assert floats == {"Gemm"} and mixed["trail"] and mixed["gates"] <= fx.max_gates(len(mixed["trail"]) + 1)
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_fix_judges_the_fixes_by_the_user_s_metric_and_shows_its_interval(tiergate_home, mlp_set, tmp_path, capsys):
+    """explain takes the gate's --policy and --metric: with top-1 accuracy off and the user's own metric (the hits
+    of the label output) gated at 0.95 of FP32's, each tier's cell shows that metric with its interval, the INT8
+    candidate fails by it and a fix passes by it."""
+    metric = tmp_path / "hits.py"
+    metric.write_text("def hits(outputs, labels):\n    y = outputs['y']\n"
+                      "    return float((y.argmax(1) == labels).mean())\n")
+    policy = tmp_path / "policy.toml"
+    policy.write_text("[defaults]\nmin_accuracy_ratio = false\n[metrics.hits]\nmin_ratio = 0.95\n")
+    code = main(["explain", "-c", str(mlp_set["default_range"]), "-r", str(mlp_set["fp32"]), "-d", str(mlp_set["eval"]),
+                 "-t", X86, "--fix", str(tmp_path / "fixes"), "--calibration-data", str(mlp_set["cal"]),
+                 "--policy", str(policy), "--metric", f"{metric}:hits", "--json"])
+    fixes = json.loads(capsys.readouterr().out)["fixes"]
+    int8 = fixes["candidate"]["tiers"][X86]
+    assert int8["verdict"] == "fail" and int8["check"] == "hits_ratio" and int8["high"] < 0.95
+    passing = [f["tiers"][X86] for f in fixes["fixes"] if f["passes"]]
+    assert code == 0 and passing and all(t["check"] == "hits_ratio" and t["low"] >= 0.95 for t in passing)

@@ -174,8 +174,9 @@ def _last(text: str) -> str:
 
 def explain(candidate: Path, reference: Path, data_path: Path | str, device_classes: list[DeviceClass], policy=None,
             *, runner: Runner, samples: int = DEFAULT_SAMPLES, threshold_db: float | None = None,
-            progress: Progress | None = None) -> core.Explanation:
-    """Every device class's explanation of the candidate against its FP32 reference."""
+            progress: Progress | None = None, sample_axes: dict[str, int] | None = None) -> core.Explanation:
+    """Every device class's explanation of the candidate against its FP32 reference (`sample_axes`: --sample-axis,
+    as the gate takes it)."""
     from tiergate.artifact import load_artifact
     from tiergate.evaldata import AXES_MEMBER, take, validate_against
 
@@ -192,7 +193,7 @@ def explain(candidate: Path, reference: Path, data_path: Path | str, device_clas
         for art in (cand_art, ref_art):
             if art.format != dc.artifact_format:
                 raise InputError(f"{art.path}: is {art.format}, but device class {dc.name} runs {dc.runtime}")
-    data = eval_data(data_path, ref_art.inputs)
+    data = eval_data(data_path, ref_art.inputs, sample_axes)
     validate_against(data, _float_fed(cand_art, ref_art))
     n = min(samples, data.n_samples)
     # each sample as the model takes it (its sample axis kept, length 1; a constant such as silero's `sr` whole):
@@ -242,13 +243,15 @@ def explain(candidate: Path, reference: Path, data_path: Path | str, device_clas
     return out
 
 
-def eval_data(source: Path | str, inputs: list):
+def eval_data(source: Path | str, inputs: list, sample_axes: dict[str, int] | None = None):
     """The evaluation data in any form the gate takes: an .npz, or a loader FILE.py:FUNCTION run once and
     materialised into a content-hashed archive (tiergate.dataloader.run_loader, as the gate does)."""
     from tiergate.dataloader import run_loader
     from tiergate.evaldata import is_loader, load_eval_data
 
-    return run_loader(str(source), inputs) if is_loader(source) else load_eval_data(source)
+    if is_loader(source):
+        return run_loader(str(source), inputs, sample_axes)
+    return load_eval_data(source, None if sample_axes is None else inputs, sample_axes)
 
 
 def _float_fed(cand_art, ref_art) -> list:

@@ -171,10 +171,11 @@ class TierVerdict:
     reasons: list[str] = field(default_factory=list)
 
     def text(self) -> str:
-        """'pass 0.998 [0.985, 1]' ; 'not gated'."""
+        """'pass accuracy_ratio 0.998 [0.985, 1]' ; 'not gated'."""
         if self.estimate is None or self.low is None:
             return self.verdict
-        return f"{self.verdict} {_num(self.estimate)} [{_num(self.low)}, {_num(self.high)}]"
+        return f"{self.verdict} {self.check} {_num(self.estimate)} [{_num(self.low)}, {_num(self.high)}]".replace(
+            "  ", " ")
 
 
 def tier_verdicts(decision, device_classes: list[str]) -> dict[str, TierVerdict]:
@@ -191,7 +192,7 @@ def tier_verdicts(decision, device_classes: list[str]) -> dict[str, TierVerdict]
         failed = [c for c in own if not c.passed]
         verdict = PASS if not failed else (INCONCLUSIVE if all(c.inconclusive for c in failed) else FAIL)
         item = TierVerdict(verdict, reasons=[c.sentence() for c in failed])
-        interval = next((c for c in own if c.interval is not None), None)
+        interval = _shown(own, decision.metrics.get(name))
         if interval is not None:
             item.check, item.threshold = interval.label, _float(interval.threshold)
             item.estimate, item.low = interval.interval.estimate, interval.interval.low
@@ -204,6 +205,18 @@ def tier_verdicts(decision, device_classes: list[str]) -> dict[str, TierVerdict]
                 item.latency_ms = float(latency.mean_ms)
         verdicts[name] = item
     return verdicts
+
+
+def _shown(checks: list, metrics) -> object | None:
+    """The check whose interval a tier's cell shows: the task's (accuracy, a --metric or [metrics.NAME], an output
+    kind's: what the model is for), the first that does not pass before those that do; else any with an interval."""
+    names = ["accuracy", *(getattr(metrics, "task", None) or {})]
+    with_interval = [c for c in checks if c.interval is not None]
+    task = [c for c in with_interval if any(c.name == n or c.name.startswith(f"{n}_") for n in names)]
+    for group in ([c for c in task if not c.passed], task, with_interval):
+        if group:
+            return group[0]
+    return None
 
 
 def _float(value) -> float | None:

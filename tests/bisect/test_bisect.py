@@ -85,7 +85,9 @@ def test_bisect_names_the_pass_that_breaks_the_candidate_and_reuses_the_referenc
     assert report.status == core.FOUND and report.exit_code == 0
     assert report.culprits == ["QDQSelectorActionTransformer"]
     assert report.steps[0].applied == [] and report.steps[0].outcome == core.FAIL
+    # every pass off, then the last two passes alone (each fails here), then delta debugging
     assert report.steps[1].applied == PASSES and report.steps[1].outcome == core.PASS
+    assert [s.applied for s in report.steps[2:4]] == [["ConvActivationFusion"], ["NchwcTransformer"]]
     assert report.check["before"] != report.check["after"]
     assert report.alternatives == []                    # the search from the other end finds the same pass
     assert len(report.steps) <= 2 + 2 * (2 * 3 + 1)
@@ -116,6 +118,17 @@ def test_a_gate_with_the_pass_off_says_so_and_keeps_the_reference_run(case):
     args = harness_command([j for j in jobs if j.role == "reference"][:1] + [j for j in jobs if j.role == "candidate"
                             and j.device_class.disabled_passes][:1], ["r.onnx", "c.onnx"], "d.npz", ["o1", "o2"])
     assert args[args.index("--disabled") + 1] == "1=ConstantFolding" and args.count("--disabled") == 1
+
+
+def test_a_culprit_among_the_last_passes_is_found_alone_in_four_gates(case):
+    """The pass that picks the kernels runs late: after every pass off, the last two passes are tried alone, so the
+    culprit among them costs four gates in all (switching it back on fails: a 1-minimal set), not delta debugging's
+    seven."""
+    backend = FakeBackend(broken_by={(X86, "NchwcTransformer"): 0.5})
+    report = bisect_passes(_request(case), X86, passes=PASSES, seams=_seams(backend), alternatives=False)
+    assert report.status == core.FOUND and report.culprits == ["NchwcTransformer"]
+    assert [s.applied for s in report.steps] == [[], PASSES, ["ConvActivationFusion"], ["NchwcTransformer"]]
+    assert [s.outcome for s in report.steps] == [core.FAIL, core.PASS, core.FAIL, core.PASS]
 
 
 def test_two_passes_that_both_break_it_are_one_set(case):
@@ -159,6 +172,7 @@ def test_a_state_back_at_the_reference_but_inconclusive_is_fixed_and_the_culprit
                            alternatives=False)
     assert report.status == core.FOUND and report.culprits == ["QDQSelectorActionTransformer"], report.lines()
     first, every = report.steps[:2]
+    assert every.applied == PASSES
     assert first.outcome == core.FAIL and not first.fixed and first.high < 0.99
     assert every.outcome == core.INCONCLUSIVE and every.fixed and every.low < 0.99 <= every.value <= every.high
     assert report.check["after_interval"] == [every.low, every.high]

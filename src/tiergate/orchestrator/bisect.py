@@ -11,8 +11,11 @@ fails there. The passes searched are `--passes`, else those the tier's runtime r
 2. everything searched off: the check must no longer fail (`tiergate.bisect.no_longer_fails`: it passes, or it is
    inconclusive with its estimate back on the passing side); if it still fails beyond noise, no set of these
    passes is to blame (exit 1); inconclusive on the failing side is inconclusive (exit 3);
-3. delta debugging (`tiergate.bisect.ddmin`) to a 1-minimal set whose removal makes it no longer fail, the last
-   passes first; then (unless `--first`) from the first pass, naming another minimal set where there is one.
+3. each of the last two passes alone off (the pass that picks the kernels, a fusion, runs last and completes a
+   failure that a chain of passes makes): one that makes the check no longer fail is the culprit, 1-minimal;
+4. else delta debugging (`tiergate.bisect.ddmin`) to a 1-minimal set whose removal makes it no longer fail, the last
+   passes first; then (unless `--first`) from the first pass, naming another minimal set where there is one
+   (after step 3 too). Every subset is gated once (the answers of step 3 are reused).
 
 With a recipe (`--recipe FILE.py:FUNCTION --good A.toml --bad B.toml`) the items are the options whose values
 differ between the good and the bad configuration: step 1 is the bad configuration (it must fail), step 2 the good
@@ -99,6 +102,9 @@ class _Bisector:
                 "before_interval": interval(before), "after_interval": interval(after)}
 
 
+LAST_ALONE = 2        # the last passes that ran, each tried alone before delta debugging
+
+
 def bisect_passes(request: GateRequest, target: str, *, check: str | None = None, passes: list[str] | None = None,
                   seams: Seams | None = None, options: RunOptions | None = None,
                   alternatives: bool = True) -> core.Report:
@@ -146,22 +152,29 @@ def bisect_passes(request: GateRequest, target: str, *, check: str | None = None
                            f"estimate still on the failing side ({every.figure()}): more samples would say whether "
                            "the passes are the cause")
         return report
-    # the last passes first: a failure that needs a chain of passes is completed by the one that picks the kernels
-    # (a fusion), and switching that off keeps the earlier clean-ups; then from the other end for an alternative
-    culprits = core.ddmin(list(reversed(searched)), holds)
+    # then the last passes alone: a failure is completed by the pass that picks the kernels (a fusion), which runs
+    # last; one that fixes it alone is a 1-minimal set (with it back on the check fails), found in a gate or two.
+    # Else delta debugging from the last passes (switching the last link off keeps the earlier clean-ups); then
+    # from the other end for an alternative
+    alone = next((p for p in reversed(searched[-LAST_ALONE:]) if holds((p,))), None) if len(searched) > 1 else None
+    culprits = (alone,) if alone is not None else core.ddmin(list(reversed(searched)), holds)
     culprits = tuple(p for p in searched if p in culprits)
     report.status, report.culprits, report.check = core.FOUND, list(culprits), b.check_json(first, step(culprits))
     if alternatives:
         other = core.ddmin(searched, holds)
         if set(other) != set(culprits):
             report.alternatives.append(list(other))
-    undecided = [s for s in b.steps if s.outcome == core.INCONCLUSIVE]
+    _say_undecided(report, b.steps)
+    return report
+
+
+def _say_undecided(report: core.Report, steps: list[core.Step]) -> None:
+    undecided = [s for s in steps if s.outcome == core.INCONCLUSIVE]
     if undecided:
         fixed = sum(s.fixed for s in undecided)
         report.note = (f"{len(undecided)} step(s) were inconclusive: {fixed} with the estimate back on the passing "
                        f"side (counted as fixed), {len(undecided) - fixed} still on the failing side (counted as "
                        "failing); each step's interval says how sure it is")
-    return report
 
 
 def _passes_of(run: GateRun, target: str) -> list[str]:

@@ -168,6 +168,7 @@ class TierVerdict:
     threshold: float | None = None
     latency_ms: float | None = None      # mean per call; non-emulated tiers only
     emulated: bool = False
+    vs_int8: list[float] | None = None   # its time / the INT8 candidate's: [median, low, high] of interleaved pairs
     reasons: list[str] = field(default_factory=list)
 
     def text(self) -> str:
@@ -197,6 +198,10 @@ def tier_verdicts(decision, device_classes: list[str]) -> dict[str, TierVerdict]
             item.check, item.threshold = interval.label, _float(interval.threshold)
             item.estimate, item.low = interval.interval.estimate, interval.interval.low
             item.high, item.confidence = interval.interval.high, interval.interval.confidence
+        timed = next((c for c in decision.checks if c.device_class == name and c.name == "noninferior_latency"
+                      and c.interval is not None), None)
+        if timed is not None:        # against the incumbent (the INT8 candidate), in one process, call by call
+            item.vs_int8 = [timed.interval.estimate, timed.interval.low, timed.interval.high]
         metrics = decision.metrics.get(name)
         if metrics is not None:
             item.emulated = bool(metrics.emulated)
@@ -321,6 +326,9 @@ def _cell(verdict: TierVerdict | None) -> str:
     if verdict is None:
         return NOT_GATED
     latency = "" if verdict.latency_ms is None else f", {verdict.latency_ms:.3f} ms"
+    if verdict.vs_int8:
+        ratio, low, high = verdict.vs_int8
+        latency += f" ({_num(ratio)}x the INT8's time [{_num(low)}, {_num(high)}])"
     return verdict.text() + latency
 
 

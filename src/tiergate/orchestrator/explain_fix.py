@@ -243,7 +243,7 @@ class _Fixer:
             fix.tiers.update(fx.tier_verdicts(run.decision, names))
             fix.reasons += list(run.decision.reasons)
             fix.ab.update({f"{c.device_class}/{c.name}": {"value": c.value, "threshold": c.threshold,
-                                                          "passed": c.passed}
+                                                          "passed": c.passed, "detail": c.detail}
                            for c in run.decision.checks if c.name.startswith("noninferior")})
             if run.decision.verdict != PROMOTE:
                 fix.verdict = REJECT if REJECT in (fix.verdict, run.decision.verdict) else INCONCLUSIVE

@@ -8,8 +8,8 @@ reduce_range (weights within 7 bits), symmetric activations and weights (every z
 whether it was made after onnxruntime's `quant_pre_process` (the metadata that step leaves, else BatchNormalizations
 the candidate folded), its opset, whether its weights were quantized offline (integer initializers behind a
 DequantizeLinear) or at run time (a QuantizeLinear of a float constant), the op types it quantized (those that are
-float wherever the candidate has them are left out: onnxruntime quantizes every type it knows by default) and the
-nodes it kept in float among those types.
+float wherever the candidate has them are left out: onnxruntime quantizes every type it knows by default, so the
+list is passed on only when some type was left out) and the nodes it kept in float among those types.
 
 `prepared(reference, settings, out)` is the reference as it was quantized: at the candidate's opset, pre-processed
 when the candidate was, its Constant nodes made initializers when the candidate's weights were quantized offline

@@ -159,13 +159,16 @@ def requantize(reference: Path, out: Path, calibration: Path, settings: dict, ex
             extra[option] = bool(settings[key])
     present = {n.name for n in onnx.load(str(reference)).graph.node}
     kept = [n for n in settings.get("float_nodes", []) if n in present]
+    # the op types only when the candidate left some in float: naming every type is not onnxruntime's default (it
+    # then also quantizes a Div's constant divisor, 24 more DequantizeLinear in PP-OCRv4 det's optimized graph)
+    op_types = list(settings.get("op_types") or []) if settings.get("float_op_types") else None
     with _quiet():
         quantize_static(str(reference), str(out), _NpzReader(calibration, names),
                         quant_format=QuantFormat.QDQ if settings["format"] == "QDQ" else QuantFormat.QOperator,
                         activation_type=types[settings["activation_type"]],
                         weight_type=types[settings["weight_type"]], per_channel=settings["per_channel"],
                         reduce_range=settings["reduce_range"], nodes_to_exclude=list(dict.fromkeys([*exclude, *kept])),
-                        op_types_to_quantize=settings.get("op_types") or None,
+                        op_types_to_quantize=op_types,
                         calibrate_method=getattr(CalibrationMethod, CALIBRATIONS[method]), extra_options=extra)
     return out
 

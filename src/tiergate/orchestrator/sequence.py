@@ -8,6 +8,7 @@ steps), `options` (RunOptions) how the work is done. User errors raise before an
 from __future__ import annotations
 
 from tiergate import leases
+from tiergate.artifact.precision import check_reference
 from tiergate.decision import GateRun
 from tiergate.gate import signature_decision
 from tiergate.orchestrator.building import build_images
@@ -73,6 +74,8 @@ def _basis(request: GateRequest, intakes: dict) -> Basis:
 
     device_classes = list(request.device_classes)
     check_formats(intakes, device_classes)
+    if "reference" in intakes:           # the one rule of every path (register, MLflow): an FP32 reference
+        check_reference(intakes["reference"].artifact)
     axes = parse_sample_axes(list(request.sample_axes))
     known = list(dict.fromkeys(t.name for item in intakes.values()
                                for t in (*item.artifact.inputs, *item.artifact.outputs)))

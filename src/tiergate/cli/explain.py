@@ -1,7 +1,9 @@
 """`tiergate explain`: which layer lost it, on which tier; optionally the candidates that fix it, gated A/B.
 
 Exit 0 when explained (with --fix, when some fix passes on every tier; with --mixed-precision, when the
-mixed-precision candidate passes the gate), 1 when none does, 2 on unusable input or environment.
+mixed-precision candidate passes the gate), 1 when none does, 2 on unusable input or environment, and when a
+tier's explanation could not be made (its dump ran out of the tier's memory, its runtime refused the model): what
+the other tiers explained is still printed and written, and no fix is made.
 """
 
 from __future__ import annotations

@@ -46,10 +46,10 @@ def _rng(seed: int) -> np.random.Generator:
 # ---------------------------------------------------------------- ONNX, float
 
 def conv_net(*, identity: bool = False, batchnorm: bool = False, seed: int = 0, alpha: float = 0.1,
-             channels: int = 4, noop_clip: bool = False) -> onnx.ModelProto:
-    """x[1,3,8,8] -> Conv -> [Clip over float32's whole range] -> [BatchNormalization] -> [Identity] -> LeakyRelu
-    -> Conv -> Relu -> Conv -> y. The Clip changes nothing; onnxruntime fuses it into the Conv, so a
-    BatchNormalization after it is no longer folded."""
+             channels: int = 4, noop_clip: bool = False, clip_bound: float | None = None) -> onnx.ModelProto:
+    """x[1,3,8,8] -> Conv -> [Clip over float32's whole range, or +-clip_bound] -> [BatchNormalization] ->
+    [Identity] -> LeakyRelu -> Conv -> Relu -> Conv -> y. The Clip changes nothing; onnxruntime fuses it into the
+    Conv, so a BatchNormalization after it is no longer folded."""
     rng = _rng(seed)
     c = channels
     inits = [
@@ -63,7 +63,7 @@ def conv_net(*, identity: bool = False, batchnorm: bool = False, seed: int = 0, 
     nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], name="conv1", pads=[1, 1, 1, 1])]
     last = "c1"
     if noop_clip:
-        big = float(np.finfo(np.float32).max)
+        big = float(np.finfo(np.float32).max) if clip_bound is None else clip_bound
         inits += [_init("clip_lo", np.array(-big, np.float32)), _init("clip_hi", np.array(big, np.float32))]
         nodes.append(helper.make_node("Clip", [last, "clip_lo", "clip_hi"], ["clipped"], name="noop_clip"))
         last = "clipped"

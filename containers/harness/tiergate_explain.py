@@ -5,13 +5,20 @@ it must never import tiergate. The host prepares the models (for ONNX it has alr
 the intermediate tensors it wants as graph outputs); this script only runs each model one
 sample at a time on the first --max-samples samples (along each input's sample axis: the archive's
 `__tiergate_axes__`, as the harness reads it, else the leading one; a 0-d input is a constant fed whole)
-and saves what it saw. For each --model NAME=PATH it writes to the output folder:
+and saves what it saw, one sample at a time (never the whole dump in memory: a 320x320 detector's tensors are
+about 190 MB a sample). For each --model NAME=PATH it writes to the output folder:
 
-  NAME.npz    one array per tensor, keyed t0, t1, ... (tensor names may hold '/' or ':'),
-              shape [samples, *tensor shape]
-  explain.json {"ok", "runtime", "versions", "machine", "error", "models": {NAME: {"tensors":
-              {key: name}, "quant": {name: [scale, zero_point, dtype]} (TFLite quantized tensors),
-              "outputs" [the model's outputs], "seconds", "error"}}}
+  NAME.tK.npy one file per tensor (keys t0, t1, ...: tensor names may hold '/' or ':'), shape [samples, *tensor
+              shape], written a sample at a time as the runtime makes it (a tensor whose shape changes per sample
+              is dropped: not comparable)
+  explain.json {"ok", "runtime", "versions", "machine", "error", "samples" (those dumped), "requested",
+              "bytes_per_sample" (both models' tensors), "max_bytes", "peak_rss_bytes" (this process's), "models": {NAME: {"tensors": {key: name},
+              "quant": {name: [scale, zero_point, dtype]} (TFLite quantized tensors), "outputs" [the model's
+              outputs], "seconds", "error"}}}
+
+--max-bytes B sizes the sample count: the first sample of every model is run once to measure its tensors, and
+at most B // (bytes a sample) samples are dumped (at least one), so that a dump never outgrows the tier's memory
+limit, which the host passes here.
 
 onnxruntime: every graph output of the (host-modified) model, with the session's default
 options (the optimization level a harness run uses, so fused integer kernels stay fused).
@@ -30,7 +37,7 @@ bad arguments.
 
 Usage:
   python tiergate_explain.py --runtime onnxruntime --model candidate=C.onnx --model reference=R.onnx \
-      --data D.npz --out DIR [--max-samples 32] [--threads 1]
+      --data D.npz --out DIR [--max-samples 32] [--max-bytes 2147483648] [--threads 1]
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import sys
 import time
 
@@ -57,6 +65,8 @@ def parse_args(argv=None):
     p.add_argument("--data", required=True)
     p.add_argument("--out", required=True)
     p.add_argument("--max-samples", type=int, default=32)
+    p.add_argument("--max-bytes", type=int, default=0, help="size the sample count so that the dump holds at most "
+                   "this many bytes (0: no limit)")
     p.add_argument("--threads", type=int, default=1)
     return p.parse_args(argv)
 
@@ -84,7 +94,8 @@ def sample(data, axes, name, s):
     return take(data[name], axes[name], s, s + 1)
 
 
-def run_onnx(args, path, data, entry):
+def run_onnx(args, path, data, entry, n):
+    """The model's graph outputs, a sample at a time: yields (names, values) per sample."""
     import onnxruntime as ort
 
     if args.runtime == "onnxruntime-gpu" and hasattr(ort, "preload_dlls"):
@@ -102,14 +113,11 @@ def run_onnx(args, path, data, entry):
     missing = [n for n in inputs if n not in data]
     if missing:
         raise ValueError(f"the data has no array named {missing[0]!r} (model input)")
-    collected = [[] for _ in names]
-    for s in range(args.samples):
-        outs = session.run(names, {name: sample(data, args.axes, name, s) for name in inputs})
-        for store, value in zip(collected, outs):
-            store.append(np.asarray(value))
     entry["versions"] = {"onnxruntime": ort.__version__}
     entry["outputs"] = names
-    return names, collected, {}
+    for s in range(n):
+        outs = session.run(names, {name: sample(data, args.axes, name, s) for name in inputs})
+        yield names, [np.asarray(value) for value in outs]
 
 
 def _litert():
@@ -186,7 +194,9 @@ def overwritten(graph_ops, names, collected):
     return found
 
 
-def run_tflite(args, path, data, entry):
+def run_tflite(args, path, data, entry, n):
+    """Every tensor an op writes (and the inputs), a sample at a time: yields (names, values) per sample; the
+    inputs an op wrote over in place in every sample end in entry["overwritten"]."""
     module, versions = _litert()
     interp = module.Interpreter(model_path=path, num_threads=args.threads, experimental_preserve_all_tensors=True)
     interp.allocate_tensors()
@@ -225,8 +235,10 @@ def run_tflite(args, path, data, entry):
         scales, zeros, _ = _quantization(d)
         if len(scales) == 1 and scales[0] and np.issubdtype(d["dtype"], np.integer):
             quant[names[int(d["index"])]] = [scales[0], zeros[0], np.dtype(d["dtype"]).name]
-    n = args.samples
-    collected = {}
+    entry["versions"] = versions
+    entry["outputs"] = [names[int(o["index"])] for o in interp.get_output_details()]
+    entry["quant"] = quant
+    written = None             # the inputs an op wrote over in every sample so far
     for s in range(n):
         for i in inputs:
             value = sample(data, args.axes, i["name"], s)
@@ -237,45 +249,107 @@ def run_tflite(args, path, data, entry):
                 value = np.clip(np.round(value / scale + zero), info.min, info.max).astype(dtype)
             interp.set_tensor(i["index"], value.astype(i["dtype"]))
         interp.invoke()
+        seen = {}
         for d in details:
             try:
-                value = interp.get_tensor(d["index"])
+                seen[names[int(d["index"])]] = np.array(interp.get_tensor(d["index"]))
             except ValueError:      # a tensor with no data (e.g. an unused optional input)
                 continue
-            collected.setdefault(names[int(d["index"])], []).append(np.array(value))
-    entry["overwritten"] = overwritten(graph_ops, names, collected)
-    kept = [name for name, values in collected.items() if len(values) == n and name not in entry["overwritten"]]
-    entry["versions"] = versions
-    entry["outputs"] = [names[int(o["index"])] for o in interp.get_output_details()]
-    return kept, [collected[name] for name in kept], {k: v for k, v in quant.items() if k in kept}
+        now = overwritten(graph_ops, names, {name: [value] for name, value in seen.items()})
+        written = now if written is None else {k: v for k, v in written.items() if now.get(k) == v}
+        entry["overwritten"] = written
+        yield list(seen), list(seen.values())
+
+
+class Sink:
+    """One model's tensors streamed to NAME.tK.npy, a sample at a time: the header is written with the sample
+    count on the first sample, each later sample appended; a tensor whose shape or type changes, or that a sample
+    lacks, is dropped (its file removed)."""
+
+    def __init__(self, out, name, n):
+        self.out, self.name, self.n = out, name, n
+        self.keys, self.files, self.specs, self.count = {}, {}, {}, 0
+
+    def path(self, key):
+        return os.path.join(self.out, f"{self.name}.{key}.npy")
+
+    def add(self, names, values):
+        seen = set()
+        for tensor, value in zip(names, values):
+            key = self.keys.setdefault(tensor, f"t{len(self.keys)}")
+            spec = (value.shape, value.dtype.str)
+            if self.count == 0:
+                fh = open(self.path(key), "wb")
+                np.lib.format.write_array_header_1_0(fh, {"descr": np.lib.format.dtype_to_descr(value.dtype),
+                                                          "fortran_order": False, "shape": (self.n, *value.shape)})
+                self.files[key], self.specs[key] = fh, spec
+            elif key not in self.files:
+                continue
+            elif self.specs[key] != spec:
+                self.drop(key)
+                continue
+            self.files[key].write(np.ascontiguousarray(value).tobytes())
+            seen.add(key)
+        for key in [k for k in self.files if k not in seen]:
+            self.drop(key)
+        self.count += 1
+
+    def drop(self, key):
+        fh = self.files.pop(key, None)
+        if fh is not None:
+            fh.close()
+            os.remove(self.path(key))
+
+    def close(self, skip=()):
+        """{key: tensor} of the tensors written whole; `skip`: tensors not to keep (their files removed)."""
+        for tensor in skip:
+            if tensor in self.keys:
+                self.drop(self.keys[tensor])
+        for fh in self.files.values():
+            fh.close()
+        return {key: tensor for tensor, key in self.keys.items() if key in self.files}
+
+
+def first_sample_bytes(args, runner, path, data):
+    """The bytes of one sample's tensors of a model (its first sample, run once to measure)."""
+    scratch = {"error": ""}
+    return sum(int(v.nbytes) for _, values in runner(args, path, data, scratch, 1) for v in values)
 
 
 def main(argv=None):
     args = parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
-    doc = {"ok": True, "runtime": args.runtime, "machine": platform.machine(), "cpu": cpu_info(), "error": "", "models": {}}
-    data, args.axes, args.samples = load_data(args.data, args.max_samples)
+    doc = {"ok": True, "runtime": args.runtime, "machine": platform.machine(), "cpu": cpu_info(), "error": "",
+           "models": {}}
+    data, args.axes, n = load_data(args.data, args.max_samples)
+    runner = run_tflite if args.runtime == "tflite" else run_onnx
+    specs = [spec.partition("=")[::2] for spec in args.model]
+    doc.update(requested=n, samples=n, max_bytes=args.max_bytes)
     code = 0
-    for spec in args.model:
-        name, _, path = spec.partition("=")
+    if args.max_bytes > 0:
+        try:
+            per_sample = sum(first_sample_bytes(args, runner, path, data) for _, path in specs)
+        except Exception:  # noqa: BLE001 - the runtime's refusal: said below, model by model
+            per_sample = 0
+        doc["bytes_per_sample"] = per_sample
+        if per_sample:
+            doc["samples"] = n = max(1, min(n, args.max_bytes // per_sample))
+    for name, path in specs:
         entry = doc["models"].setdefault(name, {"error": ""})
         t0 = time.monotonic()
+        sink = Sink(args.out, name, n)
         try:
-            runner = run_tflite if args.runtime == "tflite" else run_onnx
-            names, collected, quant = runner(args, path, data, entry)
+            for names, values in runner(args, path, data, entry, n):
+                sink.add(names, values)
         except Exception as exc:  # noqa: BLE001 - the runtime's refusal, in its own words
+            sink.close(skip=list(sink.keys))
             doc["ok"], entry["error"], code = False, one_line(exc), 1
             doc["error"] = doc["error"] or f"{name}: {entry['error']}"
             continue
-        arrays, keys = {}, {}
-        for k, (tensor, values) in enumerate(zip(names, collected)):
-            shapes = {v.shape for v in values}
-            if len(shapes) != 1:        # a tensor whose shape changes per sample: not comparable
-                continue
-            keys[f"t{k}"] = tensor
-            arrays[f"t{k}"] = np.stack(values)
-        np.savez(os.path.join(args.out, f"{name}.npz"), **arrays)
+        keys = sink.close(skip=entry.get("overwritten") or {})
+        quant = {k: v for k, v in (entry.pop("quant", None) or {}).items() if k in keys.values()}
         entry.update(tensors=keys, quant=quant, seconds=round(time.monotonic() - t0, 3))
+    doc["peak_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024     # Linux: KiB
     path = os.path.join(args.out, "explain.json")
     with open(path + ".tmp", "w") as fh:
         json.dump(doc, fh)

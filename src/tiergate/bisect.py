@@ -5,8 +5,9 @@ A bisection asks one question of a set of changes (optimizer passes switched off
 their good to their bad value): does the check hold with this set applied? `ddmin(items, holds)` finds a
 1-minimal set on which it holds (removing any one of its items breaks it), asking each subset once (answers are
 remembered). For one culprit among n items it asks about 2 log2(n) questions; at worst O(n^2). Each question is a
-gate (orchestrator/bisect.py), so the answers are three-valued: a step whose check is inconclusive (sampling noise
-decides nothing) counts as "does not hold", and the report says so.
+gate (orchestrator/bisect.py), so the answers are three-valued: a state is fixed when its failing check no longer
+fails (`no_longer_fails`: it passes, or it is inconclusive with its estimate back on the passing side); the report
+gives every state's figure with its interval, so it says how sure each answer is.
 """
 
 from __future__ import annotations
@@ -80,9 +81,28 @@ class Step:
     high: float | None = None
     verdict: str = ""                  # the whole gate's verdict on the tier
     reused: bool = False               # every run came from the run cache
+    fixed: bool = False                # the check no longer fails here (no_longer_fails)
 
     def to_json(self) -> dict:
         return encode(self)
+
+    def figure(self) -> str:
+        """'0.918 [0.89, 0.94]': the value and, where the check has one, its interval."""
+        if self.low is None or self.high is None:
+            return _fig(self.value)
+        return f"{_fig(self.value)} [{_fig(self.low)}, {_fig(self.high)}]"
+
+
+def no_longer_fails(outcome: str, value, op: str, threshold) -> bool:
+    """A state the search counts as fixed: its check passes, or it is inconclusive with its estimate back on the
+    passing side of the threshold (the value at the reference's: the interval straddles the threshold only because
+    the samples are few). An inconclusive state whose estimate still fails is not fixed, and a failing one never."""
+    if outcome == PASS:
+        return True
+    if outcome != INCONCLUSIVE or not isinstance(value, (int, float)) or not isinstance(threshold, (int, float)):
+        return False
+    return {">=": value >= threshold, ">": value > threshold, "<=": value <= threshold,
+            "<": value < threshold}.get(op, False)
 
 
 @dataclass
@@ -121,13 +141,13 @@ class Report:
             verb = "switched off" if self.kind == "passes" else "changed"
             plural = "s" if len(self.culprits) > 1 else ""
             named = whats if plural else what
+            before, after = self._figure("before"), self._figure("after")
             if self.kind == "passes":
-                out.append(f"culprit{plural}: {named} {names}: {check.get('label')} is "
-                           f"{_fig(check.get('before'))} with it, {_fig(check.get('after'))} with it {verb}")
+                out.append(f"culprit{plural}: {named} {names}: {check.get('label')} is {before} with it, {after} "
+                           f"with it {verb}")
             else:
-                out.append(f"culprit{plural}: {named} {names}: {check.get('label')} is "
-                           f"{_fig(check.get('before'))} with the bad value{plural}, {_fig(check.get('after'))} "
-                           "with the good")
+                out.append(f"culprit{plural}: {named} {names}: {check.get('label')} is {before} with the bad "
+                           f"value{plural}, {after} with the good")
             for other in self.alternatives:
                 out.append(f"also enough alone: {', '.join(other)} (switching it off passes the check too)")
         elif self.note:
@@ -137,5 +157,13 @@ class Report:
         for step in self.steps:
             applied = ", ".join(step.applied) if step.applied else "(none)"
             cached = " (cached)" if step.reused else ""
-            out.append(f"  {step.outcome:12} {_fig(step.value):>10}  {applied}{cached}")
+            fixed = " (back at the reference's: counted as fixed)" if step.fixed and step.outcome != PASS else ""
+            out.append(f"  {step.outcome:12} {step.figure():>26}  {applied}{cached}{fixed}")
         return out
+
+    def _figure(self, key: str) -> str:
+        """check[key]'s value, with its interval when a step says it ("before": the first step's, "after": the
+        step the check's "after" came from)."""
+        interval = self.check.get(f"{key}_interval") or []
+        value = _fig(self.check.get(key))
+        return f"{value} [{_fig(interval[0])}, {_fig(interval[1])}]" if len(interval) == 2 else value

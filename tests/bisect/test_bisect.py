@@ -85,7 +85,9 @@ def test_bisect_names_the_pass_that_breaks_the_candidate_and_reuses_the_referenc
     assert report.status == core.FOUND and report.exit_code == 0
     assert report.culprits == ["QDQSelectorActionTransformer"]
     assert report.steps[0].applied == [] and report.steps[0].outcome == core.FAIL
+    # every pass off, then the last two passes alone (each fails here), then delta debugging
     assert report.steps[1].applied == PASSES and report.steps[1].outcome == core.PASS
+    assert [s.applied for s in report.steps[2:4]] == [["ConvActivationFusion"], ["NchwcTransformer"]]
     assert report.check["before"] != report.check["after"]
     assert report.alternatives == []                    # the search from the other end finds the same pass
     assert len(report.steps) <= 2 + 2 * (2 * 3 + 1)
@@ -118,6 +120,17 @@ def test_a_gate_with_the_pass_off_says_so_and_keeps_the_reference_run(case):
     assert args[args.index("--disabled") + 1] == "1=ConstantFolding" and args.count("--disabled") == 1
 
 
+def test_a_culprit_among_the_last_passes_is_found_alone_in_four_gates(case):
+    """The pass that picks the kernels runs late: after every pass off, the last two passes are tried alone, so the
+    culprit among them costs four gates in all (switching it back on fails: a 1-minimal set), not delta debugging's
+    seven."""
+    backend = FakeBackend(broken_by={(X86, "NchwcTransformer"): 0.5})
+    report = bisect_passes(_request(case), X86, passes=PASSES, seams=_seams(backend), alternatives=False)
+    assert report.status == core.FOUND and report.culprits == ["NchwcTransformer"]
+    assert [s.applied for s in report.steps] == [[], PASSES, ["ConvActivationFusion"], ["NchwcTransformer"]]
+    assert [s.outcome for s in report.steps] == [core.FAIL, core.PASS, core.FAIL, core.PASS]
+
+
 def test_two_passes_that_both_break_it_are_one_set(case):
     backend = FakeBackend(broken_by={(X86, "ConstantFolding"): 0.5, (X86, "NchwcTransformer"): 0.5})
     report = bisect_passes(_request(case), X86, passes=PASSES, seams=_seams(backend))
@@ -145,6 +158,37 @@ def test_the_search_from_the_other_end_names_a_second_sufficient_pass(case, monk
     assert "also enough alone: ConstantFolding" in "\n".join(report.lines())
     first = bisect_passes(_request(case), X86, passes=PASSES, seams=_seams(backend), alternatives=False)
     assert first.culprits == ["QDQSelectorActionTransformer"] and first.alternatives == []
+
+
+def test_a_state_back_at_the_reference_but_inconclusive_is_fixed_and_the_culprit_is_named(case):
+    """The issue's case in small: every pass on REJECTs beyond doubt; every pass off gives the reference's accuracy,
+    which on 150 samples is INCONCLUSIVE against 0.99 (its interval straddles it). The failing check no longer
+    fails: the passes are the cause, and the culprit is named with every state's interval."""
+    few = case["tmp"] / "few.npz"
+    with np.load(case["data"]) as npz:
+        np.savez(few, x=npz["x"][:150], labels=npz["labels"][:150])
+    backend = FakeBackend(broken_by={(X86, "QDQSelectorActionTransformer"): 0.5})
+    report = bisect_passes(_request({**case, "data": few}), X86, passes=PASSES, seams=_seams(backend),
+                           alternatives=False)
+    assert report.status == core.FOUND and report.culprits == ["QDQSelectorActionTransformer"], report.lines()
+    first, every = report.steps[:2]
+    assert every.applied == PASSES
+    assert first.outcome == core.FAIL and not first.fixed and first.high < 0.99
+    assert every.outcome == core.INCONCLUSIVE and every.fixed and every.low < 0.99 <= every.value <= every.high
+    assert report.check["after_interval"] == [every.low, every.high]
+    text = "\n".join(report.lines())
+    assert f"[{core._fig(every.low)}, {core._fig(every.high)}]" in text and "counted as fixed" in text
+    assert "inconclusive" in report.note and "counted as fixed" in report.note
+
+
+@pytest.mark.parametrize("outcome, value, op, expected", [
+    (core.PASS, 0.5, ">=", True), (core.FAIL, 1.0, ">=", False), (core.INCONCLUSIVE, 1.0, ">=", True),
+    (core.INCONCLUSIVE, 0.985, ">=", False), (core.INCONCLUSIVE, 0.01, "<=", True), (core.INCONCLUSIVE, 0.03, "<=", False),
+    (core.INCONCLUSIVE, "n/a", ">=", False)])
+def test_a_state_no_longer_fails_when_it_passes_or_its_estimate_is_back_on_the_passing_side(outcome, value, op,
+                                                                                             expected):
+    threshold = 0.99 if op == ">=" else 0.02
+    assert core.no_longer_fails(outcome, value, op, threshold) is expected
 
 
 def test_when_no_pass_is_to_blame_bisect_says_so(case):

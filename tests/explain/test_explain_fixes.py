@@ -128,10 +128,24 @@ def test_a_tier_verdict_carries_its_interval_and_ignores_the_ab():
     assert set(verdicts) == {X86, ARM}
     assert verdicts[X86].verdict == fx.FAIL and verdicts[ARM].verdict == fx.INCONCLUSIVE
     assert (verdicts[X86].check, verdicts[X86].low, verdicts[X86].high) == ("accuracy_ratio", 0.95, 0.99)
-    assert verdicts[X86].text() == "fail 0.97 [0.95, 0.99]"
+    assert verdicts[X86].text() == "fail accuracy_ratio 0.97 [0.95, 0.99]"
     passing = SimpleNamespace(metrics={}, checks=[_check(X86, "accuracy_ratio", True, interval=iv),
                                                   _check(X86, "noninferior_latency", False)])
     assert fx.tier_verdicts(passing, [X86])[X86].verdict == fx.PASS
+
+
+def test_a_tier_cell_shows_the_task_metric_s_interval_the_failing_one_first():
+    """The interval a tier's cell shows is the task's (a --metric, an output kind's), not a latency ratio's that
+    came first; of several task checks, one that does not pass."""
+    lat, iou, cer = (Interval(v, v - 0.01, v + 0.01, 0.95, "paired") for v in (1.1, 1.02, 0.8))
+    metrics = {X86: SimpleNamespace(task={"mask_iou": None, "cer": None}, emulated=False, latency={})}
+    decision = SimpleNamespace(metrics=metrics, checks=[
+        _check(X86, "latency_ratio", True, interval=lat), _check(X86, "mask_iou_ratio", True, interval=iou),
+        _check(X86, "cer_difference", False, interval=cer)])
+    assert fx.tier_verdicts(decision, [X86])[X86].check == "cer_difference"
+    decision.checks[2] = _check(X86, "cer_difference", True, interval=cer)
+    shown = fx.tier_verdicts(decision, [X86])[X86]
+    assert shown.check == "mask_iou_ratio" and shown.text() == "pass mask_iou_ratio 1.02 [1.01, 1.03]"
 
 
 def _fix(name, passes, layers=0, size=1000, method=fx.RECALIBRATED):
@@ -173,7 +187,7 @@ def test_the_table_in_text_markdown_and_html():
 
     header, table = fx.rows(_report())
     assert header[3:5] == [X86, ARM] and [row[0] for row in table] == ["int8", "recal-entropy", "float-set"]
-    assert table[0][3:5] == ["fail 0.99 [0.98, 1], 0.500 ms", "not gated"] and table[0][2] == "no"
+    assert table[0][3:5] == ["fail accuracy_ratio 0.99 [0.98, 1], 0.500 ms", "not gated"] and table[0][2] == "no"
     assert table[1][4] == "pass" and table[1][5] == "1,000 B"             # emulated: no latency shown
     assert table[2][6] == "1: t0 (n0)" and table[1][6] == "0" and table[2][7] == "3"
     explanation = Explanation("c.onnx", "r.onnx", {X86: TierExplain(X86, 20.0, [_layer("t0", 3.0)], "t0")},

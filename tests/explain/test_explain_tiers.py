@@ -52,7 +52,10 @@ def test_mixed_precision_passes_where_int8_fails(tiergate_home, mlp_set, tmp_pat
     assert {"add1", "fc2"} <= set(mixed["mixed"]["excluded"]) <= {"add1", "relu1", "fc2"}
     assert mixed["trail"] == [{"layers": 1, "tensors": [models.TENSOR], "passed": True}]
     assert mixed["settings"] == {"format": "QDQ", "activation_type": "uint8", "weight_type": "int8",
-                                 "per_channel": False, "reduce_range": False, "pre_process": False}
+                                 "per_channel": False, "reduce_range": False, "pre_process": False,
+                                 "opset": 17, "weights": "offline", "activation_symmetric": False,
+                                 "weight_symmetric": None, "float_op_types": [], "float_nodes": [],
+                                 "op_types": ["Add", "MatMul", "Relu"]}
     assert mixed["int8"]["latency_ms"][X86] > 0 and mixed["mixed"]["size_bytes"] > 0
     assert doc["targets"][X86]["first_divergent"] == models.TENSOR
     assert (tmp_path / "report" / "explain.html").is_file()

@@ -102,6 +102,31 @@ def test_noninferior_latency_against_the_incumbent_is_decided_on_its_interleaved
     assert check.value == ratio.estimate and check.interval == ratio and not check.inconclusive   # shown slower
 
 
+def test_a_detector_s_latency_against_the_incumbent_is_gated_without_a_classifier_output(device_classes,
+                                                                                           make_outcome):
+    """No class scores to compare (here one value a sample; a detector's probability map, whose kind is a map):
+    the A/B has no accuracy part, but its time still is one (the incumbent's interleaved pairs), so a fix slower
+    than the INT8 it replaces says so."""
+    rng = np.random.default_rng(7)
+    maps = {"score": rng.random((40, 1)).astype(np.float32)}
+
+    def side(seed: int):
+        return {"x86": make_outcome("x86", maps, latency_ms=1.0, seed=seed)}
+    reference, candidate, incumbent = side(0), side(1), side(2)
+    inc_sha = "e" * 64
+    reference["x86"].result.artifact_sha256, incumbent["x86"].result.artifact_sha256 = REF_SHA, inc_sha
+    pairs = paired(1.0, 200, noise=0.5, seed=6)
+    mine = np.array(pairs["latencies_ns"], float)
+    pairs["partners"].append({"model": "/data/p0-1/inc.onnx", "sha256": inc_sha,
+                              "latencies_ns": (mine / 1.3 * rng.lognormal(0, 0.02, 200)).astype(int).tolist()})
+    candidate["x86"].result.extra = {"paired": pairs}
+    decision = evaluate(candidate, reference, device_classes, load_policy(None), None, incumbent)
+    (check,) = [c for c in decision.checks if c.device_class == "x86" and c.name == "noninferior_latency"]
+    assert not check.passed and check.interval is not None and check.interval.low > 1.2
+    assert not [c for c in decision.checks if c.name == "noninferior_accuracy"]
+    assert any("no A/B accuracy comparison" in n for n in decision.notes)
+
+
 def test_emulated_classes_never_gate_pairs(runs, device_classes, tmp_path):
     reference, candidate = runs
     candidate["arm"].result.extra = {"paired": paired(3.0, 200, noise=0.1)}

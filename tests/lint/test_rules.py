@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 
+import onnx
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto
@@ -35,7 +36,7 @@ def ops_of(artifact, finding) -> list[str]:
 
 def test_registry_lists_every_rule():
     assert set(rule_ids()) == {"unfused-activation", "unfolded-batchnorm", "float-island",
-                               "default-calibration-range", "unsupported-op", "external-data-escape",
+                               "default-calibration-range", "collapsed-calibration-range", "unsupported-op", "external-data-escape",
                                "provider-fallback", "layout-reorder", "mixed-range-scale", "dynamic-quantization",
                                "npu-fallback"}
 
@@ -99,6 +100,31 @@ def test_default_calibration_range_onnx():
     assert f.severity == "error" and "(-6, 6)" in f.message
     assert set(ops_of(flagged, f)) == {"QuantizeLinear"} and len(f.nodes) == 5
     assert found(load_artifact(m.quantized_path()), "default-calibration-range") == []
+
+
+def test_collapsed_calibration_ranges_onnx(tmp_path):
+    """Calibration data that never exercised a tensor: a softmax quantized in steps of 1 (onnxruntime's scale for a
+    tensor it saw only as zero: the blank-page detector's probability map), and a model calibrated on inputs of
+    about 1e-4 (the input's whole range 0.0007 wide). The twin calibrated on real inputs is clean."""
+    import numpy as np
+
+    fp32 = m.save(m.linear(np.random.default_rng(0).normal(size=(4, 3)), softmax=True), "softmax.onnx", tmp_path)
+    real = {"x": np.random.default_rng(1).normal(size=(16, 4)).astype(np.float32)}
+    clean = m.quantize_qdq(fp32, tmp_path / "clean.onnx", real)
+    assert found(load_artifact(clean), "collapsed-calibration-range") == []
+    model = onnx.load(clean)
+    writer = {o: n for n in model.graph.node for o in n.output}
+    (q,) = [n for n in model.graph.node if n.op_type == "QuantizeLinear" and writer.get(n.input[0]) is not None
+            and writer[n.input[0]].op_type == "Softmax"]
+    scale = next(t for t in model.graph.initializer if t.name == q.input[1])
+    scale.CopyFrom(onnx.numpy_helper.from_array(np.array(1.0, np.float32), scale.name))
+    flagged = onnx_art(model, "collapsed.onnx")
+    (f,) = found(flagged, "collapsed-calibration-range")
+    assert f.severity == "error" and "Softmax output in [0, 1] quantized over [0, 255]" in f.message
+    assert ops_of(flagged, f) == ["Softmax"]
+    tiny = load_artifact(m.quantize_qdq(fp32, tmp_path / "tiny.onnx", {"x": real["x"] * 1e-4}))
+    (f,) = found(tiny, "collapsed-calibration-range")
+    assert "x: quantized over" in f.message and ops_of(tiny, f)[0] == "QuantizeLinear"
 
 
 def test_identical_ranges_across_many_tensors_onnx():
@@ -165,6 +191,16 @@ def test_unsupported_op_tflite_custom_agrees_with_litert():
     with pytest.raises(RuntimeError, match="unresolved custom op"):
         interpreter.Interpreter(model_path=str(flagged.path)).allocate_tensors()
     assert found(tflite_art(m.tflite_bytes("float"), "float.tflite"), "unsupported-op") == []
+
+
+def test_a_custom_op_the_installed_litert_loads_is_a_warning_one_it_cannot_load_an_error():
+    from types import SimpleNamespace
+
+    node = SimpleNamespace(domain="custom", op="Convolution2DTransposeBias", index=3)
+    severity, message = tflite_coverage.classify(node, {3})
+    assert severity == "warning" and "XNNPACK delegate takes it" in message
+    assert tflite_coverage.classify(node, set())[0] == "warning"        # loaded: something resolves it
+    assert tflite_coverage.classify(node, None)[0] == "error"           # the installed LiteRT cannot load it
 
 
 def test_unsupported_op_tflite_xnnpack_fallback():

@@ -40,7 +40,7 @@ def test_batchnorm_kept_after_a_noop_clip_is_flagged_on_the_tier(tmp_path, chann
     assert graph.default_level == "all" and f.basis == "runtime" and f.target == X86 and X86 in f.message
     assert [runs.nodes[i].op for i in f.nodes] == ["Conv", "Conv"]        # NCHWc conv, then the BN's conv
     assert f.node_names == ("clipped_nchwc", "bn_bn_nchwc")               # onnxruntime's own names
-    assert "depthwise 1x1 NCHWc Conv" in f.message and "fused Clip over the whole float range" in f.message
+    assert "depthwise 1x1 NCHWc Conv" in f.message and "fused Clip whose bounds no value reaches" in f.message
     # the BatchNormalization really runs: one more convolution than the clean twin
     twin = m.save(m.conv_net(batchnorm=True, channels=channels), f"twin{channels}.onnx", tmp_path)
     _, clean, none = _on_tier(twin, tmp_path, "unfolded-batchnorm")
@@ -90,6 +90,43 @@ def test_noop_clip_is_seen_on_the_file_too():
             t.raw_data = (m.np.float32(0.0 if t.name == "clip_lo" else 6.0)).tobytes()
     relu6 = load_artifact(m.save(model, "clip_relu6.onnx"))
     assert [f for f in lint(relu6) if f.rule == "unfolded-batchnorm"] == []
+
+
+@pytest.mark.parametrize("bound, noop", [(3.4e38, True), (1e30, True), (1e6, False)])
+def test_a_clip_beyond_any_value_an_activation_reaches_is_a_no_op(bound, noop):
+    """A Clip to +-3.4e38 (0.08 % inside float32's largest value: what an exporter slips after each Conv) or
+    +-1e30 clips nothing a network computes; one at +-1e6 could (no range of the tensor says otherwise)."""
+    art = load_artifact(m.save(m.conv_net(batchnorm=True, noop_clip=True, clip_bound=bound), f"clip{bound:g}.onnx"))
+    found = [f for f in lint(art) if f.rule == "unfolded-batchnorm"]
+    assert (found != []) is noop and (not found or found[0].node_names == ("conv1", "noop_clip", "bn1"))
+
+
+def test_a_clip_beyond_its_tensor_s_quantization_range_is_a_no_op(tmp_path):
+    """In a quantized model the file says what the clipped tensor can hold: a Clip at +-1e6 after a
+    DequantizeLinear whose tensor is quantized over about [-3, 3] clips nothing; one at +-1 does."""
+    import numpy as np
+
+    from tiergate.artifact.graph import index_graph
+    from tiergate.lint.finding import LintContext
+    from tiergate.lint.rules.unfolded_batchnorm import _is_noop
+
+    fp32 = m.save(m.conv_net(batchnorm=True), "clipq.onnx", tmp_path)
+    x = {"x": np.random.default_rng(0).standard_normal((8, 3, 8, 8)).astype(np.float32)}
+    m.quantize_qdq(fp32, tmp_path / "clipq-int8.onnx", x)
+
+    def clipped(bound: float):
+        model = onnx.load(tmp_path / "clipq-int8.onnx")
+        bn = next(n for n in model.graph.node if n.op_type == "BatchNormalization")
+        source = bn.input[0]                              # c1's DequantizeLinear output
+        model.graph.initializer.extend([onnx.numpy_helper.from_array(np.array(-bound, np.float32), "lo"),
+                                        onnx.numpy_helper.from_array(np.array(bound, np.float32), "hi")])
+        clip = onnx.helper.make_node("Clip", [source, "lo", "hi"], ["c1_clipped"], name="clip")
+        bn.input[0] = "c1_clipped"
+        model.graph.node.insert(list(model.graph.node).index(bn), clip)
+        art = load_artifact(m.save(model, f"clipq-{bound:g}.onnx", tmp_path))
+        return _is_noop(LintContext(art, None, index_graph(art)), next(n for n in art.nodes if n.op == "Clip"))
+
+    assert clipped(1e6) and not clipped(1.0)
 
 
 # ---------------------------------------------------------------- layout-reorder (x86's NCHWc)

@@ -285,17 +285,18 @@ def int8_reduced_range(source, folder, calibration: np.ndarray) -> Path:
                       activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
 
 
-def unfused_batchnorm(source, folder) -> Path:
-    """The ONNX model at `source` with `Clip(x, -FLT_MAX, FLT_MAX)` between every Conv and the BatchNormalization
-    reading it: `folder`/NAME_unfused_bn.onnx. The Clip changes no value; onnxruntime fuses it into the Conv
-    (FusedConv's activation), so its Conv + BatchNormalization fusion no longer applies."""
+def unfused_batchnorm(source, folder, bound: float | None = None) -> Path:
+    """The ONNX model at `source` with `Clip(x, -FLT_MAX, FLT_MAX)` (or +-`bound`: 3.4e38 is what an exporter
+    writes) between every Conv and the BatchNormalization reading it: `folder`/NAME_unfused_bn.onnx. The Clip
+    changes no value; onnxruntime fuses it into the Conv (FusedConv's activation), so its Conv + BatchNormalization
+    fusion no longer applies."""
     import onnx
     from onnx import helper, numpy_helper
 
     model = onnx.load(str(source))
     graph = model.graph
     producer = {out: node for node in graph.node for out in node.output}
-    big = float(np.finfo(np.float32).max)
+    big = float(np.finfo(np.float32).max) if bound is None else bound
     graph.initializer.extend([numpy_helper.from_array(np.array(-big, np.float32), "unfused_clip_min"),
                               numpy_helper.from_array(np.array(big, np.float32), "unfused_clip_max")])
     nodes, k = [], 0
@@ -310,7 +311,7 @@ def unfused_batchnorm(source, folder) -> Path:
         nodes.append(node)
     del graph.node[:]
     graph.node.extend(nodes)
-    out = Path(folder) / f"{Path(source).stem}_unfused_bn.onnx"
+    out = Path(folder) / f"{Path(source).stem}_unfused_bn{'' if bound is None else f'_{bound:g}'}.onnx"
     onnx.save(model, str(out))
     return out
 

@@ -20,9 +20,9 @@ ARM = "arm64-cpu-onnxruntime"
 BATCHNORMS = 35     # BatchNormalization nodes after a Conv in ch_ppocr_mobile_v2.0_cls_infer.onnx
 
 
-def _variant(real_model, tmp_path):
+def _variant(real_model, tmp_path, bound=None):
     source = real_model("paddleocr_cls")
-    variant = unfused_batchnorm(source, tmp_path)
+    variant = unfused_batchnorm(source, tmp_path, bound)
     x = np.random.default_rng(0).uniform(-1, 1, (2, 3, 48, 192)).astype(np.float32)
     same = [ort.InferenceSession(str(p), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
             for p in (source, variant)]
@@ -40,15 +40,25 @@ def _check_tier(report, target, original):
     assert finding["message"].startswith(f"[{target}: onnxruntime level all] {BATCHNORMS} normalization(s)")
     # every pair named: the convolution (with the no-op Clip fused in) and the normalization after it
     assert len(finding["nodes"]) == len(finding["node_names"]) == 2 * BATCHNORMS
-    assert "fused Clip over the whole float range" in finding["message"]
+    assert "fused Clip whose bounds no value reaches" in finding["message"]
     assert _unfolded(original, target) == []
     return finding
 
 
+def test_a_clip_to_3_4e38_is_a_no_op_on_the_file_too(real_model, tmp_path):
+    """An exporter's Clip to +-3.4e38 (0.08 % inside float32's largest value) clips nothing a network computes: the
+    35 normalizations behind it are found on the file as behind FLT_MAX (issue 45)."""
+    _, variant = _variant(real_model, tmp_path, 3.4e38)
+    report, _ = inspect_report(variant)
+    (finding,) = [f for f in report["findings"] if f["rule"] == "unfolded-batchnorm"]
+    assert finding["message"].startswith(f"{BATCHNORMS} normalization(s)") and "Clip x35" in finding["message"]
+
+
 @pytest.mark.docker
 @pytest.mark.slow
-def test_unfused_batchnorm_on_the_x86_tier(real_model, realmodels_home, tmp_path):
-    source, variant = _variant(real_model, tmp_path)
+@pytest.mark.parametrize("bound", [None, 3.4e38], ids=["flt_max", "3.4e38"])
+def test_unfused_batchnorm_on_the_x86_tier(real_model, realmodels_home, tmp_path, bound):
+    source, variant = _variant(real_model, tmp_path, bound)
     report, code = inspect_report(variant, X86)
     original, _ = inspect_report(source, X86)
     finding = _check_tier(report, X86, original)
@@ -79,3 +89,16 @@ def test_unfused_batchnorm_on_the_emulated_arm64_tier(real_model, realmodels_hom
     assert "FusedConv -> BatchNormalization x35" in finding["message"]
     assert sum(name.startswith("batch_norm") or "BatchNormalization" in name
                for name in finding["node_names"]) == BATCHNORMS
+
+
+def test_a_custom_op_the_installed_litert_resolves_is_no_file_level_error(real_model, capsys):
+    """MediaPipe's selfie segmenter ships a custom op (Convolution2DTransposeBias) that LiteRT's XNNPACK delegate
+    takes, so both TFLite tiers run it: file-level inspect warns (it loads only where XNNPACK takes it) and exits 0."""
+    pytest.importorskip("ai_edge_litert.interpreter")
+    from tiergate.cli.main import main
+
+    path = real_model("selfie_segmentation")
+    report, code = inspect_report(path)
+    (finding,) = [f for f in report["findings"] if f["rule"] == "unsupported-op" and "custom op" in f["message"]]
+    assert code == 0 and finding["severity"] == "warning" and "Convolution2DTransposeBias" in finding["message"]
+    assert "XNNPACK" in finding["message"] and main(["inspect", str(path)]) == 0, capsys.readouterr().err

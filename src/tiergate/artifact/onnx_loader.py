@@ -35,7 +35,7 @@ def load_onnx(path: Path, data: bytes, *, check: bool = True) -> Artifact:
     digest = hashlib.sha256(data)
     locations, external_bytes = load_external_data(path, model, digest)
     if check:
-        _check(path, model.SerializeToString() if locations else data)
+        _check(path, model.SerializeToString() if locations else data, model)
     graph = model.graph
     init_names = {t.name for t in graph.initializer} | set(sparse_names(graph))
     walked = walk(graph)
@@ -69,13 +69,77 @@ def _parse(path: Path, data: bytes) -> onnx.ModelProto:
     return model
 
 
-def _check(path: Path, serialized: bytes) -> None:
-    """The ONNX checker, on bytes (a ModelProto would be serialised again, twice, inside it)."""
+def _check(path: Path, serialized: bytes, model: onnx.ModelProto) -> None:
+    """The ONNX checker, on bytes (a ModelProto would be serialised again, twice, inside it), its whole message on
+    one line. Node order is the runtime's question (onnxruntime sorts a graph itself; onnxruntime's own float16
+    converter writes its input Casts last): a graph the checker finds unsorted is sorted here (`model`, in place:
+    the Artifact's nodes are in topological order), checked again, and taken when onnxruntime loads the file."""
     try:
         onnx.checker.check_model(serialized)
+        return
     except (onnx.checker.ValidationError, ValueError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise InputError(f"{path}: ONNX model is invalid or incomplete ({first})") from None
+        text = _one_line(exc)
+    if "topologically sorted" not in text or not sort_nodes(model.graph):
+        raise InputError(f"{path}: ONNX model is invalid or incomplete ({text})")
+    try:
+        onnx.checker.check_model(model.SerializeToString())
+    except (onnx.checker.ValidationError, ValueError) as exc:
+        raise InputError(f"{path}: ONNX model is invalid or incomplete ({_one_line(exc)})") from None
+    refusal = _runtime_refusal(serialized)
+    if refusal:
+        raise InputError(f"{path}: its nodes are not in topological order and onnxruntime does not load it "
+                         f"({refusal})")
+
+
+def _one_line(exc: BaseException, limit: int = 600) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def sort_nodes(graph) -> bool:
+    """The main graph's nodes in a topological order (stable: each node as early as its inputs allow, ties in file
+    order), in place; False when there is none (a cycle, or an input nothing makes)."""
+    known = {i.name for i in graph.input} | {t.name for t in graph.initializer} | set(sparse_names(graph)) | {""}
+    produced = {out for node in graph.node for out in node.output}
+    pending, ordered = list(graph.node), []
+    while pending:
+        ready = next((n for n in pending if all(name in known or name not in produced for name in _needs(n))), None)
+        if ready is None:
+            return False
+        pending.remove(ready)
+        ordered.append(ready)
+        known.update(ready.output)
+    copies = [onnx.NodeProto() for _ in ordered]
+    for copy, node in zip(copies, ordered):
+        copy.CopyFrom(node)
+    del graph.node[:]
+    graph.node.extend(copies)
+    return True
+
+
+def _needs(node) -> set[str]:
+    """A node's inputs, and the outer values its subgraphs read."""
+    names = set(node.input)
+    for attr in node.attribute:
+        for body in [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs):
+            names |= {name for n in body.node for name in n.input}
+    return names
+
+
+def _runtime_refusal(serialized: bytes) -> str:
+    """onnxruntime's one line when it does not load the model (in this process, optimizations off), else ""."""
+    import onnxruntime as ort
+
+    from tiergate.ort_session import session
+
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    options.log_severity_level = 3
+    try:
+        session(serialized, options)
+    except Exception as exc:  # noqa: BLE001 - the runtime's refusal, in its own words
+        return _one_line(exc, 300)
+    return ""
 
 
 def _version(model: onnx.ModelProto) -> str:

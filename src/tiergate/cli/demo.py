@@ -6,7 +6,8 @@ import time
 from pathlib import Path
 
 import typer
-from rich.console import Console
+
+from tiergate.cli import screen
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -29,7 +30,7 @@ def demo(
     from tiergate.demo.job import run_demo
     from tiergate.demo.models import CANDIDATES
 
-    console = Console(width=max(Console().width, 140))
+    console = screen.console(140)
     columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                TimeElapsedColumn())
     with Progress(*columns, console=console, transient=False) as bar:

@@ -6,6 +6,8 @@ import json
 
 import typer
 from rich.console import Console
+
+from tiergate.cli import screen
 from rich.table import Table
 
 from tiergate.errors import EXIT_OK, EXIT_UNUSABLE
@@ -27,7 +29,7 @@ def doctor(as_json: bool = typer.Option(False, "--json", help="Print the checks 
         table.add_column(column, overflow="fold")
     for c in checks:
         table.add_row(c.name, f"[{_STYLE[c.status]}]{c.status}[/]", c.detail, c.fix)
-    console = Console(width=max(Console().width, 120))
+    console = screen.console(120)
     console.print(table)
     failed = [c for c in checks if c.failed]
     if failed:

@@ -1,7 +1,9 @@
 """`tiergate explain`: which layer lost it, on which tier; optionally the candidates that fix it, gated A/B.
 
 Exit 0 when explained (with --fix, when some fix passes on every tier; with --mixed-precision, when the
-mixed-precision candidate passes the gate), 1 when none does, 2 on unusable input or environment.
+mixed-precision candidate passes the gate), 1 when none does, 2 on unusable input or environment, and when a
+tier's explanation could not be made (its dump ran out of the tier's memory, its runtime refused the model): what
+the other tiers explained is still printed and written, and no fix is made.
 """
 
 from __future__ import annotations
@@ -10,7 +12,16 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
+
+from tiergate.cli import screen
 from rich.table import Table
+
+
+def _gate_help(param: str) -> str:
+    """The gate's own help for one of its options (tiergate.request.GATE_OPTIONS: one definition)."""
+    from tiergate.request import GATE_OPTIONS
+
+    return next(o.help for o in GATE_OPTIONS if o.param == param)
 
 
 def explain(
@@ -21,7 +32,11 @@ def explain(
     data: str = typer.Option(..., "--data", "-d", help="The evaluation data, as the gate takes it: an .npz (one "
                              "array per model input) or a loader FILE.py:FUNCTION."),
     targets: str = typer.Option(..., "--targets", "-t", help="Device classes, comma-separated."),
-    policy: Path | None = typer.Option(None, "--policy", help="Policy TOML: min_sqnr_db is the divergence threshold."),
+    policy: Path | None = typer.Option(None, "--policy", help="Policy TOML, as the gate takes it: min_sqnr_db is "
+                                       "the divergence threshold; its thresholds, [metrics.NAME] and [outputs.NAME] "
+                                       "(output kinds) judge --fix's and --mixed-precision's candidates."),
+    metric: list[str] = typer.Option([], "--metric", help=_gate_help("metric") + " The fixes are judged by it."),
+    sample_axis: list[str] = typer.Option([], "--sample-axis", help=_gate_help("sample_axis")),
     samples: int = typer.Option(32, "--samples", min=1, help="Samples to dump tensors for (the first N)."),
     as_json: bool = typer.Option(False, "--json", help="Print the explanation as JSON (docs/json-shapes.md)."),
     out: Path | None = typer.Option(None, "--out", help="Write explain.json, explain.md and explain.html here."),
@@ -57,18 +72,25 @@ def explain(
     loaded_policy = load_policy(policy)
     loaded_policy.check_override_names(list(catalogue().values()))
     _check_outputs(candidate, reference, data, policy, calibration_data, ca_bundle, out, mixed_precision, fix)
+    from tiergate.evaldata import parse_sample_axes
+    from tiergate.orchestrator.deciding import resolve_metrics
+
+    axes = parse_sample_axes(sample_axis)
+    resolve_metrics(list(metric), loaded_policy)          # an unknown metric is refused before any work
     build = BuildSettings(base_image, ca_bundle)
     err = Console(stderr=True)
     progress = None if as_json else (lambda text: err.print(f"[dim]… {text}[/]", highlight=False))
     result = run_explain(candidate, reference, data, device_classes, loaded_policy,
-                         runner=docker_runner(build), samples=samples, progress=progress)
+                         runner=docker_runner(build), samples=samples, progress=progress, sample_axes=axes)
     code = 0
-    if fix is not None or mixed_precision is not None:
+    failed = [f"{name}: {item.error}" for name, item in result.targets.items() if item.error]
+    if not failed and (fix is not None or mixed_precision is not None):
         from tiergate.orchestrator import DockerBuilder, RunOptions, Seams
         from tiergate.orchestrator.explain_fix import find_fixes, mixed_precision_ab
         from tiergate.request import GateRequest
 
-        request = GateRequest(candidate, reference, data, tuple(device_classes), loaded_policy)
+        request = GateRequest(candidate, reference, data, tuple(device_classes), loaded_policy,
+                              metrics=tuple(metric), sample_axes=tuple(sample_axis))
         seams, options = Seams(builder=DockerBuilder(build)), RunOptions(progress=progress)
         report = None
         if fix is not None:
@@ -94,9 +116,14 @@ def explain(
     if as_json:
         typer.echo(result.dumps())
     else:
-        print_explanation(Console(width=max(Console().width, 120)), result)
+        print_explanation(screen.console(120), result)
         if out is not None:
             Console().print(f"report: {out / 'explain.html'}", highlight=False)
+    if failed:        # what was made is printed and written above; an explanation short of a tier is no answer
+        from tiergate.errors import TiergateError
+
+        skipped = " (no fix was made)" if fix is not None or mixed_precision is not None else ""
+        raise TiergateError(f"explain could not be made on {'; '.join(failed)}{skipped}")
     raise typer.Exit(code)
 
 
@@ -172,7 +199,7 @@ def print_explanation(console: Console, result, n: int = 5) -> None:
         first = item.first_divergent
         title = (f"{name}: first divergent layer [bold red]{first}[/]" if first else
                  f"{name}: no layer below {item.threshold_db:g} dB")
-        table = Table(title=f"{title} ({item.seconds:.1f} s)")
+        table = Table(title=f"{title} ({item.seconds:.1f} s{f', {item.samples} samples' if item.samples else ''})")
         for column in ("tensor", "op", "SQNR dB", "cosine", "max abs err", "saturation"):
             table.add_column(column, overflow="fold")
         for layer in item.worst(n):
@@ -181,6 +208,8 @@ def print_explanation(console: Console, result, n: int = 5) -> None:
             table.add_row(layer.tensor, layer.op, f"{layer.sqnr_db:.1f}", f"{layer.cosine:.4f}",
                           f"{layer.max_abs_error:.4g}", sat, style=style)
         console.print(table)
+        if item.samples_note:
+            console.print(f"samples: {item.samples_note}", highlight=False)
         if item.keep_float:
             console.print(f"keep in float: {', '.join(item.keep_float)}", highlight=False)
         for hint in item.calibration:

@@ -106,9 +106,9 @@ def print_run(run, explained=None) -> None:
         interval = "" if c.interval is None else f"[{_fmt(c.interval.low)}, {_fmt(c.interval.high)}]"
         result = "[yellow]INCONCLUSIVE[/]" if c.inconclusive else _OK[c.passed]
         table.add_row(c.device_class, c.tier, c.label, _fmt(c.value), interval, threshold, result)
-    from rich.console import Console
+    from tiergate.cli import screen
 
-    console = Console(width=max(Console().width, 120))
+    console = screen.console(120)
     console.print(table)
     _print_device(console, decision)
     _print_runtime(console, run)

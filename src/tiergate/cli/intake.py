@@ -13,6 +13,8 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
+
+from tiergate.cli import screen
 from rich.markup import escape
 from rich.table import Table
 
@@ -223,7 +225,7 @@ def inspect_one(path: Path, target: str | None = None, *, runtime: bool = True,
 
 
 def _print_inspect(report: dict) -> None:
-    console = Console()
+    console = screen.console()
     art, fp = report["artifact"], report["fingerprint"]
     about = Table(title=f"tiergate inspect {art['path']}", show_header=False)
     about.add_column("field", style="bold")
@@ -412,7 +414,7 @@ def runtime_diff(old, new, target: str, new_disabled: tuple[str, ...] = ()) -> d
 
 
 def _print_diff(doc: dict) -> None:
-    console = Console()
+    console = screen.console()
     parts = ", ".join(f"{part} {'same' if same else '[bold]different[/]'}" for part, same in doc["same"].items())
     verdict = "[green]identical[/]" if doc["identical"] else "[yellow]different[/]"
     console.print(f"tiergate diff {doc['old']} -> {doc['new']}: {verdict} ({parts})")

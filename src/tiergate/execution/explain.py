@@ -24,7 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Protocol
 
@@ -49,12 +49,26 @@ def script_path() -> Path:
 
 
 class Runner(Protocol):
-    """Runs the dump script for one device class; fills `out` with explain.json and NAME.npz files.
+    """Runs the dump script for one device class; fills `out` with explain.json and NAME.tK.npy files.
     `identity(dc)` names what runs (an image id), for the cache key."""
 
     def identity(self, dc: DeviceClass) -> str: ...
 
     def run(self, dc: DeviceClass, models: dict[str, Path], data: Path, samples: int, out: Path) -> None: ...
+
+
+def dump_budget(dc: DeviceClass) -> int:
+    """The most bytes a tier's dump may hold: the tier's memory limit (the script sizes its sample count to it)."""
+    return dc.limits.memory_bytes
+
+
+def script_args(dc: DeviceClass, data: str, out: str, samples: int, models: dict[str, str]) -> list[str]:
+    """The dump script's arguments for one tier (the host's paths or the container's)."""
+    args = ["--runtime", dc.runtime, "--data", data, "--out", out, "--max-samples", str(samples),
+            "--max-bytes", str(dump_budget(dc)), "--threads", str(dc.threads)]
+    for name, path in models.items():
+        args += ["--model", f"{name}={path}"]
+    return args
 
 
 class HostRunner:
@@ -64,13 +78,11 @@ class HostRunner:
         return f"host-{sys.executable}"
 
     def run(self, dc, models, data, samples, out) -> None:
-        cmd = [sys.executable, "-s", str(script_path()), "--runtime", dc.runtime, "--data", str(data),
-               "--out", str(out), "--max-samples", str(samples), "--threads", str(dc.threads)]
-        for name, path in models.items():
-            cmd += ["--model", f"{name}={path}"]
+        cmd = [sys.executable, "-s", str(script_path()),
+               *script_args(dc, str(data), str(out), samples, {name: str(path) for name, path in models.items()})]
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=dc.limits.timeout_s)
         if not (out / "explain.json").is_file():
-            raise InputError(f"{dc.name}: the tensor dump failed: {_last(done.stderr) or done.returncode}")
+            raise DumpFailed(f"{dc.name}: the tensor dump failed: {_last(done.stderr) or done.returncode}")
 
 
 class DockerRunner:
@@ -122,17 +134,19 @@ class DockerRunner:
         with _job_volumes(client) as (data_volume, out_volume):
             _upload(client, tag, data_volume, files)
             spec = DockerBackend(dc.docker_host, gpu=dc.gpu).spec(job, data_volume, out_volume)
-            command = ["--runtime", dc.runtime, "--data", f"{INPUT_DIR}/data.npz", "--out", "/out",
-                       "--max-samples", str(samples), "--threads", str(dc.threads)]
-            for name, path in models.items():
-                command += ["--model", f"{name}={INPUT_DIR}/{name}{path.suffix}"]
+            command = script_args(dc, f"{INPUT_DIR}/data.npz", "/out", samples,
+                                  {name: f"{INPUT_DIR}/{name}{path.suffix}" for name, path in models.items()})
             spec.update(entrypoint=python_entrypoint(dc, f"{INPUT_DIR}/tiergate_explain.py"), command=command)
             container = client.containers.create(**spec)
             try:
-                reason, log_tail, _oom = _run(container, job)
-                _download(container, out)
+                reason, log_tail, oom = _run(container, job)
+                if not oom:
+                    _download(container, out)
             finally:
                 container.remove(force=True)
+        if oom:      # the tier's own limit, not the engine: said as such, never retried as a fault
+            raise DumpFailed(f"{dc.name}: the tensor dump ran out of memory: {reason} (a sample's tensors and the "
+                             f"runtime's own memory must fit; --samples does not change that)")
         if (out / "explain.json").is_file():
             return
         raise_for = InputError if reason and "exited with code" in reason else InfrastructureFault
@@ -140,10 +154,14 @@ class DockerRunner:
                         f"({last_line(log_tail) or 'no output'})")
 
 
+class DumpFailed(TiergateError):
+    """A tier's dump could not be made (its memory limit, its runtime's refusal): exit 2, with the reason."""
+
+
 def _download(container, out: Path) -> None:
     from tiergate.execution.docker_backend import download
 
-    download(container, out, lambda name: name == "explain.json" or name.endswith(".npz"))
+    download(container, out, lambda name: name == "explain.json" or name.endswith(".npy"))
 
 
 def _last(text: str) -> str:
@@ -156,8 +174,9 @@ def _last(text: str) -> str:
 
 def explain(candidate: Path, reference: Path, data_path: Path | str, device_classes: list[DeviceClass], policy=None,
             *, runner: Runner, samples: int = DEFAULT_SAMPLES, threshold_db: float | None = None,
-            progress: Progress | None = None) -> core.Explanation:
-    """Every device class's explanation of the candidate against its FP32 reference."""
+            progress: Progress | None = None, sample_axes: dict[str, int] | None = None) -> core.Explanation:
+    """Every device class's explanation of the candidate against its FP32 reference (`sample_axes`: --sample-axis,
+    as the gate takes it)."""
     from tiergate.artifact import load_artifact
     from tiergate.evaldata import AXES_MEMBER, take, validate_against
 
@@ -174,7 +193,7 @@ def explain(candidate: Path, reference: Path, data_path: Path | str, device_clas
         for art in (cand_art, ref_art):
             if art.format != dc.artifact_format:
                 raise InputError(f"{art.path}: is {art.format}, but device class {dc.name} runs {dc.runtime}")
-    data = eval_data(data_path, ref_art.inputs)
+    data = eval_data(data_path, ref_art.inputs, sample_axes)
     validate_against(data, _float_fed(cand_art, ref_art))
     n = min(samples, data.n_samples)
     # each sample as the model takes it (its sample axis kept, length 1; a constant such as silero's `sr` whole):
@@ -198,30 +217,41 @@ def explain(candidate: Path, reference: Path, data_path: Path | str, device_clas
             t0 = time.monotonic()
             try:
                 folder = _dump(runner, dc, models, cand_art.sha256, ref_art.sha256, data.sha256, feed, n)
+            except DumpFailed as exc:        # this tier's dump could not be made: said, the other tiers go on
+                out.targets[dc.name] = core.TierExplain(dc.name, limit, error=exc.one_line())
+                continue
             except InputError:
                 raise
             except TiergateError as exc:
                 out.targets[dc.name] = core.TierExplain(dc.name, limit, error=exc.one_line())
                 continue
             dumps, meta = load_dumps(folder)
-            meta["inputs"] = inputs
+            dumped = int(meta.get("samples") or n)       # the script sized it to the tier's memory
+            meta["inputs"] = {name: array[:dumped] for name, array in inputs.items()}
             meta.setdefault("seconds", time.monotonic() - t0)
             if meta.get("error"):
                 out.targets[dc.name] = core.TierExplain(dc.name, limit, error=meta["error"],
                                                         machine=meta.get("machine", ""))
                 continue
-            out.targets[dc.name] = core.analyse(plan, dc.name, dumps, threshold_db=limit, meta=meta)
-            out.targets[dc.name].seconds = time.monotonic() - t0
+            out.targets[dc.name] = item = core.analyse(plan, dc.name, dumps, threshold_db=limit, meta=meta)
+            item.seconds, item.samples = time.monotonic() - t0, dumped
+            item.sample_bytes, item.peak_bytes = int(meta["bytes_per_sample"] or 0), int(meta["peak_rss_bytes"] or 0)
+            if dumped < n:
+                item.samples_note = (f"{item.samples} of {n} samples: a sample's tensors hold "
+                                     f"{_mb(meta.get('bytes_per_sample', 0))} on {dc.name}, and the dump is sized to "
+                                     f"its memory limit ({_mb(dump_budget(dc))})")
     return out
 
 
-def eval_data(source: Path | str, inputs: list):
+def eval_data(source: Path | str, inputs: list, sample_axes: dict[str, int] | None = None):
     """The evaluation data in any form the gate takes: an .npz, or a loader FILE.py:FUNCTION run once and
     materialised into a content-hashed archive (tiergate.dataloader.run_loader, as the gate does)."""
     from tiergate.dataloader import run_loader
     from tiergate.evaldata import is_loader, load_eval_data
 
-    return run_loader(str(source), inputs) if is_loader(source) else load_eval_data(source)
+    if is_loader(source):
+        return run_loader(str(source), inputs, sample_axes)
+    return load_eval_data(source, None if sample_axes is None else inputs, sample_axes)
 
 
 def _float_fed(cand_art, ref_art) -> list:
@@ -244,8 +274,9 @@ def _threshold(policy, dc: DeviceClass) -> float:
 
 
 def _dump(runner: Runner, dc, models, cand_sha, ref_sha, data_sha, data_path, n) -> Path:
-    # the models as dumped (the tensors the pairing exposes) are in the key: a new pairing never reads old dumps
-    key_text = "\0".join((cand_sha, ref_sha, data_sha, runner.identity(dc), dc.name,
+    # the models as dumped (the tensors the pairing exposes) are in the key: a new pairing never reads old dumps;
+    # so is the tier's memory, which sizes the sample count
+    key_text = "\0".join((cand_sha, ref_sha, data_sha, runner.identity(dc), dc.name, str(dump_budget(dc)),
                           file_sha256(script_path()), str(n), *(file_sha256(p) for p in models.values())))
     key = hashlib.sha256(key_text.encode()).hexdigest()[:24]
     folder = state.explain_folder(key)
@@ -273,18 +304,37 @@ def _dump(runner: Runner, dc, models, cand_sha, ref_sha, data_sha, data_path, n)
         raise
 
 
+def _mb(size: int) -> str:
+    return f"{size / 2 ** 20:,.0f} MB"
+
+
+class Dump(Mapping):
+    """One model's dumped tensors by name, each read from its file when asked for and not kept: the pairing holds
+    one pair at a time, so the host's memory is bounded by the largest tensor, never the dump."""
+
+    def __init__(self, files: dict[str, Path]):
+        self.files = files
+
+    def __getitem__(self, tensor: str) -> np.ndarray:
+        return np.load(self.files[tensor], allow_pickle=False)
+
+    def __iter__(self):
+        return iter(self.files)
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+
 def load_dumps(folder: Path) -> tuple[dict[str, dict[str, np.ndarray]], dict]:
-    """({"candidate": {tensor: array}, "reference": {...}}, meta) from a dump folder."""
+    """({"candidate": {tensor: array}, "reference": {...}}, meta) from a dump folder (`Dump`: each tensor read from
+    its file when the pairing asks for it)."""
     doc = json.loads((folder / "explain.json").read_text())
     dumps, meta = {}, {"machine": doc.get("machine", ""), "seconds": doc.get("host_seconds", 0.0),
-                       "error": doc.get("error", "")}
+                       "error": doc.get("error", ""), "samples": doc.get("samples"),
+                       "bytes_per_sample": doc.get("bytes_per_sample", 0), "peak_rss_bytes": doc.get("peak_rss_bytes", 0)}
     for name, entry in doc.get("models", {}).items():
-        path = folder / f"{name}.npz"
-        if not path.is_file():
-            continue
-        with np.load(path, allow_pickle=False) as npz:
-            dumps[name] = {_unsuffixed(entry["tensors"][key]): npz[key] for key in npz.files
-                           if key in entry["tensors"]}
+        files = {_unsuffixed(tensor): folder / f"{name}.{key}.npy" for key, tensor in entry.get("tensors", {}).items()}
+        dumps[name] = Dump({tensor: path for tensor, path in files.items() if path.is_file()})
         meta[f"{name}_quant"] = entry.get("quant", {})
         meta[f"{name}_ops"] = entry.get("ops", {})
         meta[f"{name}_outputs"] = entry.get("outputs", [])

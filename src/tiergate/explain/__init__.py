@@ -130,11 +130,11 @@ def _channels(source: Source, cand: np.ndarray):
 
 
 def measure(source: Source, cand: np.ndarray, ref: np.ndarray) -> Layer:
-    """The figures of one pair (arrays with the sample axis first)."""
+    """The figures of one pair (arrays with the sample axis first), a sample at a time: a detector's tensor over a
+    few samples is hundreds of MB in float64, so nothing the size of the whole pair is made."""
     if cand.size != ref.size:
         raise ValueError(f"shapes differ: {cand.shape} vs {ref.shape}")
-    ref = ref.astype(np.float32)
-    saturation, rng = None, None
+    saturation, rng, dequantize = None, None, None
     if source.scale is not None or source.scales:
         if source.scales:              # per channel: in the candidate's own layout, then as the reference's
             scale, zero_point = _channels(source, cand)
@@ -145,18 +145,44 @@ def measure(source: Source, cand: np.ndarray, ref: np.ndarray) -> Layer:
             scale, zero_point = source.scale, source.zero_point
             lo, hi = qrange(source.scale, source.zero_point, source.dtype)
             rng = [_round(lo), _round(hi)]
-        values = ((cand.astype(np.float32) - zero_point) * scale).astype(np.float32)
         # clipped = more than one quantization step beyond the representable end: a softmax's 1.0 against
         # an int8 top of 255/256 is rounding, not saturation (no false "range too narrow" hint)
-        step = 1.01 * scale
-        seen = ref.reshape(cand.shape)
-        saturation = float(np.mean((seen < lo - step) | (seen > hi + step))) if ref.size else 0.0
-        cand = values
-    cand = cand.reshape(ref.shape).astype(np.float32)
-    observed = [_round(float(ref.min())), _round(float(ref.max()))] if ref.size else []
-    return Layer(source.fp32, source.op, sqnr_db(ref, cand), cosine(ref, cand),
-                 float(np.max(np.abs(ref - cand))) if ref.size else 0.0, saturation, rng, observed,
-                 source.tensor, source.nodes, list(source.fp32_nodes), source.how, list(source.location))
+        dequantize = (scale, zero_point, lo - 1.01 * scale, hi + 1.01 * scale)
+    noise = signal = 0.0
+    worst, clipped, cosines, lows, highs = 0.0, 0, [], [], []
+    rows = len(ref) if ref.ndim else 1
+    for s in range(rows):
+        r = (ref[s:s + 1] if ref.ndim else ref).astype(np.float32)
+        c = cand[s:s + 1] if cand.ndim else cand
+        if dequantize is not None:
+            scale, zero_point, below, above = dequantize
+            seen = r.reshape(c.shape)
+            clipped += int(np.count_nonzero((seen < below) | (seen > above)))
+            c = ((c.astype(np.float32) - zero_point) * scale).astype(np.float32)
+        c = c.reshape(r.shape).astype(np.float32)
+        if not r.size:
+            continue
+        # einsum, not a 1-D dot or norm: those are BLAS calls, whose threads crawl on a busy machine
+        a, b = r.astype(np.float64).ravel(), c.astype(np.float64).ravel()
+        diff = a - b
+        na, nb, ab = (float(np.einsum("i,i->", x, y)) for x, y in ((a, a), (b, b), (a, b)))
+        noise += float(np.einsum("i,i->", diff, diff))
+        signal += na
+        worst = max(worst, float(np.max(np.abs(r - c))))
+        cosines.append(1.0 if na == 0 and nb == 0 else ab / max(math.sqrt(na) * math.sqrt(nb), 1e-30))
+        lows.append(float(r.min()))
+        highs.append(float(r.max()))
+    if dequantize is not None:
+        saturation = clipped / ref.size if ref.size else 0.0
+    if noise == 0:
+        sqnr = SQNR_CAP_DB
+    elif signal == 0:
+        sqnr = -SQNR_CAP_DB
+    else:
+        sqnr = float(max(-SQNR_CAP_DB, min(SQNR_CAP_DB, 10 * math.log10(signal / noise))))
+    observed = [_round(min(lows)), _round(max(highs))] if lows else []
+    return Layer(source.fp32, source.op, sqnr, float(np.mean(cosines)) if cosines else 1.0, worst, saturation, rng,
+                 observed, source.tensor, source.nodes, list(source.fp32_nodes), source.how, list(source.location))
 
 
 # --- one tier's answer ------------------------------------------------------------------
@@ -181,6 +207,10 @@ class TierExplain:
     keep_float_fp32: list[str] = field(default_factory=list)         # keep_float in the FP32 reference's nodes
     branches: list[dict] = field(default_factory=list)               # Ifs replaced by the branch taken, and why
     skipped_reasons: dict[str, str] = field(default_factory=dict)    # why each of `skipped` stays in a subgraph
+    samples: int = 0                                                 # the samples dumped and compared
+    samples_note: str = ""                                           # why fewer than asked (the tier's memory)
+    sample_bytes: int = 0                                            # a sample's dumped tensors, both models
+    peak_bytes: int = 0                                              # the dump process's peak resident memory
 
     def to_json(self) -> dict:
         return {"first_divergent": self.first_divergent, "threshold_db": self.threshold_db,
@@ -190,7 +220,8 @@ class TierExplain:
                                 "calibration": self.calibration},
                 "unpaired": self.unpaired, "unpaired_reasons": self.unpaired_reasons,
                 "fp32_unpaired": self.fp32_unpaired, "skipped": self.skipped, "skipped_reasons": self.skipped_reasons,
-                "branches": self.branches, "seconds": round(self.seconds, 3),
+                "branches": self.branches, "seconds": round(self.seconds, 3), "samples": self.samples,
+                "samples_note": self.samples_note, "sample_bytes": self.sample_bytes, "peak_bytes": self.peak_bytes,
                 "machine": self.machine, "error": self.error}
 
     def worst(self, n: int = 5) -> list[Layer]:
@@ -349,7 +380,9 @@ class Explanation:
                                         item.get("machine", ""), item.get("error", ""),
                                         dict(item.get("unpaired_reasons") or {}), dict(item.get("fp32_unpaired") or {}),
                                         list(suggestions.get("keep_float_fp32") or []),
-                                        list(item.get("branches") or []), dict(item.get("skipped_reasons") or {}))
+                                        list(item.get("branches") or []), dict(item.get("skipped_reasons") or {}),
+                                        int(item.get("samples") or 0), item.get("samples_note", ""),
+                                        int(item.get("sample_bytes") or 0), int(item.get("peak_bytes") or 0))
         return cls(doc.get("candidate", ""), doc.get("reference", ""), targets, doc.get("mixed_precision"),
                    doc.get("fixes"))
 

@@ -168,13 +168,15 @@ class TierVerdict:
     threshold: float | None = None
     latency_ms: float | None = None      # mean per call; non-emulated tiers only
     emulated: bool = False
+    vs_int8: list[float] | None = None   # its time / the INT8 candidate's: [median, low, high] of interleaved pairs
     reasons: list[str] = field(default_factory=list)
 
     def text(self) -> str:
-        """'pass 0.998 [0.985, 1]' ; 'not gated'."""
+        """'pass accuracy_ratio 0.998 [0.985, 1]' ; 'not gated'."""
         if self.estimate is None or self.low is None:
             return self.verdict
-        return f"{self.verdict} {_num(self.estimate)} [{_num(self.low)}, {_num(self.high)}]"
+        return f"{self.verdict} {self.check} {_num(self.estimate)} [{_num(self.low)}, {_num(self.high)}]".replace(
+            "  ", " ")
 
 
 def tier_verdicts(decision, device_classes: list[str]) -> dict[str, TierVerdict]:
@@ -191,11 +193,15 @@ def tier_verdicts(decision, device_classes: list[str]) -> dict[str, TierVerdict]
         failed = [c for c in own if not c.passed]
         verdict = PASS if not failed else (INCONCLUSIVE if all(c.inconclusive for c in failed) else FAIL)
         item = TierVerdict(verdict, reasons=[c.sentence() for c in failed])
-        interval = next((c for c in own if c.interval is not None), None)
+        interval = _shown(own, decision.metrics.get(name))
         if interval is not None:
             item.check, item.threshold = interval.label, _float(interval.threshold)
             item.estimate, item.low = interval.interval.estimate, interval.interval.low
             item.high, item.confidence = interval.interval.high, interval.interval.confidence
+        timed = next((c for c in decision.checks if c.device_class == name and c.name == "noninferior_latency"
+                      and c.interval is not None), None)
+        if timed is not None:        # against the incumbent (the INT8 candidate), in one process, call by call
+            item.vs_int8 = [timed.interval.estimate, timed.interval.low, timed.interval.high]
         metrics = decision.metrics.get(name)
         if metrics is not None:
             item.emulated = bool(metrics.emulated)
@@ -204,6 +210,18 @@ def tier_verdicts(decision, device_classes: list[str]) -> dict[str, TierVerdict]
                 item.latency_ms = float(latency.mean_ms)
         verdicts[name] = item
     return verdicts
+
+
+def _shown(checks: list, metrics) -> object | None:
+    """The check whose interval a tier's cell shows: the task's (accuracy, a --metric or [metrics.NAME], an output
+    kind's: what the model is for), the first that does not pass before those that do; else any with an interval."""
+    names = ["accuracy", *(getattr(metrics, "task", None) or {})]
+    with_interval = [c for c in checks if c.interval is not None]
+    task = [c for c in with_interval if any(c.name == n or c.name.startswith(f"{n}_") for n in names)]
+    for group in ([c for c in task if not c.passed], task, with_interval):
+        if group:
+            return group[0]
+    return None
 
 
 def _float(value) -> float | None:
@@ -228,6 +246,7 @@ class Fix:
     ab: dict[str, dict] = field(default_factory=dict)  # "<class>/<check>": {"value", "threshold", "passed"}
     reasons: list[str] = field(default_factory=list)
     note: str = ""
+    same_as: list[str] = field(default_factory=list)   # other methods that made these very bytes (not gated again)
 
     @property
     def float_nodes(self) -> list[str]:
@@ -289,20 +308,27 @@ def rows(report: FixReport) -> tuple[list[str], list[list[str]]]:
     for fix in [report.candidate, *report.fixes]:
         layers = (f"{len(fix.float_layers)}: " + ", ".join(
             f"{layer.tensor} ({', '.join(layer.nodes)})" for layer in fix.float_layers)) if fix.float_layers else "0"
-        table.append([fix.name, f"{fix.method} ({fix.calibration})", "yes" if fix.passes else "no",
+        name = fix.name + "".join(f" = {other}" for other in fix.same_as)
+        table.append([name, f"{fix.method} ({fix.calibration})", "yes" if fix.passes else "no",
                       *[_cell(fix.tiers.get(t)) for t in tiers], f"{fix.size_bytes:,} B", layers, str(fix.gates)])
     return header, table
 
 
 def notes(report: FixReport) -> list[str]:
     """What the table says below it: each candidate's own note, then the report's."""
-    return [f"{fix.name}: {fix.note}" for fix in [report.candidate, *report.fixes] if fix.note] + list(report.notes)
+    said = [f"{fix.name}: {fix.note}" for fix in [report.candidate, *report.fixes] if fix.note]
+    said += [f"{', '.join(fix.same_as)}: the same model as {fix.name}, byte for byte (gated once)"
+             for fix in report.fixes if fix.same_as]
+    return said + list(report.notes)
 
 
 def _cell(verdict: TierVerdict | None) -> str:
     if verdict is None:
         return NOT_GATED
     latency = "" if verdict.latency_ms is None else f", {verdict.latency_ms:.3f} ms"
+    if verdict.vs_int8:
+        ratio, low, high = verdict.vs_int8
+        latency += f" ({_num(ratio)}x the INT8's time [{_num(low)}, {_num(high)}])"
     return verdict.text() + latency
 
 

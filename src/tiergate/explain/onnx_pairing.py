@@ -46,6 +46,7 @@ import numpy as np
 
 from tiergate.errors import InputError
 from tiergate.explain.pairs import QDQ_OPS, Plan, Source
+from tiergate.explain.recipe import name_nodes, quantized_nodes
 
 # ops whose output holds its input's values in another shape: transparent to the structure
 RESHAPES = {"Identity", "Dropout", "Reshape", "Flatten", "Squeeze", "Unsqueeze"}
@@ -77,7 +78,6 @@ INTEGER_PASS = {"Transpose", "MaxPool", "Resize", "Reshape", "Squeeze", "Unsquee
 # the quantizers' names for a tensor T they quantize or dequantize (onnxruntime's QDQ and QOperator formats)
 CONVENTIONS = ("_QuantizeLinear_Output", "_QuantizeLinear_Input", "_DequantizeLinear_Output", "_quantized")
 SAME_WEIGHTS = 0.9           # median per-channel |cosine| of two weights that are the same layer's
-_INTEGER_OPS = ("ConvInteger", "MatMulInteger", "DynamicQuantizeLinear", "DynamicQuantizeMatMul", "MatMulNBits")
 
 
 def family(op: str) -> str:
@@ -621,6 +621,8 @@ def plan_onnx(candidate: Path, reference: Path, work: Path, feeds: list[dict[str
     done = {"candidate": specialize(onnx.load(str(candidate)), feeds),
             "reference": specialize(onnx.load(str(reference)), feeds)}
     cand, ref = done["candidate"].model, done["reference"].model
+    for graph in (cand.graph, ref.graph):    # an exporter's unnamed nodes named as --fix names them (recipe.py)
+        name_nodes(graph)
     walk, sources, quantized = pair(cand.graph, ref.graph)
     if not any(s.op != "input" for s in sources):
         first = next(iter(walk.cand_unpaired().items()), None)
@@ -656,32 +658,6 @@ def _branches(done: dict) -> list[dict]:
             entry = found.setdefault((branch.node, branch.branch, branch.why), {**branch.to_json(), "models": []})
             entry["models"].append(model)
     return list(found.values())
-
-
-def quantized_nodes(graph) -> set[str]:
-    """Names of the candidate's compute nodes that run on integers: an integer op (QLinear*, ConvInteger, ...),
-    or a node all of whose non-constant inputs are dequantized and that either reads a quantized weight (a
-    DequantizeLinear of a constant) or has its output quantized again (DQ -> op -> Q, what runtimes fuse).
-    A float node that merely reads a dequantized tensor is not one: keeping it in float changes nothing."""
-    constants = {t.name for t in graph.initializer} | {o for n in graph.node if n.op_type == "Constant"
-                                                       for o in n.output}
-    made_by = {out: n for n in graph.node for out in n.output}
-    quantizes = {n.input[0] for n in graph.node if n.op_type == "QuantizeLinear" and n.input}
-    found = set()
-    for node in graph.node:
-        if not node.name or node.op_type in QDQ_OPS:
-            continue
-        if node.op_type.startswith("QLinear") or node.op_type == "QGemm" or node.op_type in _INTEGER_OPS:
-            found.add(node.name)
-            continue
-        sources = [made_by.get(name) for name in node.input if name and name not in constants]
-        if not sources or not all(src is not None and src.op_type == "DequantizeLinear" for src in sources):
-            continue
-        weights = any(src is not None and src.op_type == "DequantizeLinear" and src.input[0] in constants
-                      for src in (made_by.get(name) for name in node.input if name))
-        if weights or any(out in quantizes for out in node.output):
-            found.add(node.name)
-    return found
 
 
 def _subgraph_outputs(graph) -> list[str]:

@@ -19,7 +19,8 @@ def compare(ev, m: TargetMetrics, cand, ref, inc, labels) -> None:
         ev.note(f"incumbent run failed ({inc.result.reason}); no A/B comparison")
         return
     if name is None or name not in m.outputs or not same_shape(inc, name, ref):
-        ev.note("no classifier output shared with the incumbent; no A/B comparison")
+        ev.note("no classifier output shared with the incumbent; no A/B accuracy comparison")
+        ab_latency(ev, m, cand, inc)          # time needs no classes: a detector's A/B is its latency
         return
     truth = labels if class_labels(labels) else predictions(ref.outputs[name])
     basis = "labels" if class_labels(labels) else "agreement with FP32 top-1"
@@ -49,7 +50,8 @@ def ab_latency(ev, m: TargetMetrics, cand, inc) -> None:
             return
         ratio = stats.latency_ratio(a, b, confidence=ev.t.confidence, n_resamples=ev.t.bootstrap_resamples,
                                     seed=ev.seed)
-    m.ab = dataclasses.replace(m.ab, latency_ratio=ratio)
+    if m.ab is not None:
+        m.ab = dataclasses.replace(m.ab, latency_ratio=ratio)
     if m.emulated:
         return
     what = f"median of {pairs} interleaved call pairs" if pairs else "mean latency"

@@ -12,6 +12,7 @@ RULE_MODULES = (
     "unfolded_batchnorm",
     "float_island",
     "default_calibration_range",
+    "collapsed_calibration_range",
     "unsupported_op",
     "external_data_escape",
     "provider_fallback",

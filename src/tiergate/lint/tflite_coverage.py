@@ -36,6 +36,10 @@ def classify(node, delegated: set[int] | None = None) -> tuple[str, str] | None:
         return "error", (f"{node.op} is a SELECT_TF_OPS (Flex) op: it needs the TensorFlow Flex delegate, "
                          f"which stock LiteRT does not include")
     if node.domain == "custom":
+        if delegated is not None:       # the installed LiteRT loaded the model: it resolves the op, no refusal
+            how = ("only because its XNNPACK delegate takes it (a LiteRT without XNNPACK cannot load it)"
+                   if node.index in delegated else "with a kernel it registers itself")
+            return "warning", f"custom op {node.op!r} is not a TFLite builtin: the installed LiteRT runs it {how}"
         return "error", (f"custom op {node.op!r} is not a TFLite builtin: it runs only where the application "
                          f"registers a kernel for it")
     taken = node.op in XNNPACK_BUILTINS if delegated is None else node.index in delegated

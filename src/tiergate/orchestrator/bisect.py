@@ -7,10 +7,15 @@ come from the run cache after the first step. The check is the one `--check` nam
 fails there. The passes searched are `--passes`, else those the tier's runtime reports changing the candidate's graph
 (its describe: `runtime_graph.modified_by`), in the order they ran.
 
-1. the first gate, nothing off: the check must fail (else there is nothing to bisect);
-2. everything searched off: the check must pass (else no set of these passes is to blame: exit 1);
-3. delta debugging (`tiergate.bisect.ddmin`) to a 1-minimal set whose removal makes it pass, the last passes
-   first; then (unless `--first`) from the first pass, naming another minimal set where there is one.
+1. the first gate, nothing off: the check must fail beyond noise (else there is nothing to bisect);
+2. everything searched off: the check must no longer fail (`tiergate.bisect.no_longer_fails`: it passes, or it is
+   inconclusive with its estimate back on the passing side); if it still fails beyond noise, no set of these
+   passes is to blame (exit 1); inconclusive on the failing side is inconclusive (exit 3);
+3. each of the last two passes alone off (the pass that picks the kernels, a fusion, runs last and completes a
+   failure that a chain of passes makes): one that makes the check no longer fail is the culprit, 1-minimal;
+4. else delta debugging (`tiergate.bisect.ddmin`) to a 1-minimal set whose removal makes it no longer fail, the last
+   passes first; then (unless `--first`) from the first pass, naming another minimal set where there is one
+   (after step 3 too). Every subset is gated once (the answers of step 3 are reused).
 
 With a recipe (`--recipe FILE.py:FUNCTION --good A.toml --bad B.toml`) the items are the options whose values
 differ between the good and the bad configuration: step 1 is the bad configuration (it must fail), step 2 the good
@@ -83,13 +88,21 @@ class _Bisector:
         step = core.Step(list(applied), outcome(check), None if check is None else check.value,
                          None if interval is None else interval.low, None if interval is None else interval.high,
                          verdict=run.decision.verdict, reused=run.containers_started == 0)
+        step.fixed = check is not None and core.no_longer_fails(step.outcome, check.value, check.op, check.threshold)
         self.steps.append(step)
         return step, run
 
     def check_json(self, before: core.Step, after: core.Step | None) -> dict:
         c = self.check
+
+        def interval(step: core.Step | None) -> list[float] | None:
+            return None if step is None or step.low is None or step.high is None else [step.low, step.high]
         return {"label": c.label, "name": c.name, "output": c.output, "op": c.op, "threshold": c.threshold,
-                "before": before.value, "after": None if after is None else after.value}
+                "before": before.value, "after": None if after is None else after.value,
+                "before_interval": interval(before), "after_interval": interval(after)}
+
+
+LAST_ALONE = 2        # the last passes that ran, each tried alone before delta debugging
 
 
 def bisect_passes(request: GateRequest, target: str, *, check: str | None = None, passes: list[str] | None = None,
@@ -125,30 +138,45 @@ def bisect_passes(request: GateRequest, target: str, *, check: str | None = None
             results[key] = b.gate(tuple(subset), disabled_passes=tuple(sorted(subset)))[0]
         return results[key]
 
-    def holds(subset: tuple[str, ...]) -> bool:
-        return step(subset).outcome == core.PASS
+    def holds(subset: tuple[str, ...]) -> bool:      # the failing check no longer fails with `subset` off
+        return step(subset).fixed
 
     if not holds(tuple(searched)):
         every = step(searched)
-        report.status = core.UNDECIDED if every.outcome == core.INCONCLUSIVE else core.NOT_FOUND
-        report.note = (f"{b.check.label} does not pass on {target} even with all {len(searched)} passes off "
-                       f"({every.outcome}, {core._fig(every.value)}): the optimizer passes are not the cause")
         report.check = b.check_json(first, every)
+        if every.outcome == core.FAIL:
+            report.status = core.NOT_FOUND
+            report.note = (f"{b.check.label} still fails on {target} with all {len(searched)} passes off "
+                           f"({every.figure()}): the optimizer passes are not the cause")
+        else:
+            report.status = core.UNDECIDED
+            report.note = (f"{b.check.label} is inconclusive on {target} with all {len(searched)} passes off and its "
+                           f"estimate still on the failing side ({every.figure()}): more samples would say whether "
+                           "the passes are the cause")
         return report
-    # the last passes first: a failure that needs a chain of passes is completed by the one that picks the kernels
-    # (a fusion), and switching that off keeps the earlier clean-ups; then from the other end for an alternative
-    culprits = core.ddmin(list(reversed(searched)), holds)
+    # then the last passes alone: a failure is completed by the pass that picks the kernels (a fusion), which runs
+    # last; one that fixes it alone is a 1-minimal set (with it back on the check fails), found in a gate or two.
+    # Else delta debugging from the last passes (switching the last link off keeps the earlier clean-ups); then
+    # from the other end for an alternative
+    alone = next((p for p in reversed(searched[-LAST_ALONE:]) if holds((p,))), None) if len(searched) > 1 else None
+    culprits = (alone,) if alone is not None else core.ddmin(list(reversed(searched)), holds)
     culprits = tuple(p for p in searched if p in culprits)
     report.status, report.culprits, report.check = core.FOUND, list(culprits), b.check_json(first, step(culprits))
     if alternatives:
         other = core.ddmin(searched, holds)
         if set(other) != set(culprits):
             report.alternatives.append(list(other))
-    undecided = [s for s in b.steps if s.outcome == core.INCONCLUSIVE]
-    if undecided:
-        report.note = (f"{len(undecided)} step(s) were inconclusive and counted as failing: the set is minimal "
-                       "among the decided ones")
+    _say_undecided(report, b.steps)
     return report
+
+
+def _say_undecided(report: core.Report, steps: list[core.Step]) -> None:
+    undecided = [s for s in steps if s.outcome == core.INCONCLUSIVE]
+    if undecided:
+        fixed = sum(s.fixed for s in undecided)
+        report.note = (f"{len(undecided)} step(s) were inconclusive: {fixed} with the estimate back on the passing "
+                       f"side (counted as fixed), {len(undecided) - fixed} still on the failing side (counted as "
+                       "failing); each step's interval says how sure it is")
 
 
 def _check_passes(passes: list[str], run: GateRun, target: str) -> None:
@@ -238,11 +266,11 @@ def bisect_recipe(request: GateRequest, target: str, recipe: str, good: Path, ba
         def fails(subset: tuple[str, ...]) -> bool:       # the bad values of `subset` alone break the check
             if subset not in results:
                 results[subset] = b.gate(subset, candidate=candidate(subset))[0]
-            return results[subset].outcome == core.FAIL
+            return not results[subset].fixed
 
         good_step = b.gate((), candidate=candidate(()))[0]
         results[()] = good_step
-        if good_step.outcome != core.PASS:
+        if not good_step.fixed:
             report.status = core.UNDECIDED if good_step.outcome == core.INCONCLUSIVE else core.NOT_FOUND
             report.note = (f"{b.check.label} does not pass on {target} with the good configuration either "
                            f"({good_step.outcome}, {core._fig(good_step.value)})")

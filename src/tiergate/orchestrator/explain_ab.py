@@ -1,6 +1,6 @@
 """explain's candidates, made by onnxruntime's quantizer from the FP32 reference: the quantization settings a
-candidate shows (`quant_settings`) and its own activation ranges (`candidate_ranges`), the reference re-quantized
-with them (`requantize`: a calibration method, ranges to keep, nodes kept in float), the checks `--fix` and
+candidate shows (`quant_settings`: its recipe, tiergate.explain.recipe) and its own activation ranges
+(`candidate_ranges`), the reference (prepared as the candidate's was) re-quantized with them (`requantize`: a calibration method, ranges to keep, nodes kept in float), the checks `--fix` and
 `--mixed-precision` need before any work, and an end-to-end SQNR on this host (`host_sqnr`).
 
 What is made here is searched and gated through the one gate path in tiergate.orchestrator.explain_fix; the
@@ -61,39 +61,10 @@ def artifact_size(path: Path) -> int:
 
 
 def quant_settings(path: Path, reference: Path | None = None) -> dict:
-    """The quantization settings a QDQ or QOperator ONNX candidate shows: format, per-channel, activation and
-    weight types, reduce_range (weights within 7 bits), and (given its `reference`) whether it was made after
-    onnxruntime's quant_pre_process (the reference has BatchNormalization nodes, the candidate none: folded)."""
-    import onnx
-    from onnx import numpy_helper
+    """The candidate's own recipe (tiergate.explain.recipe.settings)."""
+    from tiergate.explain.recipe import settings
 
-    model = onnx.load(str(path))
-    inits = {t.name: t for t in model.graph.initializer}
-    ops = {n.op_type for n in model.graph.node}
-    qlinear = any(op.startswith("QLinear") or op in ("QGemm", "QAttention") for op in ops)
-    if not (ops & {"QuantizeLinear", "DequantizeLinear"}) and not qlinear:
-        raise InputError(f"{path}: the candidate is not quantized (no QuantizeLinear, DequantizeLinear or QLinear "
-                         "op): there are no settings to re-quantize with")
-    act, weight, per_channel, reduce_range = "uint8", "int8", False, False
-    for node in model.graph.node:
-        if node.op_type == "QuantizeLinear" and node.input[0] not in inits and len(node.input) > 2 \
-                and node.input[2] in inits:
-            act = numpy_helper.to_array(inits[node.input[2]]).dtype.name
-            break
-    for node in model.graph.node:
-        if node.op_type == "DequantizeLinear" and node.input[0] in inits:
-            w = numpy_helper.to_array(inits[node.input[0]])
-            if w.dtype.name not in ("int8", "uint8") or w.ndim < 2:
-                continue                                    # biases are int32
-            weight = w.dtype.name
-            per_channel = per_channel or numpy_helper.to_array(inits[node.input[1]]).size > 1
-            reduce_range = bool(w.dtype.name == "int8" and w.min() >= -64 and w.max() <= 63)
-    pre_process = False
-    if reference is not None and "BatchNormalization" not in ops:
-        pre_process = any(n.op_type == "BatchNormalization" for n in onnx.load(str(reference)).graph.node)
-    return {"format": "QOperator" if qlinear else "QDQ",      # a QOperator model quantizes its inputs too
-            "activation_type": act, "weight_type": weight, "per_channel": per_channel,
-            "reduce_range": reduce_range, "pre_process": pre_process}
+    return settings(path, reference)
 
 
 # the output scale and zero point of onnxruntime's QOperator ops (input positions)
@@ -164,20 +135,14 @@ class _NpzReader:
 CALIBRATIONS = {"minmax": "MinMax", "entropy": "Entropy", "percentile": "Percentile"}
 
 
-def pre_processed(reference: Path, out: Path) -> Path:
-    """The reference as onnxruntime's quant_pre_process leaves it (BatchNormalization folded, shapes inferred):
-    what a candidate made after pre-processing was quantized from."""
-    from onnxruntime.quantization.shape_inference import quant_pre_process
-
-    quant_pre_process(str(reference), str(out), skip_symbolic_shape=True)
-    return out
-
-
 def requantize(reference: Path, out: Path, calibration: Path, settings: dict, exclude: list[str], *,
                method: str = "minmax", percentile: float | None = None, overrides: dict | None = None) -> Path:
-    """The reference quantized by onnxruntime's quantize_static with `settings`, `exclude` (node names) kept in
-    float, calibrated on `calibration` by `method` (CALIBRATIONS; `percentile` for "percentile"), `overrides`
-    (TensorQuantOverrides: ranges kept as given instead of calibrated)."""
+    """The reference (prepared as the candidate's was: tiergate.explain.recipe.prepared) quantized by onnxruntime's
+    quantize_static with the candidate's `settings` (its recipe: format, types, per-channel, reduce_range, symmetry,
+    the op types it quantized and the nodes it kept in float), `exclude` (node names) kept in float too, calibrated
+    on `calibration` by `method` (CALIBRATIONS; `percentile` for "percentile"), `overrides` (TensorQuantOverrides:
+    ranges kept as given instead of calibrated)."""
+    import onnx
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
 
     from tiergate.artifact import load_artifact
@@ -189,24 +154,34 @@ def requantize(reference: Path, out: Path, calibration: Path, settings: dict, ex
         extra["CalibPercentile"] = float(percentile)
     if overrides:
         extra["TensorQuantOverrides"] = overrides
+    for key, option in (("activation_symmetric", "ActivationSymmetric"), ("weight_symmetric", "WeightSymmetric")):
+        if settings.get(key) is not None:
+            extra[option] = bool(settings[key])
+    present = {n.name for n in onnx.load(str(reference)).graph.node}
+    kept = [n for n in settings.get("float_nodes", []) if n in present]
+    # the op types only when the candidate left some in float: naming every type is not onnxruntime's default (it
+    # then also quantizes a Div's constant divisor, 24 more DequantizeLinear in PP-OCRv4 det's optimized graph)
+    op_types = list(settings.get("op_types") or []) if settings.get("float_op_types") else None
     with _quiet():
         quantize_static(str(reference), str(out), _NpzReader(calibration, names),
                         quant_format=QuantFormat.QDQ if settings["format"] == "QDQ" else QuantFormat.QOperator,
                         activation_type=types[settings["activation_type"]],
                         weight_type=types[settings["weight_type"]], per_channel=settings["per_channel"],
-                        reduce_range=settings["reduce_range"], nodes_to_exclude=list(exclude),
+                        reduce_range=settings["reduce_range"], nodes_to_exclude=list(dict.fromkeys([*exclude, *kept])),
+                        op_types_to_quantize=op_types,
                         calibrate_method=getattr(CalibrationMethod, CALIBRATIONS[method]), extra_options=extra)
     return out
 
 
 @contextlib.contextmanager
 def _quiet():
-    """onnxruntime's quantizer logs "please consider pre-processing" on the root logger at every call (the settings
-    are the candidate's own, pre-processing included when it was: that advice is held back), and its histogram
-    calibrators print their progress on stdout (which --json owns): held back too."""
+    """onnxruntime's quantizer logs on the root logger at every call ("please consider pre-processing": the settings
+    are the candidate's own, pre-processing included when it was; "Axis 1 is out-of-range for weight ..." of a
+    BatchNormalization's per-channel weights), and its histogram calibrators print their progress on stdout (which
+    --json owns): a third party's advice and chatter, held back (its errors pass)."""
     class Advice(logging.Filter):
         def filter(self, record: logging.LogRecord) -> bool:
-            return "pre-processing" not in record.getMessage()
+            return record.levelno >= logging.ERROR
 
     advice, root = Advice(), logging.getLogger()       # the quantizer logs through the root logger itself
     root.addFilter(advice)

@@ -28,8 +28,9 @@ from tiergate import explain as core
 from tiergate.decision import INCONCLUSIVE, PROMOTE, REJECT
 from tiergate.execution.explain import eval_data
 from tiergate.explain import fixes as fx
-from tiergate.orchestrator.explain_ab import (artifact_size, candidate_ranges, host_sqnr, pre_processed,
-                                              quant_settings, require_onnx, requantize)
+from tiergate.explain.recipe import prepared
+from tiergate.orchestrator.explain_ab import (artifact_size, candidate_ranges, host_sqnr, quant_settings,
+                                              require_onnx, requantize)
 from tiergate.orchestrator.seams import Seams
 from tiergate.orchestrator.sequence import gate
 from tiergate.orchestrator.types import say
@@ -105,10 +106,9 @@ class _Fixer:
             self.say("calibrating on the evaluation data, as asked (its accuracy figures are then optimistic)")
         settings = quant_settings(self.candidate, self.reference)
         self.settings = settings
-        self.base = self.reference
         if settings["pre_process"]:
             self.say("pre-processing the reference as the candidate was (quant_pre_process)")
-            self.base = pre_processed(self.reference, self.work / "reference-pre-processed.onnx")
+        self.base = prepared(self.reference, settings, self.work / "reference-prepared.onnx")
         base_names = {n.name for n in onnx.load(str(self.base)).graph.node if n.name}
         graph = onnx.load(str(self.candidate)).graph
         outputs = {o.name for o in onnx.load(str(self.reference)).graph.output}
@@ -148,10 +148,18 @@ class _Fixer:
         self.say("gating the INT8 candidate")
         return self._gate(self.candidate, "int8", fx.CANDIDATE, "as given", [], incumbent=None)
 
-    def _recalibrated(self, name: str, method: str, percentile, label: str, *, settled: fx.Fix | None = None) -> fx.Fix:
+    def _recalibrated(self, name: str, method: str, percentile, label: str, *,
+                      settled: fx.Fix | None = None) -> fx.Fix | None:
+        """A recalibrated INT8; None when its bytes are an earlier fix's (named in that fix's `same_as`: onnxruntime's
+        entropy calibrator, at quantize_static's 128 histogram bins, keeps each tensor's whole range, as min-max)."""
         path = self.out / f"recal-{name}.onnx"
         self.say(f"re-quantizing the reference, {label} calibration")
         requantize(self.base, path, self.calibration, self.settings, [], method=method, percentile=percentile)
+        same = self.seen.get(_sha(path))
+        if same is not None:
+            self.say(f"recal-{name} is the same model as {same.name}: not gated again")
+            same.same_as.append(f"recal-{name}")
+            return None
         return self._gate(path, f"recal-{name}", fx.RECALIBRATED, label, [], settled=settled)
 
     def _float_set(self, steps: list[fx.FloatLayer]) -> fx.Fix | None:
@@ -215,10 +223,8 @@ class _Fixer:
               incumbent: Path | None | str = "int8", settled: fx.Fix | None = None) -> fx.Fix:
         """Gate `path` on the native tiers, then (when those pass) on the emulated ones; with `settled` (a fix as
         small that passes on every tier already) the emulated ones are not gated."""
-        from tiergate.hashing import file_sha256
-
         incumbent = self.candidate if incumbent == "int8" else incumbent
-        key = file_sha256(path)
+        key = _sha(path)
         if key in self.seen:
             same = self.seen[key]
             return dataclasses.replace(same, name=name, method=method, path=str(path), calibration=label,
@@ -237,7 +243,7 @@ class _Fixer:
             fix.tiers.update(fx.tier_verdicts(run.decision, names))
             fix.reasons += list(run.decision.reasons)
             fix.ab.update({f"{c.device_class}/{c.name}": {"value": c.value, "threshold": c.threshold,
-                                                          "passed": c.passed}
+                                                          "passed": c.passed, "detail": c.detail}
                            for c in run.decision.checks if c.name.startswith("noninferior")})
             if run.decision.verdict != PROMOTE:
                 fix.verdict = REJECT if REJECT in (fix.verdict, run.decision.verdict) else INCONCLUSIVE
@@ -252,6 +258,12 @@ class _Fixer:
         fix.passes = bool(fix.tiers) and all(t.verdict == fx.PASS for t in fix.tiers.values())
         self.seen[key] = fix
         return fix
+
+
+def _sha(path: Path) -> str:
+    from tiergate.hashing import file_sha256
+
+    return file_sha256(path)
 
 
 def _count(n: int, what: str) -> str:

@@ -45,7 +45,10 @@ def sqnr_figure(result: Explanation) -> str:
     ax.set_xticklabels(names if len(names) <= 60 else [""] * len(names), rotation=70, fontsize=7, ha="right")
     ax.set_ylabel("SQNR vs FP32 (dB, capped at 100)")
     ax.set_xlabel("FP32 tensor (topological order)")
-    ax.legend(fontsize=8)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8)
+    else:            # no tier was explained (each says why below): an empty plot says so, matplotlib stays quiet
+        ax.text(0.5, 0.5, "no tier was explained", transform=ax.transAxes, ha="center", va="center")
     return svg_text(figure, "plot-explain-sqnr")
 
 

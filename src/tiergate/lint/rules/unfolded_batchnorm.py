@@ -5,8 +5,9 @@ Judged by the graph's edges and op types, in the file or in the graph a tier's r
 the normalization is a BatchNormalization, a depthwise 1x1 convolution (onnxruntime's NCHWc
 transformer turns a BatchNormalization it did not fold into one), or in TFLite a MUL (and ADD)
 with constant operands. It reads a convolution's output (its only reader) directly or through
-no-ops (Identity, Dropout, a Clip over the whole float range), and the convolution carries no
-activation that is not a no-op (a FusedConv's fused Clip over the float range is one): a real
+no-ops (Identity, Dropout, a Clip whose bounds are beyond any value the tensor can hold: its quantization range
+where the file has one, else a magnitude no activation reaches, 1e30), and the convolution carries no activation that
+is not a no-op (a FusedConv's fused Clip at such bounds is one): a real
 activation in between makes the fold wrong, so that is never flagged. One finding per graph,
 naming every convolution, no-op and normalization it found. On a compiled tier (TVM's
 lowered graph, tiergate.lint.kernels) a batch_norm computed at inference after a
@@ -24,7 +25,8 @@ DESCRIPTION = "per-channel normalization left as its own kernel after a convolut
 CONVS = {"Conv", "ConvTranspose", "QLinearConv", "FusedConv", "NhwcFusedConv",
          "CONV_2D", "DEPTHWISE_CONV_2D", "TRANSPOSE_CONV"}
 NOOPS = {"Identity", "Dropout"}
-FLOAT_MAX = 3.4028234663852886e38   # float32's largest finite value: a Clip at or beyond it clips nothing
+NO_ACTIVATION = 1e30      # a magnitude no activation reaches: a Clip bound beyond it clips nothing a network computes
+_LEVELS = {"int8": (-128, 127), "uint8": (0, 255), "int16": (-32768, 32767), "uint16": (0, 65535)}
 SHOWN = 4
 
 
@@ -100,7 +102,20 @@ def _conv_before(ctx, node):
 def _is_noop(ctx, node) -> bool:
     if node.op in NOOPS:
         return True
-    return node.op == "Clip" and _whole_range(_clip_bounds(ctx, node))
+    return node.op == "Clip" and _whole_range(_clip_bounds(ctx, node), _reach(ctx, node.inputs[0]))
+
+
+def _reach(ctx, tensor: str) -> tuple[float, float] | None:
+    """The values a tensor can hold where the file says it: its quantization range (its own, or that of the
+    quantized tensor its DequantizeLinear reads), per tensor; None when unknown."""
+    q = ctx.artifact.quant.get(tensor)
+    source = ctx.index.producer.get(tensor)
+    if q is None and source is not None and ctx.artifact.nodes[source].op == "DequantizeLinear":
+        q = ctx.artifact.quant.get(ctx.artifact.nodes[source].inputs[0])
+    if q is None or len(q.scale) != 1 or q.dtype not in _LEVELS:
+        return None
+    qmin, qmax = _LEVELS[q.dtype]
+    return (qmin - q.zero_point[0]) * q.scale[0], (qmax - q.zero_point[0]) * q.scale[0]
 
 
 def _clip_bounds(ctx, node) -> tuple[float | None, float | None]:
@@ -112,9 +127,15 @@ def _clip_bounds(ctx, node) -> tuple[float | None, float | None]:
                  for k in (1, 2))
 
 
-def _whole_range(bounds) -> bool:
+def _whole_range(bounds, reach: tuple[float, float] | None = None) -> bool:
+    """The bounds clip no value the tensor can hold: each absent, beyond any magnitude an activation reaches
+    (NO_ACTIVATION: a Clip to +-3.4e38 is 0.08 % inside float32's largest value, and clips nothing all the same),
+    or beyond the tensor's own range where the file says it (`reach`). A bound that is not a constant (NaN) is
+    never a no-op."""
     low, high = bounds
-    return (low is None or low <= -FLOAT_MAX) and (high is None or high >= FLOAT_MAX)
+    lowest, highest = reach if reach is not None else (None, None)
+    return ((low is None or low <= -NO_ACTIVATION or (lowest is not None and low <= lowest))
+            and (high is None or high >= NO_ACTIVATION or (highest is not None and high >= highest)))
 
 
 def _foldable_activation(conv) -> bool:
@@ -186,10 +207,10 @@ def _blockers(ctx, pairs) -> str:
     noops = Counter(ctx.artifact.nodes[i].op for _, noops, _, _ in pairs for i in noops)
     if noops:
         said.append("the no-op(s) between them (" + ", ".join(f"{op} x{n}" for op, n in noops.most_common())
-                    + ", a Clip over the whole float range clips nothing) stop the fold: remove them")
+                    + ", a Clip whose bounds no value reaches clips nothing) stop the fold: remove them")
     fused = sum(1 for conv, _, _, _ in pairs if conv.attributes.get("activation") == "Clip")
     if fused:
-        said.append(f"{fused} convolution(s) carry a fused Clip over the whole float range (a no-op between "
+        said.append(f"{fused} convolution(s) carry a fused Clip whose bounds no value reaches (a no-op between "
                     "the convolution and its normalization, fused in) that stopped the fold: remove it from the model")
     return "; ".join(said)
 

@@ -29,7 +29,7 @@ from tiergate.decision import INCONCLUSIVE, REJECT, Check, Decision, GateRun
 from tiergate.execution.cancel import Cancel
 from tiergate.evaldata import EvalData, sample_keys, select
 from tiergate.gate import EARLY_METHOD, RunOutcome, TierLooks, combine_tiers, cross_tier_drift, settled, verdict_of
-from tiergate.orchestrator.deciding import cached_decision, decide_saved, deciding_code_hash, named_runs
+from tiergate.orchestrator.deciding import basis_inputs, cached_decision, decide_saved, named_runs
 from tiergate.orchestrator.running import Running, load_outcomes, run_checking_labels
 from tiergate.orchestrator.spans import merge_shards, partition, sample_order, shard_ranges
 from tiergate.orchestrator.types import Basis, RunSpec, say
@@ -239,10 +239,9 @@ def _early_decision(tiers: dict[str, _Tier], basis: Basis, counts: list[int]) ->
             named.update({(role, f"{t.dc.name}/chunk-{i}"): part for i, part in enumerate(parts, 1)})
         named.update({(role, f"{t.dc.name}/failed-chunk"): part for role, part in t.failed.items()})
     runs, images = named_runs(named)
-    inputs = {"candidate": basis.intakes["candidate"].sha256,
-              "early_stop": {name: t.to_json() for name, t in looks.items()},
-              "tiers": {name: t.decided.decision_key for name, t in tiers.items()},
-              "runs": runs, "images": images, "code": deciding_code_hash()}
+    inputs = basis_inputs(basis) | {"early_stop": {name: t.to_json() for name, t in looks.items()},
+                                    "tiers": {name: t.decided.decision_key for name, t in tiers.items()},
+                                    "runs": runs, "images": images}
     key = state.decision_key_of(inputs)
     decision = cached_decision(key, inputs)
     cached = decision is not None

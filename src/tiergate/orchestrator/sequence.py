@@ -7,8 +7,11 @@ steps), `options` (RunOptions) how the work is done. User errors raise before an
 
 from __future__ import annotations
 
+import dataclasses
+
 from tiergate import leases
 from tiergate.decision import GateRun
+from tiergate.execution.cancel import Cancel
 from tiergate.gate import signature_decision
 from tiergate.orchestrator.building import build_images
 from tiergate.orchestrator.deciding import decide_saved, output_kinds, resolve_metrics
@@ -16,7 +19,7 @@ from tiergate.orchestrator.describing import Describing
 from tiergate.orchestrator.early import early_settings, gate_early
 from tiergate.orchestrator.intake import check_formats, intake, labels_checked, load_data, signature_differences
 from tiergate.orchestrator.recording import check_registered
-from tiergate.orchestrator.running import Running, run_checking_labels
+from tiergate.orchestrator.running import LabelCheck, Running, run_specs
 from tiergate.orchestrator.seams import Seams
 from tiergate.orchestrator.types import Basis, RunSpec, say
 from tiergate.request import GateRequest, RunOptions, candidate_class
@@ -100,6 +103,9 @@ def _build(specs: list[RunSpec], seams: Seams, options: RunOptions, shapes: dict
 
 def _gate_whole(specs: list[RunSpec], basis: Basis, how: Running, labels_known: bool) -> GateRun:
     """Every spec on every sample, then the decision (the gate without early stop)."""
-    _, done = run_checking_labels(specs, basis.data, basis.data, labels_known, how)
+    if not labels_known:        # checked on the first reference run that ends; refused, every class's runs stop
+        how = dataclasses.replace(how, labels=LabelCheck(basis.data),
+                                  cancels={dc.name: Cancel() for dc in basis.device_classes})
+    done = run_specs(specs, basis.data, how)
     folders = {(d.role, d.device_class): d.folder for d in done}
     return decide_saved(folders, basis, hits=sum(d.cached for d in done), started=sum(d.started for d in done))

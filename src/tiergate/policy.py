@@ -102,6 +102,9 @@ class Thresholds:
     max_latency_regression: float = 0.10
     confidence: float = 0.95
     bootstrap_resamples: int = 9999
+    # a user metric that returns one number for the whole set is called once per bootstrap resample: as many as
+    # this many seconds pay for (never fewer than the confidence needs: else its check is inconclusive, saying so)
+    user_metric_budget_s: float = 120.0
     on_inconclusive: str = "inconclusive"   # verdict when a task-metric interval straddles its threshold
     agreement: str = "auto"                 # output agreement (cosine, SQNR, ...): auto = a gate without
                                             # labels, evidence (warnings) when task metrics decide
@@ -125,10 +128,10 @@ _BOUNDS: dict[str, tuple[float, float]] = {
     "min_accuracy_ratio": (0.0, 1.0), "min_cosine": (-1.0, 1.0), "min_top1_agreement": (0.0, 1.0),
     "min_npu_op_share": (0.0, 1.0), "max_cpu_ops": (0, 1_000_000),
     "noninferiority_margin": (0.0, 1.0), "p99_min_samples": (1, 10_000_000),
-    "bootstrap_resamples": (99, MAX_BOOTSTRAP_RESAMPLES),
+    "bootstrap_resamples": (99, MAX_BOOTSTRAP_RESAMPLES), "user_metric_budget_s": (1.0, 86_400.0),
 }
 _REQUIRED = {"p99_min_samples", "noninferiority_margin", "max_latency_regression",
-             "confidence", "bootstrap_resamples", "on_inconclusive", "agreement"}   # cannot be switched off
+             "confidence", "bootstrap_resamples", "user_metric_budget_s", "on_inconclusive", "agreement"}   # cannot be switched off
 _KNOWN = tuple(f.name for f in fields(Thresholds))
 
 

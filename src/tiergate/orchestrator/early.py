@@ -34,12 +34,12 @@ from tiergate.orchestrator.running import LabelCheck, Running, load_outcomes, ru
 from tiergate.orchestrator.spans import merge_shards, partition, sample_order, shard_ranges
 from tiergate.orchestrator.types import Basis, RunSpec, say
 from tiergate.policy import EarlyStop, Policy
-from tiergate.stats import CUSTOM_MAX_RESAMPLES, Look, look_plan
+from tiergate.stats import Look, look_plan
 from tiergate.targets import DeviceClass
 
 
-def early_settings(policy: Policy, device_classes, early_stop: bool | None, n_samples: int | None = None,
-                   metrics=()) -> dict[str, EarlyStop]:
+def early_settings(policy: Policy, device_classes, early_stop: bool | None,
+                   n_samples: int | None = None) -> dict[str, EarlyStop]:
     """Each class's early-decision settings when any class has it on (`early_stop` True/False: every class; None:
     the policy's, by default on for emulated classes); {} when it is off everywhere (the gate as it always was).
     With `n_samples`, a class whose look plan takes no look before its last (too few samples to resolve any
@@ -52,19 +52,19 @@ def early_settings(policy: Policy, device_classes, early_stop: bool | None, n_sa
     if n_samples is not None:
         for dc in device_classes:
             e = settings[dc.name]
-            if e.enabled and not any(look.taken for look in _plan(policy, dc, e, n_samples, metrics)[:-1]):
+            if e.enabled and not any(look.taken for look in _plan(policy, dc, e, n_samples)[:-1]):
                 settings[dc.name] = dataclasses.replace(e, looks=1) if len(device_classes) > 1 else \
                     dataclasses.replace(e, enabled=False)
     return settings if any(e.enabled for e in settings.values()) else {}
 
 
-def _plan(policy: Policy, dc: DeviceClass, setting: EarlyStop, n: int, metrics=()) -> list[Look]:
+def _plan(policy: Policy, dc: DeviceClass, setting: EarlyStop, n: int) -> list[Look]:
     """The look plan of one class on n samples (it depends on the design only, never on the data)."""
     t = policy.for_target(dc)
-    custom = any(getattr(m, "kind", "") == "custom" for m in metrics or ())
     count = min(setting.looks if setting.enabled else 1, n)
-    resamples = min(t.bootstrap_resamples, CUSTOM_MAX_RESAMPLES) if custom else t.bootstrap_resamples
-    return look_plan([b for _, b in shard_ranges(n, count)], t.confidence, setting.spending, resamples)
+    # a user metric's bootstrap makes the policy's resamples too (per-sample values), or as many as its time
+    # budget pays for (one number for the whole set), its check inconclusive at a look whose confidence needs more
+    return look_plan([b for _, b in shard_ranges(n, count)], t.confidence, setting.spending, t.bootstrap_resamples)
 
 
 @dataclass
@@ -98,7 +98,7 @@ def _tiers(specs: list[RunSpec], basis: Basis, early: dict[str, EarlyStop]) -> d
         if count > 1 and setting.seed not in orders:
             orders[setting.seed] = sample_order(sample_keys(data, setting.seed), data.labels, setting.seed)
         ranges, rows = partition(orders.get(setting.seed, np.arange(data.n_samples)), count)
-        plan = _plan(basis.policy, dc, setting, data.n_samples, basis.metrics)
+        plan = _plan(basis.policy, dc, setting, data.n_samples)
         tiers[dc.name] = _Tier(dc, [s for s in specs if s.device_class.name == dc.name], setting, t.confidence,
                                ranges, rows, plan)
     return tiers

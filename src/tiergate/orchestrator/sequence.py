@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from tiergate import leases
+from tiergate import leases, usercode
 from tiergate.decision import GateRun
 from tiergate.execution.cancel import Cancel
 from tiergate.gate import signature_decision
@@ -57,11 +57,12 @@ def gate(request: GateRequest, seams: Seams | None = None, options: RunOptions |
              for role, item in intakes.items() for dc in device_classes]
     _build(specs, seams, options, basis.data.call_shapes())
     how = Running(seams, options, Describing(builder, options.progress))
-    early = early_settings(request.policy, device_classes, request.early_stop, basis.data.n_samples, basis.metrics)
-    if early:
-        run = gate_early(specs, basis, early, how, labels_known)
-    else:
-        run = _gate_whole(specs, basis, how, labels_known)
+    early = early_settings(request.policy, device_classes, request.early_stop, basis.data.n_samples)
+    with usercode.reporting(options.progress):      # a user metric's long bootstrap says how it goes
+        if early:
+            run = gate_early(specs, basis, early, how, labels_known)
+        else:
+            run = _gate_whole(specs, basis, how, labels_known)
     for dc in device_classes:
         item = how.describe.done.get(dc.name)
         if item is not None:

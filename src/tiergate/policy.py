@@ -25,7 +25,7 @@ from typing import Iterable
 import tomllib
 
 from tiergate.errors import InputError
-from tiergate.figures import SPENDING
+from tiergate.figures import AUTO_SPENDING, SPENDING
 from tiergate.outputs.kind import parse_table
 from tiergate.targets import DeviceClass
 
@@ -48,7 +48,7 @@ class EarlyStop:
 
     enabled: bool | None = None
     looks: int = 2
-    spending: str = "obrien-fleming"
+    spending: str = AUTO_SPENDING       # resolved per class and sample count (orchestrator.early_settings)
     seed: int = 0                       # the looks' seeded random partition of the samples (orchestrator/early.py)
 
 
@@ -283,8 +283,9 @@ def _early_value(name: str, where: str, key: str, value):
             raise InputError(f"{bad} must be true or false, got {value!r}")
         return "enabled", value
     if key == "early_spending":
-        if value not in SPENDING:
-            raise InputError(f"{bad} must be one of {', '.join(repr(c) for c in SPENDING)}, got {value!r}")
+        if value not in (AUTO_SPENDING, *SPENDING):
+            raise InputError(f"{bad} must be one of {', '.join(repr(c) for c in (AUTO_SPENDING, *SPENDING))}, "
+                             f"got {value!r}")
         return "spending", value
     if key == "early_seed":
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2 ** 63:

@@ -86,6 +86,27 @@ def test_too_few_samples_for_any_early_look_is_the_plain_gate(tmp_path, tiergate
     assert on.decision.dumps() == off.decision.dumps()
 
 
+def test_the_default_spending_takes_a_first_look_on_160_samples(tmp_path, tiergate_home):
+    """early_spending = "auto" (the default): O'Brien-Fleming where its plan looks before the last (400 samples:
+    look 1 at 99.44 % on 200), else Pocock (160 samples: O'Brien-Fleming's 99.44 % would need 179 at look 1), so a
+    clear verdict on 160 samples is decided on the first 80 (issue 46); a policy's own spending is kept."""
+    from tiergate.orchestrator import early_settings
+
+    policy, dcs = load_policy(None), resolve([X86, ARM])
+    at = {n: early_settings(policy, dcs, None, n)[ARM] for n in (400, 160, 32)}
+    assert (at[400].spending, at[400].looks) == ("obrien-fleming", 2)
+    assert (at[160].spending, at[160].looks) == ("pocock", 2)
+    assert at[32].looks == 1                                           # no plan looks early: stoppable only
+    assert early_settings(_policy(tmp_path, '[defaults]\nearly_spending = "obrien-fleming"\n'), dcs, None,
+                          160)[ARM].looks == 1
+    run, backend = _gate(_case(tmp_path, 160, "random"), policy, targets=(ARM,))
+    tier = run.decision.early_stop[ARM]
+    assert run.decision.verdict == REJECT
+    assert (tier.look, tier.looks, tier.samples_used, tier.spending) == (1, 2, 80, "pocock")
+    assert tier.confidence == pytest.approx(1 - 0.05 * np.log(1 + (np.e - 1) * 0.5))
+    assert len({j.data_sha256 for j in backend.jobs}) == 1             # only the first chunk ran
+
+
 def test_a_bad_candidate_is_rejected_at_the_first_look(tmp_path, tiergate_home):
     case = _case(tmp_path, 400, "random")
     run, backend = _gate(case, _policy(tmp_path, "[defaults]\nearly_looks = 2\n"), targets=(X86, ARM),

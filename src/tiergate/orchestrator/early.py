@@ -33,6 +33,7 @@ from tiergate.orchestrator.deciding import basis_inputs, cached_decision, decide
 from tiergate.orchestrator.running import LabelCheck, Running, load_outcomes, run_specs
 from tiergate.orchestrator.spans import merge_shards, partition, sample_order, shard_ranges
 from tiergate.orchestrator.types import Basis, RunSpec, say
+from tiergate.figures import AUTO_SPENDING, SPENDING
 from tiergate.policy import EarlyStop, Policy
 from tiergate.stats import Look, look_plan
 from tiergate.targets import DeviceClass
@@ -51,11 +52,25 @@ def early_settings(policy: Policy, device_classes, early_stop: bool | None,
         settings = {name: dataclasses.replace(e, enabled=early_stop) for name, e in settings.items()}
     if n_samples is not None:
         for dc in device_classes:
-            e = settings[dc.name]
+            e = settings[dc.name] = _spending(policy, dc, settings[dc.name], n_samples)
             if e.enabled and not any(look.taken for look in _plan(policy, dc, e, n_samples)[:-1]):
                 settings[dc.name] = dataclasses.replace(e, looks=1) if len(device_classes) > 1 else \
                     dataclasses.replace(e, enabled=False)
     return settings if any(e.enabled for e in settings.values()) else {}
+
+
+def _spending(policy: Policy, dc: DeviceClass, setting: EarlyStop, n: int) -> EarlyStop:
+    """The class's spending made concrete ("auto", the default): O'Brien-Fleming where its plan takes a look before
+    the last (it spends almost nothing early, so the last look is nearly the plain gate's), else Pocock where that
+    does (on fewer samples, e.g. 160 in 2 looks: O'Brien-Fleming's first look at 99.44 % would need 179), else
+    O'Brien-Fleming (one look). A choice made from the design (n, K, confidence, resamples), never the data."""
+    if setting.spending != AUTO_SPENDING:
+        return setting
+    for spending in SPENDING:
+        chosen = dataclasses.replace(setting, spending=spending)
+        if setting.enabled and any(look.taken for look in _plan(policy, dc, chosen, n)[:-1]):
+            return chosen
+    return dataclasses.replace(setting, spending=SPENDING[0])
 
 
 def _plan(policy: Policy, dc: DeviceClass, setting: EarlyStop, n: int) -> list[Look]:

@@ -110,6 +110,13 @@ class Thresholds:
                                             # labels, evidence (warnings) when task metrics decide
 
     @property
+    def asks_instructions(self) -> bool:
+        """Whether these limits judge instructions per inference: then an emulated class's runs are counted (the
+        counting QEMU; otherwise only with --profile)."""
+        return any(v is not None for v in (self.max_instructions_per_inference, self.max_instructions_ratio,
+                                           self.max_instructions_ratio_vs_incumbent))
+
+    @property
     def min_samples(self) -> int:
         """The fewest evaluation samples these statistics can decide on.
 

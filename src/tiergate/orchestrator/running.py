@@ -53,7 +53,8 @@ def spec_key(spec: RunSpec, data: EvalData) -> str:
     dc = spec.device_class
     how = f"+settings-{class_settings(dc)}" + ("+profile" if spec.profile else "")
     how += "".join(f"+paired-{p.sha256}" for p in spec.partners)     # its calls timed beside theirs
-    count = counting.counts(dc, dc.docker_host)      # a counted run is another run (its instructions recorded)
+    # a counted run is another run (its instructions recorded): counted where asked for (RunSpec.count)
+    count = counting.counts(dc, dc.docker_host) if spec.count else None
     how += f"+count-{count.key}" if count is not None else ""
     return state.run_key(spec.intake.sha256, dc.name + how, spec.image.image_id, data.sha256)
 

@@ -53,6 +53,7 @@ def gate(request: GateRequest, seams: Seams | None = None, options: RunOptions |
     labels_known = labels_checked(basis.data, intakes)
     partners = tuple(intakes[r] for r in ("reference", "incumbent") if r in intakes)
     specs = [RunSpec(role, candidate_class(dc, request) if role == "candidate" else dc, item, profile=request.profile,
+                     count=request.profile or request.policy.for_target(dc).asks_instructions,
                      pair_with=partners if role == "candidate" else ())
              for role, item in intakes.items() for dc in device_classes]
     _build(specs, seams, options, basis.data.call_shapes())

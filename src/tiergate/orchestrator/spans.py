@@ -173,7 +173,8 @@ class PendingRuns:
                    # with run slots, one at the start and each further one as it comes free (Job.on_running);
                    # without (no limit), every call slot from the start
                    eval_slots=1 if spreading else 0,
-                   count=first,         # instructions are exact: the first shard's are the run's (merge_shards)
+                   # asked for, instructions are counted in the first shard (exact: its are the run's, merge_shards)
+                   count=first and spec.count,
                    warmup=self.dc.evaluation.warmup,
                    # the describe in the last shard: the first carries the timed (and counted) calls
                    describe=self.describe and spec.role == "candidate" and span == self.ranges[-1],

@@ -58,7 +58,7 @@ def cases(work: Path, samples: int) -> dict:
 
 def gate(candidate, reference, data, classes, home: Path) -> dict:
     cmd = [str(ROOT / ".venv" / "bin" / "tiergate"), "gate", "-c", str(candidate), "-r", str(reference), "-d",
-           str(data), "-t", ",".join(classes), "--no-early-stop", "--json"]
+           str(data), "-t", ",".join(classes), "--no-early-stop", "--profile", "--json"]   # --profile: counted
     done = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "TIERGATE_HOME": str(home)})
     if done.returncode not in (0, 1, 3):
         raise SystemExit(f"gate failed ({done.returncode}): {done.stderr[-2000:]}")

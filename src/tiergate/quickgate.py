@@ -309,7 +309,8 @@ def _answer(request: GateRequest, build: BuildSettings, doc: dict, hashers: dict
         return None          # the normal path would describe again: its runtime section would differ
     findings = {dc: [StoredFinding(f) for f in found] for dc, found in entry["findings"].items()}
     hashes = {role: entry["artifacts"][role]["sha256"] for role in request.artifacts}
-    return GateRun(decision, runs, cache_hits=entry["cache_hits"], decision_cached=True, decision_key=entry["decision_key"],
+    return GateRun(decision, runs, cache_hits=entry["cache_hits"], decision_cached=True,
+                   decision_key=entry["decision_key"],
                    runtime=entry["runtime"], runtime_findings=findings, hashes=hashes)
 
 

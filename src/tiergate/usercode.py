@@ -13,9 +13,9 @@ did not write. `call(what, fn, *args)` runs one call of it so that nothing it do
 
 It runs in a daemon thread, not a child process: a metric computed on the whole set is called once per bootstrap
 resample (hundreds of times, on one `Worker` thread) on outputs that can be hundreds of MB, and a loader's arrays
-come back as they are; a process per call, or shipping the arrays through a pipe, would cost more than the metric. The price: a call that timed
-out cannot be killed; it is abandoned (a daemon thread does not hold the interpreter's exit, and the gate
-stops with exit 2), and stdout stays redirected to stderr until it ends. `os._exit` or a crash in C code
+come back as they are; a process per call, or shipping the arrays through a pipe, would cost more than the metric.
+The price: a call that timed out cannot be killed; it is abandoned (a daemon thread does not hold the
+interpreter's exit, and the gate stops with exit 2), and stdout stays redirected to stderr until it ends. `os._exit` or a crash in C code
 inside user code still ends the process (by its own exit status, never a printed verdict).
 """
 

@@ -322,6 +322,7 @@ def metric_ratio(cand, ref, statistic, *, confidence: float = 0.95, n_resamples:
 
 
 OVER_BUDGET = "bootstrap-over-budget"
+WHOLE_SET_RESAMPLES = 999   # a whole-set statistic's resamples: no more (the policy's fewer) unless its confidence needs
 PROGRESS_EVERY_S = 5.0
 
 
@@ -332,15 +333,17 @@ def whole_set_ratio(n: int, pair, values: tuple[float, float], *, confidence: fl
     returns one number): `pair(indices) -> (candidate's value, reference's value)` on each resample, the
     resamples' indices drawn in blocks (never a thread or a copy of anything but the indices per resample here).
 
-    Its cost is bounded by `budget_s` seconds: `n_resamples`, or as many as the budget pays for at the time the
-    calls take (`first_s`, the whole set's pair of calls, then as measured), but never fewer than the confidence
-    needs (MIN_TAIL_RESAMPLES beyond each bound); a budget that cannot pay for those gives infinite bounds
+    Its cost is bounded by `budget_s` seconds: `n_resamples` (at most WHOLE_SET_RESAMPLES, or what the confidence
+    needs where that is more: an early look's), or as many as the budget pays for at the time the calls take
+    (`first_s`, the whole set's pair of calls, then as measured), but never fewer than the confidence needs
+    (MIN_TAIL_RESAMPLES beyond each bound); a budget that cannot pay for those gives infinite bounds
     (inconclusive; method OVER_BUDGET). The count used is in the method. `values`: the whole set's pair (the
     estimate). `progress(done, planned, seconds)`: called every PROGRESS_EVERY_S seconds (of `clock`)."""
     combine = _minus if difference else _ratio
     estimate = combine(*values)
     alpha = 1.0 - confidence
     needed = math.ceil(2 * MIN_TAIL_RESAMPLES / alpha)
+    n_resamples = min(n_resamples, max(WHOLE_SET_RESAMPLES, needed))
     planned = n_resamples if first_s <= 0 else min(n_resamples, max(0, int(budget_s / first_s)))
     if planned < needed:
         pays = f"bootstrap_resamples is {n_resamples}" if n_resamples < needed else \

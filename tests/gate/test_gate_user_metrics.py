@@ -150,14 +150,21 @@ def test_a_whole_set_bootstrap_makes_what_its_budget_pays_for_never_fewer_than_t
     needed, step = 400, 1 / 64                  # 10 resamples beyond each bound at 95 %; seconds a pair (exact)
     clock = _Clock(step)
     seen = []
-    interval = stats.whole_set_ratio(100, clock.pair, (49.5, 100.0), budget_s=20.0, first_s=step, clock=clock,
+    interval = stats.whole_set_ratio(100, clock.pair, (49.5, 100.0), budget_s=10.0, first_s=step, clock=clock,
                                      progress=lambda *a: seen.append(a))
-    assert interval.method == "bootstrap-percentile, 1280 resamples (the budget of 20 s)"
+    assert interval.method == "bootstrap-percentile, 640 resamples (the budget of 10 s)"
     assert interval.low < 0.495 < interval.high
-    assert [done for done, _, _ in seen] == [320, 640, 960, 1280] and {planned for _, planned, _ in seen} == {1280}
+    assert [done for done, _, _ in seen] == [320, 640] and {planned for _, planned, _ in seen} == {640}
     clock = _Clock(step)                        # slower than its first calls said: stopped past 1.5 x the budget
-    slow = stats.whole_set_ratio(100, clock.pair, (49.5, 100.0), budget_s=20.0, first_s=step / 16, clock=clock)
-    assert slow.method == "bootstrap-percentile, 1921 resamples (the budget of 20 s)"
+    slow = stats.whole_set_ratio(100, clock.pair, (49.5, 100.0), budget_s=10.0, first_s=step / 16, clock=clock)
+    assert slow.method == "bootstrap-percentile, 961 resamples (the budget of 10 s)"
+    clock = _Clock(step)                        # a fast one: WHOLE_SET_RESAMPLES, as many as ever
+    fast = stats.whole_set_ratio(100, clock.pair, (49.5, 100.0), budget_s=1e6, first_s=step, clock=clock)
+    assert fast.method == f"bootstrap-percentile, {stats.WHOLE_SET_RESAMPLES} resamples"
+    clock = _Clock(step)                        # an early look's 99.44 %: what its confidence needs, more than that
+    look = stats.whole_set_ratio(100, clock.pair, (49.5, 100.0), confidence=0.9944, budget_s=1e6, first_s=step,
+                                 clock=clock)
+    assert look.method == "bootstrap-percentile, 3572 resamples"
     clock = _Clock(step)                        # a budget that cannot pay for the confidence: inconclusive
     short = stats.whole_set_ratio(100, clock.pair, (49.5, 100.0), budget_s=2.0, first_s=step, clock=clock)
     assert (short.low, short.high) == (-np.inf, np.inf) and clock.now == 0.0

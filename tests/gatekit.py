@@ -48,3 +48,29 @@ def tiny_pair(folder: Path) -> tuple[Path, Path, Path]:
     data = folder / "eval.npz"
     np.savez(data, x=rng.normal(size=(32, 4)).astype(np.float32))
     return cand, ref, data
+
+
+def steps_once_running(wait_class: str, running, timeout_s: float = 300):
+    """The CLI's thread steps, except that `wait_class`'s run step starts only once running() is true (e.g. one of
+    another class's containers runs): a test's order made, not raced."""
+    import time
+
+    from tiergate.orchestrator.seams import ThreadSteps
+
+    seen: list[str] = []
+
+    class OnceRunning(ThreadSteps):
+        def map(self, step, fn, items, **kw):
+            def gated(group):
+                if step == "run" and group[0].device_class.name == wait_class:
+                    deadline = time.monotonic() + timeout_s
+                    while not running():
+                        assert time.monotonic() < deadline, f"{wait_class}: what it waits for never ran"
+                        time.sleep(0.1)
+                    seen.append("running")
+                return fn(group)
+            return super().map(step, gated, items, **kw)
+
+    steps = OnceRunning()
+    steps.seen = seen
+    return steps

@@ -6,6 +6,7 @@ mid-share has its share run again by the other, and nothing the other measured i
 
 from __future__ import annotations
 
+import contextvars
 import os
 import subprocess
 import threading
@@ -165,7 +166,9 @@ def test_two_workers_with_engines_of_their_own_give_the_one_machine_decision(far
     result: dict = {}
     a = _worker(farm, "a", farm.engine.host, tmp_path)
     try:
-        gate = threading.Thread(target=_pool_gate, args=(farm, data, result), daemon=True)
+        # the thread sees this test's Prefect settings (a new thread starts with an empty context)
+        gate = threading.Thread(target=contextvars.copy_context().run, args=(_pool_gate, farm, data, result),
+                                daemon=True)
         gate.start()
         kit.wait_for(lambda: _running(farm, before), 300, "worker A running a share", interval_s=0.5)
         b = _worker(farm, "b", None, tmp_path)
@@ -188,9 +191,11 @@ def test_two_workers_with_engines_of_their_own_give_the_one_machine_decision(far
 
 
 def test_a_worker_killed_mid_share_has_its_share_run_again_by_the_other(farm, case, tmp_path, monkeypatch):
-    """Worker A is killed (SIGKILL to its process group: the worker and its flow run) while its share's container
+    """Worker A is killed (SIGKILL to the worker and to the flow run it started) while its share's container
     runs on its engine: its heartbeat stops, the share is cancelled and run again, by worker B; B's own share is
-    kept (run once), and the decision is the one machine's."""
+    kept (run once), and the decision is the one machine's. The order is made, not raced: A's container is paused
+    (the cgroup freezer) as soon as it runs, well before its harness can have imported onnxruntime under QEMU, so
+    its share cannot end before A is killed."""
     import signal
 
     data, alone = case
@@ -199,17 +204,29 @@ def test_a_worker_killed_mid_share_has_its_share_run_again_by_the_other(farm, ca
     result: dict = {}
     client = farm.engine.client()
     a = _worker(farm, "a", farm.engine.host, tmp_path)
-    b = None
+    b = share = None
     try:
-        gate = threading.Thread(target=_pool_gate, args=(farm, data, result), daemon=True)
+        # the thread sees this test's Prefect settings (a new thread starts with an empty context)
+        gate = threading.Thread(target=contextvars.copy_context().run, args=(_pool_gate, farm, data, result),
+                                daemon=True)
         gate.start()
-        kit.wait_for(lambda: client.containers.list(filters={"label": f"org.tiergate.device_class={ARM}",
-                                                             "status": "running"}),
-                     300, "worker A's share running in a container on its engine", interval_s=0.2)
+        (share,) = kit.wait_for(lambda: client.containers.list(filters={"label": f"org.tiergate.device_class={ARM}",
+                                                                        "status": "running"}),
+                                300, "worker A's share running in a container on its engine", interval_s=0.1)
+        share.pause()                                          # stopped on the engine that dies with worker A
+        (taken,) = _running(farm, before)                      # A's share, the one flow run running yet
         b = _worker(farm, "b", None, tmp_path)
-        os.killpg(a.pid, signal.SIGKILL)                       # the worker and the flow run it started
+        # worker A's machine dies: the worker and the flow run it started (a process group of its own)
+        os.killpg(a.pid, signal.SIGKILL)
+        os.kill(int(str(taken["infrastructure_pid"]).rsplit(":", 1)[-1]), signal.SIGKILL)   # "[host:]pid"
         gate.join(600)
     finally:
+        if share is not None:                                  # what worker A left on its engine: gone
+            for end in (share.unpause, share.kill):
+                try:
+                    end()
+                except Exception:  # noqa: BLE001 - already running again, or gone
+                    pass
         client.close()
         kit.stop(a)
         if b is not None:

@@ -79,13 +79,18 @@ class PoolBackend:
     takes_samples = True         # a share is a range of the samples (Job.samples)
     takes_slots = False          # a share runs on a worker's cores, not this machine's: no local run slot held
 
-    def __init__(self, pool: str, remote):
+    def __init__(self, pool: str, remote, context=None):
         self.pool, self.remote = pool, remote
+        self.context = context          # the gate's Prefect context (contextvars): its API and settings
+
+    def _in_context(self, fn, *args):
+        """fn(*args) in the gate's Prefect context (a copy: the spans' threads may call at once)."""
+        return fn(*args) if self.context is None else self.context.copy().run(fn, *args)
 
     def share_count(self, n: int, requested: int | None = None, least: int = 1) -> int:
         """Shares of n samples: `requested` (--shards), else one per worker of the pool online (at least one), at
         most one per `least` samples."""
-        wanted = requested or max(1, _workers_online(self.pool))
+        wanted = requested or max(1, self._in_context(_workers_online, self.pool))
         return max(1, min(wanted, n // max(1, least)))
 
     def run(self, job) -> results.TargetResult:
@@ -108,7 +113,7 @@ class PoolBackend:
         lost = []
         for _ in range(SHARE_ATTEMPTS):
             share = f"share-{uuid.uuid4().hex}"
-            outcome = _Share(self.pool, {**parameters, "share": share}, store, job.cancel, dc).watch()
+            outcome = self._in_context(_Share(self.pool, {**parameters, "share": share}, store, job.cancel, dc).watch)
             if outcome == "cancelled-by-gate":
                 return [results.failed(dc.name, "stopped: the gate no longer needs this run", tier=dc.tier)
                         for _ in jobs]
@@ -174,10 +179,10 @@ class _Share:
                 elif now - moved > stale_s():
                     self._set_state(client, flow_run_id, "cancelled")  # its worker is gone: no one else will
                     return f"its worker stopped answering (no heartbeat for {stale_s():g} s, flow run {flow_run_id})"
-            elif now - waited_for_worker > self.dc.container.timeout_s:
+            elif now - waited_for_worker > self.dc.limits.timeout_s:
                 self._set_state(client, flow_run_id, "cancelled")
                 raise InfrastructureFault(f"on {self.dc.name}: no worker of work pool {self.pool} took the share in "
-                                          f"{self.dc.container.timeout_s} s (is a worker running?)")
+                                          f"{self.dc.limits.timeout_s} s (is a worker running?)")
             if kind != "RUNNING":
                 moved = now
             stop.wait(POLL_S)

@@ -1,13 +1,14 @@
 """The decision step alone with a user metric on PP-OCRv4's text detector (issue 46, item 1b), before and after.
 
 The detector's probability maps for --samples pages (tests/realmodels/taskdata.py's rendered pages, 320 x 320) from
-the host's onnxruntime, FP32 and an INT8 calibrated on other pages; the user metric is the issue's `text_iou`: the
-IoU of the map's text pixels (> 0.3) with the page's word boxes (labels: page indices into a boxes file beside the
-metric), judged with max_drop = 0.05. The decision (tiergate.gate.evaluate on x86, as a gate's deciding step makes
+the host's onnxruntime, FP32 and an INT8 calibrated on other pages; the user metric is the issue's `text_iou`
+(tests/realmodels/taskdata.py TEXT_IOU): the IoU of the map's text pixels (> 0.3) with the page's word boxes
+(labels: page indices into a boxes file beside the metric), judged with max_drop = 0.05. The decision (tiergate.gate.evaluate on x86, as a gate's deciding step makes
 it) is timed in a fresh process per variant:
 
-  - whole: text_iou returns one number for the whole set (called per bootstrap resample);
-  - per-sample: it returns each page's intersection and union ({"numerator", "denominator"}: one call per side);
+  - whole: `text_iou_whole` returns one number for the whole set (called per bootstrap resample);
+  - per-sample: `text_iou` returns each page's intersection and union ({"numerator", "denominator"}: one call per
+    side);
   - none: no user metric (the rest of the decision: the detector's own mask IoU, agreement).
 
 With --baseline-src OTHER/src the "whole" variant also runs on that tiergate (e.g. a checkout of main before
@@ -32,35 +33,6 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
-METRIC = r'''
-import json
-from pathlib import Path
-
-import numpy as np
-
-BOXES = json.loads((Path(__file__).parent / "boxes.json").read_text())
-
-
-def _parts(outputs, labels):
-    maps = next(iter(outputs.values()))[:, 0] > 0.3
-    inter, union = np.zeros(len(labels)), np.zeros(len(labels))
-    for i, page in enumerate(np.asarray(labels, dtype=np.int64)):
-        truth = np.zeros(maps.shape[1:], dtype=bool)
-        for x, y, w, h in BOXES[page]:
-            truth[y:y + h, x:x + w] = True
-        inter[i], union[i] = (maps[i] & truth).sum(), (maps[i] | truth).sum()
-    return inter, union
-
-
-def text_iou(outputs, labels):
-    inter, union = _parts(outputs, labels)
-    return float(inter.sum() / union.sum())
-
-
-def text_iou_per_sample(outputs, labels):
-    inter, union = _parts(outputs, labels)
-    return {"numerator": inter, "denominator": union}
-'''
 
 DECIDE = r'''
 import json, sys, time
@@ -103,7 +75,7 @@ def outputs(work: Path, samples: int) -> tuple[Path, str]:
 
     source = kit.fetch("ppocr_det")
     x, boxes = taskdata.det_pages(samples, 1)
-    (work / "boxes.json").write_text(json.dumps(boxes))
+    taskdata.text_iou_metric(work, boxes)
     calibration, _ = taskdata.det_pages(16, 7)
     int8 = taskdata.det_int8(source, work, calibration, "good")
     maps, name = {}, ""
@@ -120,7 +92,7 @@ def decide(work: Path, maps: Path, output: str, metric: str | None, src: Path) -
     policy = work / f"policy-{metric}.toml"
     policy.write_text(f"[metrics.{metric}]\nmax_drop = 0.05\n" if metric else "")
     spec = {"outputs": str(maps), "output": output, "policy": str(policy),
-            "metric": f"{work / 'metric.py'}:{metric}" if metric else None}
+            "metric": f"{work / 'metrics.py'}:{metric}" if metric else None}
     env = dict(os.environ, PYTHONPATH=str(src))
     t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, "-c", DECIDE, json.dumps(spec)], capture_output=True, text=True, env=env)
@@ -138,12 +110,11 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="tiergate-bench-metric-") as tmp:
         work = Path(tmp)
-        (work / "metric.py").write_text(METRIC)
         maps, output = outputs(work, args.samples)
-        rows = [("after", "per-sample", "text_iou_per_sample", ROOT / "src"), ("after", "whole", "text_iou", ROOT / "src"),
+        rows = [("after", "per-sample", "text_iou", ROOT / "src"), ("after", "whole", "text_iou_whole", ROOT / "src"),
                 ("after", "none", None, ROOT / "src")]
         if args.baseline_src is not None:
-            rows.append(("before", "whole", "text_iou", args.baseline_src))
+            rows.append(("before", "whole", "text_iou_whole", args.baseline_src))
         print(f"PP-OCRv4 det, {args.samples} pages of 320 x 320, INT8 vs FP32 on x86: the decision step alone "
               f"(tiergate.gate.evaluate, a fresh process each), user metric text_iou with max_drop = 0.05")
         for when, form, metric, src in rows:

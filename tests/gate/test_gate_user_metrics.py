@@ -203,11 +203,9 @@ def test_a_worker_runs_every_call_on_its_thread_with_the_limits_of_call():
     assert usercode._redirect_depth == 0            # stdout given back when the worker ends
     release = threading.Event()
     with usercode.Worker("metric slow", timeout=0.2) as worker:
+        thread = worker.thread
         with pytest.raises(InputError, match="metric slow: did not return within 0.2 s"):
             worker.call(release.wait)
-    release.set()                                   # the abandoned call ends; stdout is given back when it does
-    for _ in range(100):
-        if usercode._redirect_depth == 0:
-            break
-        threading.Event().wait(0.05)
-    assert usercode._redirect_depth == 0
+    release.set()                                   # the abandoned call ends, then its thread, giving stdout back
+    thread.join(10)
+    assert not thread.is_alive() and usercode._redirect_depth == 0

@@ -6,7 +6,6 @@ an early look on arm64. x86's final REJECT still stops arm64 at once, and the in
 
 from __future__ import annotations
 
-import json
 import os
 import time
 
@@ -21,28 +20,6 @@ pytestmark = [pytest.mark.realmodels, pytest.mark.docker, pytest.mark.emulated, 
 X86, ARM = "x86_64-cpu-onnxruntime", "arm64-cpu-onnxruntime"
 PAGES = 40
 
-METRIC = '''
-import json
-from pathlib import Path
-
-import numpy as np
-
-BOXES = json.loads((Path(__file__).parent / "boxes.json").read_text())
-CALLS = []
-
-
-def text_iou(outputs, labels):
-    """Each page's text pixels (the map above 0.3) against its word boxes: intersection and union per page."""
-    CALLS.append(len(labels))
-    maps = next(iter(outputs.values()))[:, 0] > 0.3
-    inter, union = np.zeros(len(labels)), np.zeros(len(labels))
-    for i, page in enumerate(np.asarray(labels, dtype=np.int64)):
-        truth = np.zeros(maps.shape[1:], dtype=bool)
-        for x, y, w, h in BOXES[page]:
-            truth[y:y + h, x:x + w] = True
-        inter[i], union[i] = (maps[i] & truth).sum(), (maps[i] | truth).sum()
-    return {"numerator": inter, "denominator": union}
-'''
 
 
 @pytest.fixture(scope="module")
@@ -50,8 +27,7 @@ def det(real_model, tmp_path_factory):
     folder = tmp_path_factory.mktemp("det-tiers")
     model = real_model("ppocr_det")
     x, boxes = taskdata.det_pages(PAGES, 1)
-    (folder / "boxes.json").write_text(json.dumps(boxes))
-    (folder / "metrics.py").write_text(METRIC)
+    taskdata.text_iou_metric(folder, boxes)
     np.savez(folder / "pages.npz", x=x, labels=np.arange(PAGES, dtype=np.int64))     # page indices
     (folder / "policy.toml").write_text("[metrics.text_iou]\nmax_drop = 0.05\n")
     blank, _ = taskdata.det_pages(8, 3, blank=True)

@@ -11,7 +11,10 @@ PYTEST_WORKERS ?= -n 2 --dist loadgroup --no-loadscope-reorder
 setup:
 	scripts/setup
 
-demo: setup
+# the demo's native tiers first (a verdict within minutes on a fresh machine), the emulated tiers' setup meanwhile in the
+# background (scripts/setup --demo); `make test` sets up everything, strictly
+demo:
+	scripts/setup --demo
 	.venv/bin/tiergate demo
 
 # coverage measures the test process and every child it starts (CLI, `tiergate serve`, workers):

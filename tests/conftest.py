@@ -1,10 +1,12 @@
 """Shared test plumbing: the parts a test needs, checked before it runs.
 
-Strict by default, inside CI or not: the first test marked `docker`, `emulated` or `ssh` on a
-machine without that part STOPS THE RUN (exit 2) with the cause (the Docker engine and arm64 emulation are
-not optional for this project). `TIERGATE_ALLOW_SKIP=1` relaxes that to skips, for a
-laptop. Only a missing GPU (`gpu`) always skips, with its reason, and so does a missing
-optional tflite extra (`tflite_extra`). A probe's success is remembered for the session,
+Strict by default, inside CI or not: the first test marked `docker`, `emulated`, `ssh`, `counting` (the counting
+QEMU scripts/setup builds), `chromium` (Debian's chromium and playwright) or `root` (mounts, files planted as
+another user) on a machine without that part STOPS THE RUN (exit 2) with the cause (none of them is optional for
+this project), and a part found missing inside a test (a mount the kernel refuses: partskit.missing_part) fails it.
+`TIERGATE_ALLOW_SKIP=1` relaxes that to skips, for a laptop. Only a missing GPU (`gpu`) always skips, with its
+reason, and so does a missing optional tflite extra (`tflite_extra`), and a test about a CPU feature the machine
+does not have (NCHWc kernels need AVX2) or a GPU runtime it has. A probe's success is remembered for the session,
 a failure never is: the next test asks again.
 """
 
@@ -93,6 +95,31 @@ def _gpu_problem() -> str | None:
     return None
 
 
+@_cache_success
+def _counting_problem() -> str | None:
+    from tiergate.execution.counting import count_dir, counter
+
+    if counter() is None:
+        return f"no counting QEMU in {count_dir()}: run scripts/build-counting-qemu (scripts/setup does)"
+    return None
+
+
+@_cache_success
+def _chromium_problem() -> str | None:
+    import importlib.util
+
+    if not (shutil.which("chromium") or shutil.which("chromium-browser")):
+        return "Debian's chromium is not installed (scripts/setup installs it)"
+    if importlib.util.find_spec("playwright") is None:
+        return "playwright is not installed (scripts/setup installs the pinned dependencies)"
+    return None
+
+
+@_cache_success
+def _root_problem() -> str | None:
+    return None if os.geteuid() == 0 else "the test mounts file systems or plants files as another user: run as root"
+
+
 def _tflite_extra_problem() -> str | None:
     import modelkit
 
@@ -104,6 +131,9 @@ NEEDS: dict[str, tuple[tuple[Callable[[], str | None], ...], bool]] = {
     "docker": ((_engine_problem,), True),
     "emulated": ((_emulation_problem, _engine_problem), True),
     "ssh": ((_sshd_problem,), True),
+    "counting": ((_counting_problem,), True),
+    "chromium": ((_chromium_problem,), True),
+    "root": ((_root_problem,), True),
     "gpu": ((_gpu_problem,), False),
     "tflite_extra": ((_tflite_extra_problem,), False),
 }

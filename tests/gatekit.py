@@ -3,6 +3,8 @@ policy, with request fields and run options as keywords (tiergate.request.GateRe
 
 from __future__ import annotations
 
+import contextlib
+import os
 from pathlib import Path
 
 from tiergate import orchestrator
@@ -48,6 +50,20 @@ def tiny_pair(folder: Path) -> tuple[Path, Path, Path]:
     data = folder / "eval.npz"
     np.savez(data, x=rng.normal(size=(32, 4)).astype(np.float32))
     return cand, ref, data
+
+
+@contextlib.contextmanager
+def home_at(home: Path):
+    """TIERGATE_HOME set to `home` for a fixture wider than a test (a module's, a session's), restored after."""
+    saved = os.environ.get("TIERGATE_HOME")
+    os.environ["TIERGATE_HOME"] = str(home)
+    try:
+        yield home
+    finally:
+        if saved is None:
+            os.environ.pop("TIERGATE_HOME", None)
+        else:
+            os.environ["TIERGATE_HOME"] = saved
 
 
 def steps_once_running(wait_class: str, running, timeout_s: float = 300):

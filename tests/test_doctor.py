@@ -87,3 +87,36 @@ def test_an_unusable_home_is_the_disk_checks_failure(monkeypatch, tmp_path):
         monkeypatch.setenv("TIERGATE_HOME", bad)
         check = check_disk()
         assert check.status == "fail" and bad in check.detail and "TIERGATE_HOME" in check.fix
+
+
+# -- the emulated tiers' background setup (make demo: scripts/setup --demo) ----------------------------------------
+def test_the_demo_waits_for_the_background_setup_then_goes_on(tmp_path, monkeypatch):
+    """The demo's emulated tiers wait while scripts/setup --emulated works in the background, with progress lines
+    naming its last step, and go on once emulation answers."""
+    import time
+
+    monkeypatch.setenv("TIERGATE_SYSTEM_DIR", str(tmp_path))
+    (tmp_path / doctor.SETUP_STATUS).write_text(f"running 4242 {int(time.time()) - 30}\n")
+    (tmp_path / doctor.SETUP_LOG).write_text("setup: images: bootstrapping tiergate/base:bookworm-arm64 with "
+                                              "debootstrap: 40 s so far, about 150 s left\n")
+    answers = iter([False, False, True])
+    monkeypatch.setattr(doctor, "emulation_ready", lambda client=None: next(answers))
+    said = []
+    doctor.wait_for_emulation(said.append, poll_s=0)
+    assert len(said) == 1 and "waiting for the emulated tiers' setup (3" in said[0]
+    assert "bootstrapping tiergate/base:bookworm-arm64" in said[0]
+
+
+@pytest.mark.parametrize("status, message", [
+    ("failed debootstrap arm64 failed", "the emulated tiers' setup failed (debootstrap arm64 failed)"),
+    (None, "the emulated tiers are not set up here"),
+])
+def test_a_failed_or_missing_background_setup_is_one_environment_error(tmp_path, monkeypatch, status, message):
+    from tiergate.errors import EnvironmentProblem
+
+    monkeypatch.setenv("TIERGATE_SYSTEM_DIR", str(tmp_path))
+    if status is not None:
+        (tmp_path / doctor.SETUP_STATUS).write_text(status)
+    monkeypatch.setattr(doctor, "emulation_ready", lambda client=None: False)
+    with pytest.raises(EnvironmentProblem, match=message.replace("(", r"\(").replace(")", r"\)")):
+        doctor.wait_for_emulation(lambda _text: None, poll_s=0)

@@ -7,7 +7,11 @@
   statement holds nothing time-dependent: the same decision attests to the same payload.
 - `verify(data, public_key, candidate_sha256=None)`: the statement when the signature holds over DSSE's PAE (and
   the candidate is the subject); `AttestationRefused` (exit 1) with one line saying why; unusable input is
-  InputError (exit 2).
+  InputError (exit 2). The envelope is strict JSON (no duplicated key, bounded nesting: a parser that keeps the
+  first of two keys must not read another statement than ours); base64 standard or URL-safe, padded or not (DSSE).
+- `require(statement, ...)`: what a deploy step asks of a verified statement: by default a PROMOTE (`tiergate
+  verify` without --any-verdict), optionally the reference's content hash and the policy's hash.
+- `printable(text)`: a value from an envelope as one line for a terminal (control characters escaped).
 
 Shapes: docs/json-shapes.md ("Signed decisions"). The DSSE signature is over
 PAE(type, body) = "DSSEv1" SP LEN(type) SP type SP LEN(body) SP body (LEN: the byte length in ASCII decimal).
@@ -88,13 +92,10 @@ def _create(path: Path, data: bytes, mode: int) -> None:
 
 
 def _read_key_file(path: Path, what: str) -> bytes:
-    path = Path(path)
-    if not path.is_file():
-        raise InputError(f"{what} {path}: no such file")
-    try:
-        return path.read_bytes()
-    except OSError as exc:
-        raise InputError(f"{what} {path}: cannot read it ({exc.strerror or exc})") from None
+    """A key file's bytes: a regular file (never a FIFO or a device), at most 1 MiB (a PEM key is a few hundred)."""
+    from tiergate.paths import read_regular
+
+    return read_regular(Path(path), what, 1 << 20)
 
 
 def load_private_key(path: Path):
@@ -216,12 +217,9 @@ class Attestation:
 
     def write(self, gate_run: GateRun, lineage: dict | None = None) -> Path:
         doc = envelope(statement(gate_run, self.request, lineage), self.key)
-        text = json.dumps(doc, indent=1) + "\n"
-        path = Path(self.path)
-        work = path.with_name(f".{path.name}.part-{os.getpid()}")
-        work.write_text(text, encoding="utf-8")
-        os.replace(work, path)
-        return path
+        from tiergate.paths import write_new
+
+        return write_new(Path(self.path), (json.dumps(doc, indent=1) + "\n").encode())
 
 
 def attestation(attest: Path | None, signing_key: Path | None, request: GateRequest) -> Attestation | None:
@@ -239,13 +237,67 @@ def attestation(attest: Path | None, signing_key: Path | None, request: GateRequ
 # --- verifying ---------------------------------------------------------------------------------------------
 
 
+MAX_DEPTH = 64                      # nesting deeper than any statement of ours: refused before it is parsed
+
+
 def _b64(text, what: str) -> bytes:
+    """DSSE's base64: standard or URL-safe, with or without padding (nothing else: no spaces, no mixed alphabets)."""
     if not isinstance(text, str):
         raise AttestationRefused(f"not a DSSE envelope: {what} is not a base64 string")
+    url_safe = "-" in text or "_" in text
+    if url_safe and ("+" in text or "/" in text):
+        raise AttestationRefused(f"not a DSSE envelope: {what} mixes standard and URL-safe base64")
+    body = text.rstrip("=")
+    padded = body + "=" * (-len(body) % 4)
+    if len(text) - len(body) > 2 or (len(text) != len(body) and len(text) != len(padded)):
+        raise AttestationRefused(f"not a DSSE envelope: {what} is not base64 (bad padding)")
     try:
-        return base64.b64decode(text, validate=True)
+        alphabet = b"-_" if url_safe else None
+        return base64.b64decode(padded, altchars=alphabet, validate=True)
     except (binascii.Error, ValueError):
         raise AttestationRefused(f"not a DSSE envelope: {what} is not base64") from None
+
+
+def _strict_json(data: bytes | str, what: str):
+    """JSON with no duplicated key in any object and nesting at most MAX_DEPTH deep; AttestationRefused otherwise."""
+    def pairs(items):
+        doc = {}
+        for key, value in items:
+            if key in doc:
+                raise AttestationRefused(f"{what} holds the key {printable(key)!s} twice (refused: two readers could "
+                                         "read two documents)")
+            doc[key] = value
+        return doc
+
+    text = data.decode("utf-8") if isinstance(data, (bytes, bytearray)) else data
+    depth = deepest = 0
+    in_string = escaped = False
+    for char in text:                       # a cheap pre-scan: no recursion limit reached inside the parser
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+            if deepest > MAX_DEPTH:
+                raise AttestationRefused(f"{what} is nested more than {MAX_DEPTH} levels deep (refused)")
+        elif char in "]}":
+            depth -= 1
+    return json.loads(text, object_pairs_hook=pairs)
+
+
+def printable(text, limit: int = 200) -> str:
+    """A value read from an envelope as one line for people: control and other non-printing characters escaped
+    (a newline in a subject's name cannot forge a second line), at most `limit` characters."""
+    value = str(text)
+    shown = "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in value)
+    return shown if len(shown) <= limit else shown[:limit] + "…"
 
 
 def verify(data: bytes, public_key, candidate_sha256: str | None = None) -> dict:
@@ -255,13 +307,13 @@ def verify(data: bytes, public_key, candidate_sha256: str | None = None) -> dict
     from cryptography.exceptions import InvalidSignature
 
     try:
-        doc = json.loads(data)
-    except (ValueError, UnicodeDecodeError):
+        doc = _strict_json(data, "the envelope")
+    except (ValueError, UnicodeDecodeError, RecursionError):
         raise AttestationRefused("not a DSSE envelope: not JSON") from None
     if not isinstance(doc, dict) or not {"payloadType", "payload", "signatures"} <= set(doc):
         raise AttestationRefused("not a DSSE envelope: it needs payloadType, payload and signatures")
     if doc["payloadType"] != PAYLOAD_TYPE:
-        raise AttestationRefused(f"payloadType is {doc['payloadType']!r}, not {PAYLOAD_TYPE}")
+        raise AttestationRefused(f"payloadType is {printable(repr(doc['payloadType']))}, not {PAYLOAD_TYPE}")
     body = _b64(doc["payload"], "payload")
     signatures = doc["signatures"]
     if not isinstance(signatures, list) or not signatures or not all(isinstance(s, dict) for s in signatures):
@@ -278,16 +330,18 @@ def verify(data: bytes, public_key, candidate_sha256: str | None = None) -> dict
         if ours in ids:
             raise AttestationRefused("bad signature: the payload or its signature changed after it was signed")
         raise AttestationRefused(f"bad signature: not signed by this key (keyid {ours[:16]}…; the envelope names "
-                                 f"{', '.join(i[:16] + '…' for i in ids if i) or 'no keyid'})")
+                                 f"{', '.join(printable(i, 16) for i in ids if i) or 'no keyid'})")
     try:
-        found = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
+        found = _strict_json(body, "the signed payload")
+    except (ValueError, UnicodeDecodeError, RecursionError):
         raise AttestationRefused("the signed payload is not JSON") from None
     if not isinstance(found, dict) or found.get("_type") != STATEMENT_TYPE:
-        raise AttestationRefused(f"the payload is not an in-toto Statement v1 (_type {found.get('_type')!r})"
+        raise AttestationRefused(f"the payload is not an in-toto Statement v1 (_type "
+                                 f"{printable(repr(found.get('_type')))})"
                                  if isinstance(found, dict) else "the payload is not an in-toto Statement")
     if found.get("predicateType") != PREDICATE_TYPE:
-        raise AttestationRefused(f"predicateType is {found.get('predicateType')!r}, not tiergate's {PREDICATE_TYPE}")
+        raise AttestationRefused(f"predicateType is {printable(repr(found.get('predicateType')))}, not tiergate's "
+                                 f"{PREDICATE_TYPE}")
     digests = [sha for _, sha in subjects(found)]
     if not digests:
         raise AttestationRefused("the statement names no subject with a sha256 digest")
@@ -295,6 +349,35 @@ def verify(data: bytes, public_key, candidate_sha256: str | None = None) -> dict
         raise AttestationRefused(f"subject digest differs: the candidate's sha256 is {candidate_sha256}, the "
                                  f"statement's subject is {', '.join(digests)}")
     return found
+
+
+def require(found: dict, *, promote: bool = True, reference_sha256: str | None = None,
+            policy_sha256: str | None = None) -> dict:
+    """What a deploy step asks of a verified statement (AttestationRefused, one line, otherwise): its verdict is
+    PROMOTE (unless `promote` is False: an auditor's check of any verdict), its reference is the file of this
+    content hash, its policy the one of this hash. Returns the predicate."""
+    predicate = found.get("predicate")
+    if not isinstance(predicate, dict):
+        raise AttestationRefused("the statement has no predicate")
+    verdict = predicate.get("verdict")
+    if promote and verdict != "PROMOTE":
+        raise AttestationRefused(f"the attested verdict is {printable(verdict, 40)}, not PROMOTE: this decision does "
+                                 "not vouch for deploying the candidate (--any-verdict checks the signature of any "
+                                 "verdict)")
+    if reference_sha256 is not None:
+        reference = predicate.get("reference")
+        got = reference.get("digest", {}).get("sha256") if isinstance(reference, dict) and \
+            isinstance(reference.get("digest"), dict) else None
+        if got != reference_sha256:
+            raise AttestationRefused(f"reference digest differs: the reference's sha256 is {reference_sha256}, the "
+                                     f"statement's is {printable(got, 80)}")
+    if policy_sha256 is not None:
+        policy = predicate.get("policy")
+        got = policy.get("sha256") if isinstance(policy, dict) else None
+        if got != policy_sha256:
+            raise AttestationRefused(f"policy differs: --policy-sha256 is {printable(policy_sha256, 80)}, the "
+                                     f"statement's policy is {printable(got, 80)}")
+    return predicate
 
 
 def subjects(found: dict) -> list[tuple[str, str]]:

@@ -189,3 +189,53 @@ def run_checks() -> list[Check]:
     checks += [check_gpu(), check_counting(), check_disk(), check_host_runtimes()]
     checks += check_cpu()
     return checks
+
+
+# -- the emulated tiers' setup, which `make demo` leaves running in the background (scripts/setup --demo) --------
+SETUP_STATUS, SETUP_LOG = "setup-emulated.status", "setup-emulated.log"
+EMULATED_SETUP_TIMEOUT_S = 1800
+
+
+def _system_dir() -> Path:
+    import os
+
+    return Path(os.environ.get("TIERGATE_SYSTEM_DIR") or "/opt/tiergate")
+
+
+def emulation_ready(client=None) -> bool:
+    """Whether arm64 containers can run here now: QEMU registered with binfmt_misc and the arm64 base image."""
+    if check_emulation_registration().status != "ok":
+        return False
+    client = client or docker_client()
+    if client is None:
+        return False
+    return all(c.status == "ok" for c in check_base_images(client)[1:])
+
+
+def wait_for_emulation(say, timeout_s: float = EMULATED_SETUP_TIMEOUT_S, poll_s: float = 5.0) -> None:
+    """Return once the emulated tiers can run, waiting for a background setup while it works (a progress line every
+    20 s: its last step and how long it has run); EnvironmentProblem when it failed or none is set up."""
+    import time
+
+    from tiergate.errors import EnvironmentProblem
+
+    folder = _system_dir()
+    status, log = folder / SETUP_STATUS, folder / SETUP_LOG
+    start, said = time.monotonic(), 0.0
+    while not emulation_ready():
+        fields = status.read_text().split() if status.is_file() else []
+        state = fields[0] if fields else ""
+        if state == "failed":
+            raise EnvironmentProblem(f"the emulated tiers' setup failed ({' '.join(fields[1:])[:200]}); see {log}",
+                                     hint="run scripts/setup")
+        if state != "running" or time.monotonic() - start > timeout_s:
+            raise EnvironmentProblem("the emulated tiers are not set up here (no QEMU registration or arm64 base "
+                                     "image)", hint="run scripts/setup (make demo starts it in the background)")
+        if time.monotonic() - said >= 20 or not said:
+            since = int(time.time() - float(fields[2])) if len(fields) > 2 and fields[2].isdigit() else None
+            last = [line for line in (log.read_text(errors="replace").splitlines() if log.is_file() else [])
+                    if line.startswith("setup: ")]
+            say("waiting for the emulated tiers' setup" + (f" ({since} s so far)" if since is not None else "")
+                + (f": {last[-1].removeprefix('setup: ')}" if last else ""))
+            said = time.monotonic()
+        time.sleep(poll_s)

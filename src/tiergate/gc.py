@@ -17,6 +17,8 @@ What is kept, first rule that matches (docs/gc.md):
   process), and while one runs, anything from the last hour;
 - a compiled library (compiled/<key>/, a TVM class's compile cache) while an artifact image that stays was built
   from it (its compile-key label), or its artifact is kept; without the engine's inventory, every one;
+- an MLflow download (mlflow/<key>/, tiergate.mlflow_bridge) while the registry keeps its artifact; any other is
+  removed (a gate that names the version again downloads it again); the watcher's state (mlflow/watch-*.json) never;
 - anything newer than --older-than;
 - an image a running gate uses, in any home (its lease names it: tiergate.leases; the CLI holds the leases'
   gc lock while it plans and removes, so that no gate takes an image up meanwhile).
@@ -52,7 +54,7 @@ BASE_PREFIX = "tiergate/base:"
 OWN_PREFIX = "tiergate/"
 DEFAULT_KEEP_LAST = 3
 GRACE = timedelta(hours=1)   # engine-shared leftovers and, while a gate runs, anything this recent
-APPLY_ORDER = ("container", "volume", "decision", "run", "compiled", "image")
+APPLY_ORDER = ("container", "volume", "decision", "run", "compiled", "mlflow", "image")
 LEDGER = "gc-images.json"    # image ids of removed runs whose image could not be removed yet
 _RUNNING = ("running", "restarting", "paused", "removing")
 
@@ -148,7 +150,7 @@ def registry_needs(registry, keep_last: int = DEFAULT_KEEP_LAST) -> Needs:
 
 @dataclass
 class Item:
-    kind: str                  # image | run | decision | compiled | container | volume
+    kind: str                  # image | run | decision | compiled | mlflow | container | volume
     id: str                    # image id, path, container id, volume name
     name: str                  # what a person reads: tag, folder name, file name
     size: int
@@ -250,6 +252,8 @@ class _Planner:
             self._engine(inventory)
         for compiled in compiles:
             self.items.append(self._aged(self._compiled(compiled, inventory is not None)))
+        for download in state.saved_mlflow(self.home):
+            self.items.append(self._aged(self._mlflow(download)))
         self._check_protected()
         return Plan(self.items, [], self.ledger)
 
@@ -335,6 +339,21 @@ class _Planner:
             item.remove, item.reason = False, "the engine's images were not looked at: one may be built from it"
         else:
             item.reason = "compiled library no kept image was built from (a gate that needs it compiles it again)"
+        return item
+
+    # -- the MLflow download cache -----------------------------------------------------
+    def _mlflow(self, download: Saved) -> Item:
+        name = download.path.name
+        item = Item("mlflow", str(download.path), name, download.size, download.created, True,
+                    "a model version downloaded from MLflow (fetched again when a gate names it)",
+                    artifact=download.artifact)
+        if parse_part(name) is not None:
+            live = self._live_part(name)
+            item.remove, item.reason = (False, "being downloaded by a gate in progress") if live else \
+                (True, "partial download of a gate that is no longer running")
+        elif download.artifact in self.needs.keep:
+            item.remove = False
+            item.reason = f"artifact {_short(download.artifact)}: {self.needs.keep[download.artifact]}"
         return item
 
     # -- the engine --------------------------------------------------------------------
@@ -466,7 +485,7 @@ def apply(plan: Plan, home: Path, engine: Engine | None) -> Plan:
     order = {kind: n for n, kind in enumerate(APPLY_ORDER)}
     for item in sorted(plan.removals, key=lambda i: order[i.kind]):
         try:
-            if item.kind in ("run", "decision", "compiled"):
+            if item.kind in ("run", "decision", "compiled", "mlflow"):
                 _remove_file(Path(item.id), home, item)
             elif engine is None:
                 continue
@@ -513,7 +532,7 @@ class DockerEngine:
         self.client = client
 
     def inventory(self) -> Inventory:
-        df = self.client.df()   # one call: images with their shared sizes, containers, volumes
+        df = self._df()         # one call: images with their shared sizes, containers, volumes
         images = tuple(
             ImageInfo(i["Id"], tuple(t for t in (i.get("RepoTags") or []) if t != "<none>:<none>"),
                       dict(i.get("Labels") or {}), _epoch(i.get("Created")), _own_size(i))
@@ -531,6 +550,20 @@ class DockerEngine:
                        max(0, (v.get("UsageData") or {}).get("Size") or 0))
             for v in df.get("Volumes") or [] if JOB_LABEL in (v.get("Labels") or {}))
         return Inventory(images, containers, volumes)
+
+    def _df(self, wait_s: float = 120.0) -> dict:
+        """The engine's disk usage; the engine runs one at a time ("a disk usage operation is already running":
+        another gc, or docker system df, on the shared engine): waited for, never a failure of this gc."""
+        import time
+
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                return self.client.df()
+            except Exception as exc:  # docker.errors.APIError (409/500)
+                if "already running" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
 
     def remove_image(self, ref: str) -> None:
         self._gone_is_fine(lambda: self.client.api.remove_image(ref, force=False, noprune=False))

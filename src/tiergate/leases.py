@@ -16,6 +16,13 @@ Builds are serialised in the same folder (`building(engine, tag)`): one flock-ed
 image tag and engine, so two gates that need the same new image build it once, and the second reuses the first's
 (the same image id, hence the same run keys) instead of tagging a second build of its own over it.
 
+The folder is trusted only when another local user cannot have planted or be able to tamper with it
+(`check_folder`): a real folder (no link) owned by this user (made sticky when others may write it), or by root and
+sticky (like /tmp) or writable by root alone. Any other is refused: a gate then warns and runs without a lease, and
+gc removes no image (it cannot know what running gates use). Files in it are opened without following links
+(O_NOFOLLOW) and without blocking (a planted FIFO), created new (O_EXCL) where this process writes, and never
+chmod-ed unless this process made them: a link planted as `gc.lock` cannot make a signing key world-readable.
+
 Stdlib only: gc and the orchestrator both read it.
 """
 
@@ -25,6 +32,7 @@ import fcntl
 import hashlib
 import json
 import os
+import stat
 import sys
 import tempfile
 import threading
@@ -44,16 +52,64 @@ def folder() -> Path:
     return Path(os.environ.get(ENV) or Path(tempfile.gettempdir()) / "tiergate-leases")
 
 
+class FolderRefused(OSError):
+    """The lease folder may have been planted or tampered with by another local user: not used."""
+
+
+_OPEN = os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+
+
+def check_folder(root: Path) -> None:
+    """FolderRefused unless `root` is a real folder owned by this user, or by root and sticky (or writable by root
+    alone). A folder of this user's that others may write is made sticky (they may add files, never remove ours)."""
+    info = os.lstat(root)
+    if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
+        raise FolderRefused(f"{root} is {'a symbolic link' if stat.S_ISLNK(info.st_mode) else 'not a folder'}")
+    mode, me = stat.S_IMODE(info.st_mode), os.geteuid()
+    others_write = bool(mode & 0o022)
+    sticky = bool(mode & stat.S_ISVTX)
+    if info.st_uid == me:
+        if others_write and not sticky:
+            os.chmod(root, mode | stat.S_ISVTX, follow_symlinks=False)
+        return
+    if info.st_uid == 0 and (sticky or not others_write):
+        return
+    raise FolderRefused(f"{root} is owned by uid {info.st_uid}, neither by this user (uid {me}) nor by root with the "
+                        "sticky bit: another user may have planted it, and may remove the leases in it")
+
+
+def problem() -> str | None:
+    """Why the lease folder is not used (one line), or None (it is there and trusted, or not made yet)."""
+    try:
+        check_folder(folder())
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"the image lease folder {exc.strerror or exc}" if isinstance(exc, FolderRefused) else \
+            f"the image lease folder {folder()}: {exc.strerror or exc}"
+    return None
+
+
 def _ready() -> Path:
     root = folder()
-    if not root.is_dir():
-        root.mkdir(parents=True, exist_ok=True)
-        if not os.environ.get(ENV):
-            try:
-                os.chmod(root, 0o1777)      # every user's gates lease here (the engine is shared)
-            except OSError:
-                pass
+    if not os.path.lexists(root):
+        root.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.mkdir(root, 0o700)
+            if not os.environ.get(ENV):
+                os.chmod(root, 0o1777)      # every user's gates lease here (the engine is shared); sticky as /tmp
+        except FileExistsError:
+            pass                            # another process made it meanwhile: checked below like any
+    check_folder(root)
     return root
+
+
+def _create(path: Path) -> int:
+    """A new file of this process's (never an existing one, never through a link), mode 0644 whatever the umask:
+    every user's gc probes it."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | _OPEN, 0o644)
+    os.fchmod(fd, 0o644)
+    return fd
 
 
 class _Lease:
@@ -64,8 +120,12 @@ class _Lease:
         self.lock_path, self.json_path = root / f"{name}.lock", root / f"{name}.json"
         self.images: set[str] = set()
         while True:      # a stale-lease sweep may unlink the file between open and flock: then take a new one
-            fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-            os.fchmod(fd, 0o644)            # whatever the umask: every user's gc probes it
+            try:
+                fd = _create(self.lock_path)
+            except FileExistsError:          # planted, or a sweep's race: another name
+                name = f"{os.getpid()}-{uuid.uuid4().hex}"
+                self.lock_path, self.json_path = root / f"{name}.lock", root / f"{name}.json"
+                continue
             fcntl.flock(fd, fcntl.LOCK_EX)
             try:
                 same = os.fstat(fd).st_ino == os.stat(self.lock_path).st_ino
@@ -84,10 +144,15 @@ class _Lease:
             self._write()
 
     def _write(self) -> None:
-        tmp = self.json_path.with_name(self.json_path.name + f".tmp-{uuid.uuid4().hex[:6]}")
-        tmp.write_text(json.dumps({"pid": os.getpid(), "images": sorted(self.images)}))
-        os.chmod(tmp, 0o644)
-        tmp.replace(self.json_path)
+        tmp = self.json_path.with_name(self.json_path.name + f".tmp-{uuid.uuid4().hex}")
+        fd = _create(tmp)
+        try:
+            with os.fdopen(fd, "w") as handle:
+                handle.write(json.dumps({"pid": os.getpid(), "images": sorted(self.images)}))
+            tmp.replace(self.json_path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
 
     def release(self) -> None:
         for path in (self.json_path, self.lock_path):
@@ -106,7 +171,8 @@ def holding() -> Iterator[None]:
             except OSError as exc:
                 _STATE["lease"] = None
                 print(f"tiergate: warning: cannot hold an image lease in {folder()} ({exc.strerror or exc}): "
-                      f"a tiergate gc meanwhile may remove this gate's images (set {ENV})", file=sys.stderr)
+                      f"a tiergate gc meanwhile may remove this gate's images (set {ENV} to a folder of your own)",
+                      file=sys.stderr)
         _STATE["count"] += 1
     try:
         yield
@@ -155,18 +221,41 @@ def building(engine: str, tag: str) -> Iterator[None]:
         yield
 
 
+def _open_lock(path: Path) -> int:
+    """A lock file to flock: made new (0644: every user's gates and gc open it; a flock needs no write access), or
+    the existing one opened read-only. Never through a link, never blocking on a FIFO, never chmod-ed unless made
+    here; anything but a regular file is refused (OSError)."""
+    try:
+        return _create(path)
+    except FileExistsError:
+        pass
+    fd = os.open(path, os.O_RDONLY | _OPEN)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise FolderRefused(f"{path} is not a regular file")
+    return fd
+
+
 @contextmanager
 def _flock(name: str, mode: int, waiting: str = "") -> Iterator[None]:
     try:
         root = _ready()
-        fd = os.open(root / name, os.O_RDONLY | os.O_CREAT, 0o644)
     except OSError:
-        yield                  # no lease folder: nothing to lock against (holding() warned)
+        yield                  # no usable lease folder: nothing to lock against (holding() warned; gc refuses)
         return
     try:
-        os.fchmod(fd, 0o644)   # every user's gates and gc open it (a flock needs no write access)
-    except OSError:
-        pass                   # another user's file
+        fd = _open_lock(root / name)
+    except OSError as exc:
+        if mode == fcntl.LOCK_EX and name == GC_LOCK:      # gc never removes images without excluding the gates
+            from tiergate.errors import EnvironmentProblem
+
+            raise EnvironmentProblem(f"the image lease folder: cannot take {name} ({exc.strerror or exc}); no image "
+                                     "was removed", hint=f"remove a {name} that is not a regular file, or set {ENV}") \
+                from None
+        print(f"tiergate: warning: {name} in the image lease folder {root} is unusable ({exc.strerror or exc}); "
+              "going on without it", file=sys.stderr)
+        yield
+        return
     try:
         try:
             fcntl.flock(fd, mode | fcntl.LOCK_NB)
@@ -196,6 +285,8 @@ def leased(*, prune: bool = True) -> dict[str, str]:
 
     root = folder()
     found: dict[str, str] = {}
+    if problem() is not None:
+        return found            # never read (nor prune) a folder that is not trusted: gc refuses on problem()
     try:
         locks = sorted(root.glob("*.lock"))
     except OSError:
@@ -213,7 +304,11 @@ def leased(*, prune: bool = True) -> dict[str, str]:
                         pass
             continue
         try:
-            doc = json.loads(data.read_text())
+            fd = os.open(data, os.O_RDONLY | _OPEN)
+            with os.fdopen(fd, "rb") as handle:
+                if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+                    continue
+                doc = json.loads(handle.read(1 << 20))
             images = [str(i) for i in doc.get("images", [])]
         except (OSError, ValueError, AttributeError, TypeError):
             continue

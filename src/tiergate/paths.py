@@ -3,7 +3,10 @@
 `home()` is checked once per process and path, the first time it is asked for: a home that is a file, under a
 system folder (/proc, /sys, /dev) or not writable is one line and exit 2 (EnvironmentProblem), never a
 traceback. `check_outputs` is the one check every command runs on the paths a user names for it to write:
-none may be an input (the same path, a link to it, a hard link of it) or lie inside the home.
+none may be an input (the same path, a link to it, a hard link of it) or lie inside the home. `read_regular` is the
+one read of a file a user names by path (a model, a key, an attestation): regular files only (a FIFO would block
+for ever, /dev/zero never ends), at most a given size; `write_new` the one write of a file a user names for output
+(whole or not at all, never through a link planted there).
 """
 
 from __future__ import annotations
@@ -96,6 +99,98 @@ def writable_folder(folder: Path, option: str) -> None:
     problem = _write_problem(Path(folder))
     if problem:
         raise EnvironmentProblem(f"{option} {folder}: cannot write there ({problem})")
+
+
+# --- reading what a user names ---------------------------------------------------------------------------
+
+
+def read_regular(path: Path, what: str, limit: int) -> bytes:
+    """The bytes of a regular file (a link to one is fine), at most `limit` bytes; InputError (exit 2) naming it for
+    anything else: missing, a folder, a FIFO, socket or device, larger than `limit`, unreadable. Opened without
+    blocking (a FIFO is never waited on) and judged on the descriptor itself (no race with a swapped path)."""
+    import stat
+
+    path = Path(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise InputError(f"{what} {path}: no such file") from None
+    except IsADirectoryError:
+        raise InputError(f"{what} {path}: is a folder, not a file") from None
+    except OSError as exc:
+        check_regular(path, what)            # a socket refuses to open (ENXIO): say what it is
+        raise InputError(f"{what} {path}: cannot be read ({exc.strerror or exc})") from None
+    try:
+        info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
+            raise InputError(f"{what} {path}: is a folder, not a file")
+        if not stat.S_ISREG(info.st_mode):
+            kind = "a FIFO" if stat.S_ISFIFO(info.st_mode) else "a socket" if stat.S_ISSOCK(info.st_mode) else \
+                "a device"
+            raise InputError(f"{what} {path}: is {kind}, not a regular file")
+        if info.st_size > limit:
+            raise InputError(f"{what} {path}: is {info.st_size:,} bytes, more than the {limit:,} a {what} may be")
+        chunks, left = [], limit + 1
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        if left <= 0:
+            raise InputError(f"{what} {path}: grew past {limit:,} bytes while read")
+        return b"".join(chunks)
+    except OSError as exc:
+        raise InputError(f"{what} {path}: cannot be read ({exc.strerror or exc})") from None
+    finally:
+        os.close(fd)
+
+
+def check_regular(path: Path | None, what: str) -> None:
+    """InputError when `path` is there but is neither a regular file nor a folder (a FIFO would block the first
+    read for ever, a device never ends): checked on every input file before any work starts. A missing path is
+    left to the reader (it says so in its own words)."""
+    import stat
+
+    if path is None:
+        return
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return
+    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        kind = "a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else "a device"
+        raise InputError(f"{what} {path}: is {kind}, not a regular file")
+
+
+def write_new(path: Path, data: bytes | str, mode: int = 0o644) -> Path:
+    """Write a file whole or not at all: a temporary file of an unpredictable name made beside it with O_EXCL (never
+    through a link someone planted), then renamed over `path` (a link there is replaced, never written through).
+    Nothing is left behind on a failure (a full disk: the one-line EnvironmentProblem). The one writer of a file a
+    user names for output: the attestation, the report folder's files, JUnit XML, explain's --out files."""
+    from tiergate.errors import disk_full, is_disk_full
+
+    data = data.encode("utf-8") if isinstance(data, str) else data
+    fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
+    try:
+        try:
+            os.fchmod(fd, mode)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(temp, path)
+    except BaseException as exc:
+        try:
+            os.unlink(temp)
+        except FileNotFoundError:
+            pass
+        if isinstance(exc, OSError) and is_disk_full(exc):
+            raise disk_full(exc, path) from None
+        raise
+    return path
 
 
 # --- outputs never overwrite inputs -------------------------------------------------------------------

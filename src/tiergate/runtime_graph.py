@@ -128,21 +128,23 @@ class RuntimeGraph:
 
 def parse_describe(folder: Path, *, target: str, tier: str, runtime: str, emulated: bool, image: str,
                    image_id: str, artifact_sha256: str, seconds: float | None = None,
-                   cached: bool = False) -> RuntimeGraph:
+                   cached: bool = False, source: Path | None = None) -> RuntimeGraph:
     """A RuntimeGraph from a describer's output folder (raises InputError when it is unreadable). `seconds`: the
-    describe's time; None: its sessions' own (a describe made in a run, which has no container of its own)."""
+    describe's time; None: its sessions' own (a describe made in a run, which has no container of its own).
+    `source`: the described artifact's file, whose ONNX external data the optimized models still name."""
     folder = Path(folder)
     try:
         doc = json.loads((folder / DESCRIBE_FILE).read_text())
     except (OSError, json.JSONDecodeError) as exc:
         raise InputError(f"{folder}: no readable {DESCRIBE_FILE} from the runtime describer ({exc})") from None
     return from_describe(doc, folder, target=target, tier=tier, runtime=runtime, emulated=emulated, image=image,
-                         image_id=image_id, artifact_sha256=artifact_sha256, seconds=seconds, cached=cached)
+                         image_id=image_id, artifact_sha256=artifact_sha256, seconds=seconds, cached=cached,
+                         source=source)
 
 
 def from_describe(doc: dict, folder: Path | None, *, target: str, tier: str, runtime: str, emulated: bool,
                   image: str, image_id: str, artifact_sha256: str, seconds: float | None = None,
-                  cached: bool = False) -> RuntimeGraph:
+                  cached: bool = False, source: Path | None = None) -> RuntimeGraph:
     """A RuntimeGraph from a describe.json document; `folder` holds the optimized models it names (onnxruntime),
     None where it names none (a compile's record made on the host: compiler.compiled_graph)."""
     graph = RuntimeGraph(target=target, tier=tier, runtime=runtime, machine=doc.get("machine", ""),
@@ -169,19 +171,57 @@ def from_describe(doc: dict, folder: Path | None, *, target: str, tier: str, run
     for name in LEVELS:
         level = doc.get("levels", {}).get(name)
         if level:
-            graph.levels[name] = _level(folder / level["file"], name)
+            graph.levels[name] = _level(folder / level["file"], name, source)
     own = doc.get("levels", {}).get(graph.default_level) or {}
     graph.nodes = own.get("nodes", [])
     graph.placement = own.get("placement", {})
     return graph
 
 
-def _level(path: Path, name: str) -> LevelGraph:
+def _level(path: Path, name: str, source: Path | None = None) -> LevelGraph:
     from tiergate.artifact.onnx_loader import load_onnx
 
-    artifact = load_onnx(path, path.read_bytes(), check=False)
+    artifact = load_onnx(path, _with_source_data(path, path.read_bytes(), source), check=False)
     ops = Counter(f"{n.domain}:{n.op}" for n in artifact.nodes)
     return LevelGraph(name, dict(sorted(ops.items())), fingerprint(artifact), len(artifact.nodes), artifact)
+
+
+def _with_source_data(path: Path, data: bytes, source: Path | None) -> bytes:
+    """An optimized model's bytes with the external data it still names (onnxruntime writes the initializers it did
+    not change as references to the artifact's own external data files) read in from the artifact's folder (each
+    location checked there: hashing.safe_location). Unchanged when it names none, or nothing is known of `source`."""
+    if source is None or b"location" not in data:
+        return data
+    import onnx
+
+    from tiergate.artifact.external import external_tensors
+    from tiergate.hashing import safe_location
+
+    model = onnx.ModelProto.FromString(data)
+    tensors = [t for t in external_tensors(model) if not (path.parent / _location(t)).is_file()]
+    if not tensors:
+        return data
+    blobs: dict[str, bytes] = {}
+    for tensor in tensors:
+        entries = {e.key: e.value for e in tensor.external_data}
+        location = entries.get("location", "")
+        if location not in blobs:
+            blobs[location] = safe_location(Path(source), location).read_bytes()
+        offset, blob = int(entries.get("offset") or 0), blobs[location]
+        length = int(entries["length"]) if entries.get("length") else len(blob) - offset
+        if offset < 0 or length < 0 or offset + length > len(blob):
+            raise InputError(f"{path}: external data {location!r} of the artifact is too short")
+        tensor.raw_data = blob[offset:offset + length]
+        del tensor.external_data[:]
+        tensor.data_location = onnx.TensorProto.DEFAULT
+    try:
+        return model.SerializeToString()
+    except ValueError as exc:                       # protobuf's 2 GiB
+        raise InputError(f"{path}: the optimized model with its weights is too large to read ({exc})") from None
+
+
+def _location(tensor) -> str:
+    return next((e.value for e in tensor.external_data if e.key == "location"), "")
 
 
 COMPILE_RECORD = ("tvm_version", "target", "target_text", "opt_level", "disabled_passes", "pipeline", "inputs",
@@ -223,6 +263,18 @@ def modified_by(graph: dict) -> list[str]:
         return list(dict.fromkeys(p["name"] for p in changed_passes(graph.get("passes") or [])))
     level = graph.get("default_level", "all")
     return [name for name, _, modified in (graph.get("transformers") or {}).get(level, []) if modified]
+
+
+def known_passes(graph: dict) -> list[str]:
+    """Every optimizer pass the tier's runtime reports running on the candidate (changed the graph or not): what a
+    pass name given to `tiergate bisect --passes` may be. onnxruntime's graph transformers at any level, "XNNPACK"
+    for LiteRT, TVM's passes."""
+    runtime = str(graph.get("runtime", ""))
+    if runtime == "tflite":
+        return ["XNNPACK"]
+    if runtime == "tvm":
+        return list(dict.fromkeys(p["name"] for p in graph.get("passes") or []))
+    return list(dict.fromkeys(name for level in (graph.get("transformers") or {}).values() for name, *_ in level))
 
 
 def first_pass_difference(old: list[dict], new: list[dict]) -> int | None:

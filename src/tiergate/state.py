@@ -19,10 +19,11 @@ place, then renamed (`part_path`, `parse_part`: the one naming, which gc reads t
 writer from a dead one); a full disk is the one-line EnvironmentProblem of errors.disk_full.
 The orchestrator, the fast path (quickgate) and gc all use this module; it imports no numpy.
 
-Decision files and fast-path entries are sealed: an HMAC-SHA256 under a key kept outside the home
+Decision files, fast-path entries and saved runs (run.seal: every file's sha256 and the run's name) are sealed: an
+HMAC-SHA256 under a key kept outside the home
 (`cache_key_path`: $TIERGATE_CACHE_KEY, else ${XDG_CONFIG_HOME:-~/.config}/tiergate/cache.key, 32 random
 bytes made 0600 on first use). A file whose seal is missing or wrong (edited, or restored from a home
-sealed under another key) is never believed: a decision is made again from the verified runs.
+sealed under another key) is never believed: a decision is made again from the verified runs, a run is run again.
 """
 
 from __future__ import annotations
@@ -163,7 +164,10 @@ def parse_part(name: str) -> tuple[str, int] | None:
 
 
 def replace_dir(work: Path, folder: Path) -> None:
-    """Put a finished folder in place (a rename in the same directory); the old one goes first."""
+    """Put a finished folder in place (a rename in the same directory); the old one goes first. A run folder that
+    holds an ok result is sealed first, for its final name (seal_run)."""
+    if (work / RESULT_FILE).is_file():
+        seal_run(work, folder)
     if folder.exists():
         old = folder.with_name(f"{folder.name}.old-{os.getpid()}-{threading.get_ident()}")
         folder.rename(old)
@@ -248,8 +252,8 @@ def try_key_lock(key: str, root: Path | None = None) -> Iterator[bool]:
 
 def flock_held(path: Path) -> bool:
     """Whether another open file holds an flock on `path` (a key_lock); never blocks."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
+    try:      # never through a link, never blocking on a FIFO planted in a shared folder (the lease folder)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
         return False
     try:
@@ -286,12 +290,62 @@ def read_result(folder: Path) -> dict | None:
 
 
 def run_verifies(folder: Path) -> bool:
-    """A saved ok result whose outputs are the ones it names."""
+    """A saved ok result whose outputs are the ones it names, sealed by this machine's key for this run's name with
+    exactly its files (seal_run): a run edited, copied from another run's folder or from a home made elsewhere is
+    never believed."""
     doc = read_result(folder)
     if doc is None or doc.get("status") != "ok" or not doc.get("outputs_sha256"):
         return False
     try:
-        return file_sha256(folder / OUTPUTS_FILE) == doc["outputs_sha256"]
+        if file_sha256(folder / OUTPUTS_FILE) != doc["outputs_sha256"]:
+            return False
+    except OSError:
+        return False
+    return run_sealed(folder)
+
+
+RUN_SEAL = "run.seal"            # in a run folder: the sealed list of its files and the run's name
+
+
+def _run_name(folder: Path) -> str:
+    """A run folder's name as its seal binds it: the run key, or KEY.shards/START-STOP for a shard."""
+    parent = Path(folder).parent.name
+    return f"{parent}/{Path(folder).name}" if parent.endswith(SHARDS_SUFFIX) else Path(folder).name
+
+
+def _run_files(folder: Path) -> dict[str, str] | None:
+    """Every file of a run folder with its sha256 (the seal aside); None when it holds a link or anything but files
+    and folders (a sealed run never does)."""
+    files = {}
+    for path in sorted(Path(folder).rglob("*")):
+        if path.is_symlink() or not (path.is_file() or path.is_dir()):
+            return None
+        name = path.relative_to(folder).as_posix()
+        if path.is_file() and name != RUN_SEAL:
+            files[name] = file_sha256(path)
+    return files
+
+
+def seal_run(work: Path, final: Path) -> None:
+    """Seal a finished ok run (in `work`, for its place `final`): its files' sha256 and its run's name under this
+    machine's key (nothing without a usable key: the run is then not reused). Called by replace_dir, and after a
+    run's result.json changes in place."""
+    doc = read_result(work)
+    (Path(work) / RUN_SEAL).unlink(missing_ok=True)
+    if doc is None or doc.get("status") != "ok":
+        return
+    files = _run_files(work)
+    if files is not None:
+        write_sealed(Path(work) / RUN_SEAL, {"run": _run_name(final), "files": files}, sort_keys=True)
+
+
+def run_sealed(folder: Path) -> bool:
+    """The run folder's seal verifies under this machine's key, names this run, and lists exactly its files."""
+    doc, _ = read_sealed(Path(folder) / RUN_SEAL)
+    if doc is None or doc.get("run") != _run_name(folder):
+        return False
+    try:
+        return doc.get("files") == _run_files(folder)
     except OSError:
         return False
 
@@ -303,8 +357,8 @@ def verified(folder: Path, *, quiet: bool = False) -> bool:
     if run_verifies(folder):
         return True
     if not quiet:
-        print(f"tiergate: warning: discarding the saved run {folder.name} (failed, or it does not verify); "
-              "running it again", file=sys.stderr)
+        print(f"tiergate: warning: discarding the saved run {folder.name} (failed, or it does not verify: edited, "
+              "or not sealed by this machine's cache key); running it again", file=sys.stderr)
     shutil.rmtree(folder, ignore_errors=True)
     return False
 
@@ -347,6 +401,8 @@ def cache_key() -> bytes | None:
     neither read nor made (a warning once: the gate then decides and caches nothing)."""
     path = cache_key_path()
     try:
+        if _inside_home(path):
+            raise ValueError("it lies inside TIERGATE_HOME: a home restored from elsewhere would bring its own key")
         key = _read_key(path)
         if key is None:
             key = _make_key(path)
@@ -357,26 +413,59 @@ def cache_key() -> bytes | None:
         if str(path) not in _KEY_WARNED:
             _KEY_WARNED.add(str(path))
             text = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-            print(f"tiergate: warning: the cache key {path} is unusable ({text}); decisions are not cached",
-                  file=sys.stderr)
+            print(f"tiergate: warning: the cache key {path} is unusable ({text}); decisions are not cached and "
+                  "saved runs are not reused", file=sys.stderr)
         return None
+
+
+def _inside_home(path: Path) -> bool:
+    from tiergate.paths import home_path
+
+    try:
+        resolved, root = Path(path).resolve(), home_path().resolve()
+    except OSError:
+        return False
+    return resolved == root or root in resolved.parents
 
 
 def _read_key(path: Path) -> bytes | None:
+    """The key's bytes, read without following a link, from a regular file this user owns that nobody else may
+    read or write (mode 0600 or stricter); ValueError saying why otherwise (the key is then unusable: a key others
+    can read lets them forge seals, one others can write lets them choose it)."""
+    import stat
+
     try:
-        return path.read_bytes()
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except FileNotFoundError:
         return None
+    except OSError as exc:
+        if Path(path).is_symlink():
+            raise ValueError("it is a symbolic link; the key must be a file of its own") from None
+        raise
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise ValueError("it is not a regular file")
+        if info.st_uid != os.geteuid():
+            raise ValueError(f"it is owned by uid {info.st_uid}, not by this user (uid {os.geteuid()})")
+        if info.st_mode & 0o077:
+            raise ValueError(f"its mode is {stat.S_IMODE(info.st_mode):04o}: others may read or write it "
+                             f"(chmod 600 {path})")
+        return os.read(fd, CACHE_KEY_BYTES + 1)
+    finally:
+        os.close(fd)
 
 
 def _make_key(path: Path) -> bytes:
-    """32 random bytes, written 0600 to a part file and linked into place: the first writer wins, every other
-    one reads the winner's key."""
+    """32 random bytes, written 0600 to a new part file (never through a link) and linked into place: the first
+    writer wins, every other one reads the winner's key."""
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     tmp = part_path(path)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    tmp.unlink(missing_ok=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     try:
         with os.fdopen(fd, "wb") as handle:
+            os.fchmod(handle.fileno(), 0o600)         # whatever the umask
             handle.write(os.urandom(CACHE_KEY_BYTES))
         try:
             os.link(tmp, path)
@@ -384,7 +473,10 @@ def _make_key(path: Path) -> bytes:
             pass
     finally:
         tmp.unlink(missing_ok=True)
-    return path.read_bytes()
+    key = _read_key(path)
+    if key is None:
+        raise FileNotFoundError(f"{path} vanished as it was made")
+    return key
 
 
 def seal_of(doc: dict, key: bytes) -> str:
@@ -406,10 +498,12 @@ def read_sealed(path: Path) -> tuple[dict | None, str]:
     """(the document, "") when its seal verifies under this machine's key; else (None, why): "absent",
     "unreadable", "unsealed" (no seal or a wrong one: edited, or sealed under another key) or "no key"."""
     try:
-        doc = json.loads(path.read_text())
+        if Path(path).is_symlink():            # a sealed file is the home's own: never read through a link
+            return None, "unreadable"
+        doc = json.loads(path.read_text(), parse_constant=_no_constant)
     except FileNotFoundError:
         return None, "absent"
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None, "unreadable"
     if not isinstance(doc, dict):
         return None, "unreadable"
@@ -417,9 +511,18 @@ def read_sealed(path: Path) -> tuple[dict | None, str]:
     if key is None:
         return None, "no key"
     seal = doc.get(SEAL)
-    if not isinstance(seal, str) or not hmac.compare_digest(seal, seal_of(doc, key)):
+    try:
+        expected = seal_of(doc, key)
+    except (ValueError, TypeError, RecursionError):
+        return None, "unreadable"
+    if not isinstance(seal, str) or not hmac.compare_digest(seal, expected):
         return None, "unsealed"
     return doc, ""
+
+
+def _no_constant(name: str):
+    """JSON's NaN and Infinity are never in a sealed file (it is written with allow_nan=False)."""
+    raise ValueError(f"{name} in a sealed file")
 
 
 # --- cached folders (runtime graphs, explain dumps): a sealed manifest of their files ---------------
@@ -585,6 +688,23 @@ def saved_compiles(root: Path) -> list[Saved]:
         artifact = doc.get("artifact_sha256") if isinstance(doc, dict) else None
         out.append(Saved(path, path.name, datetime.fromtimestamp(path.stat().st_mtime, timezone.utc),
                          folder_size(path), artifact=artifact or None))
+    return out
+
+
+def saved_mlflow(root: Path) -> list[Saved]:
+    """The MLflow download cache's folders (and part folders of downloads in progress), each with its artifact's
+    sha256 when its identity file says it; never the watcher's state files (mlflow/watch-*.json)."""
+    out = []
+    for path in entries(root / MLFLOW):
+        if not path.is_dir() or path.is_symlink():
+            continue
+        try:
+            doc = json.loads((path / "identity.json").read_text())
+        except (OSError, ValueError):
+            doc = {}
+        artifact = doc.get("artifact_sha256") if isinstance(doc, dict) else None
+        out.append(Saved(path, path.name, datetime.fromtimestamp(path.stat().st_mtime, timezone.utc),
+                         folder_size(path), artifact=artifact if isinstance(artifact, str) and artifact else None))
     return out
 
 

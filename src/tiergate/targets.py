@@ -14,6 +14,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tiergate.cpunames import emulated_cpu_problem, feature_problem
 from tiergate.errors import EnvironmentProblem, InputError
 from tiergate.npu.spec import VelaSpec, parse as parse_vela_spec
 from tiergate.paths import containers_dir, targets_dir
@@ -410,7 +411,7 @@ def parse_device_class(path: Path, data: dict) -> DeviceClass:
     limits = _parse_limits(path, data.get("container", {}), data.get("memory_limit_mb"))
     build = _parse_build(path, data["runtime"], data.get("build", {}))
     evaluation = _parse_evaluation(path, data["execution"], data.get("evaluation", {}))
-    cpu_spec = _parse_cpu(path, data.get("cpu", {}))
+    cpu_spec = _parse_cpu(path, data.get("cpu", {}), data["arch"])
     cpu = data.get("emulated_cpu")
     if cpu is not None:
         if data["execution"] != "emulated" and cpu_spec.on_mismatch != "emulate":
@@ -418,6 +419,9 @@ def parse_device_class(path: Path, data: dict) -> DeviceClass:
                        "ones that emulate on a host whose CPU differs ([cpu] on_mismatch = \"emulate\")")
         if not _CPU.match(cpu):
             raise _bad(path, "emulated_cpu", f"must name a QEMU CPU model (e.g. cortex-a76, Haswell-noTSX), got {cpu!r}")
+        unknown = emulated_cpu_problem(cpu, data["arch"])     # the emulator's own list (cpunames)
+        if unknown:
+            raise _bad(path, "emulated_cpu", f"{cpu!r} {unknown}")
     if cpu_spec.on_mismatch == "emulate" and cpu is None:
         raise _bad(path, "cpu.on_mismatch", "is \"emulate\": name the CPU to emulate in emulated_cpu")
     passes = data.get("disabled_passes", [])
@@ -511,8 +515,8 @@ def _parse_compile(path: Path, data: dict) -> CompileSpec | VelaSpec | None:
     return CompileSpec(target=dict(target), opt_level=opt_level)
 
 
-def _parse_cpu(path: Path, table: dict) -> CpuSpec:
-    """The [cpu] table: feature names as /proc/cpuinfo spells them."""
+def _parse_cpu(path: Path, table: dict, arch: str) -> CpuSpec:
+    """The [cpu] table: feature names as /proc/cpuinfo spells them, each one the harness can see (cpunames)."""
     for key, value in table.items():
         if key not in _CPU_FIELDS:
             raise _bad(path, f"cpu.{key}", f"is unknown (known: {', '.join(_CPU_FIELDS)})")
@@ -522,6 +526,9 @@ def _parse_cpu(path: Path, table: dict) -> CpuSpec:
             if not isinstance(name, str) or not _FEATURE.match(name):
                 raise _bad(path, f"cpu.{key}", f"must list CPU feature names as /proc/cpuinfo spells them (avx2, "
                            f"avx512_vnni, asimddp, ...), got {name!r}")
+            unknown = feature_problem(name, arch)
+            if unknown:
+                raise _bad(path, f"cpu.{key}", unknown)
     both = set(table.get("requires", [])) & set(table.get("lacks", []))
     if both:
         raise _bad(path, "cpu", f"names {', '.join(sorted(both))} both as required and as lacking")

@@ -101,7 +101,7 @@ def test_the_fast_paths_attestation_is_the_first_ones(gated):
 
 
 def _verify(capsys, path: Path, key: Path, *extra: str) -> tuple[int, str, str]:
-    code = main(["verify", str(path), "--key", str(key), *extra])
+    code = main(["verify", str(path), "--key", str(key), *(extra or ("--any-verdict",))])
     out, err = capsys.readouterr()
     return code, out, err
 
@@ -150,3 +150,45 @@ def test_verify_accepts_the_gates_attestation_and_refuses_any_change(gated, caps
     # and the untouched envelope still verifies in-process (the refusals above were the changes)
     code, out, err = _verify(capsys, gated["first"], gated["pub"], "--candidate", str(gated["good"]))
     assert code == 0 and out.startswith("verified: PROMOTE"), err
+
+
+def _fast_gate(gated, *extra: str) -> list[str]:
+    """The module's gate again (unchanged: the fast path answers it, nothing runs), with other outputs."""
+    return ["gate", "--candidate", str(gated["good"]), "--reference", str(gated["ref"]), "--data",
+            str(gated["folder"] / "eval.npz"), "--targets", X86, "--signing-key", str(gated["key"]), *extra]
+
+
+def test_the_attestation_is_written_whole_never_through_a_planted_link(gated, tmp_path, capsys, monkeypatch):
+    """Issue 42: the temporary name was predictable (.NAME.part-PID) and written through a link planted there."""
+    monkeypatch.setenv("TIERGATE_HOME", str(gated["folder"] / "home"))
+    victim, dest = tmp_path / "victim", tmp_path / "out.intoto.json"
+    victim.write_text("precious")
+    (tmp_path / f".{dest.name}.part-{os.getpid()}").symlink_to(victim)
+    dest.symlink_to(tmp_path / "elsewhere")                   # a link at the destination is replaced, not followed
+    code = main(_fast_gate(gated, "--attest", str(dest)))
+    capsys.readouterr()
+    assert code == 0 and victim.read_text() == "precious" and not (tmp_path / "elsewhere").exists()
+    assert not dest.is_symlink() and dest.read_bytes() == gated["first"].read_bytes()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([f".{dest.name}.part-{os.getpid()}", dest.name,
+                                                                "victim"])
+
+
+@pytest.mark.root
+def test_the_attestation_on_a_full_disk_is_one_line_and_leaves_nothing(gated, tmp_path, capsys, monkeypatch):
+    from partskit import tiny_tmpfs
+
+    mount = tiny_tmpfs(tmp_path / "tiny")
+    try:
+        with open(mount / "fill", "wb") as fh:
+            try:
+                fh.write(b"\0" * (1 << 20))
+            except OSError:
+                pass
+        monkeypatch.setenv("TIERGATE_HOME", str(gated["folder"] / "home"))
+        code = main(_fast_gate(gated, "--attest", str(mount / "a.intoto.json")))
+        out, err = capsys.readouterr()
+        lines = err.strip().splitlines()
+        assert code == 2 and "disk full" in lines[-1] and "Traceback" not in err, err
+        assert [p.name for p in mount.iterdir()] == ["fill"]           # no .part file left
+    finally:
+        subprocess.run(["umount", str(mount)])

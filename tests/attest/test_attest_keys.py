@@ -110,6 +110,9 @@ def test_the_envelope_holds_for_an_independent_verifier(keys, tmp_path, capsys):
     _attested(tmp_path, keys[0], cand, ref)
     assert path.read_bytes() == first
     code, out, err = _cli(capsys, "verify", str(path), "--key", str(keys[1]), "--candidate", str(cand))
+    assert code == 1 and "the attested verdict is REJECT, not PROMOTE" in _one_line(err) and not out  # issue 42
+    code, out, err = _cli(capsys, "verify", str(path), "--key", str(keys[1]), "--candidate", str(cand),
+                          "--any-verdict")                                                       # an auditor
     assert code == 0, err
     assert out.startswith("verified: REJECT for cand.onnx")
     # another verdict, another payload: the envelope is about this decision
@@ -122,7 +125,7 @@ def test_the_subject_is_intakes_hash_external_data_included(keys, tmp_path, caps
     folder.mkdir()
     cand = modelkit.write(modelkit.mlp(seed=5), folder / "cand.onnx", external="cand.bin")
     ref = modelkit.write(modelkit.mlp(seed=6), folder / "ref.onnx")
-    path, _ = _attested(tmp_path, keys[0], cand, ref)
+    path, _ = _attested(tmp_path, keys[0], cand, ref, verdict="PROMOTE")
     statement = attestkit.statement_of(json.loads(path.read_text()), keys[1].read_bytes())
     digest = statement["subject"][0]["digest"]["sha256"]
     assert digest == load_artifact(cand).sha256 != hashlib.sha256(cand.read_bytes()).hexdigest()
@@ -166,16 +169,16 @@ def test_verify_refuses_what_is_not_a_tiergate_dsse_statement(keys, tmp_path, ca
     for what, data in cases.items():
         bad = tmp_path / "bad.json"
         bad.write_bytes(data)
-        code, out, err = _cli(capsys, "verify", str(bad), "--key", str(keys[1]))
+        code, out, err = _cli(capsys, "verify", str(bad), "--key", str(keys[1]), "--any-verdict")
         assert code == 1 and _one_line(err).startswith("tiergate: error: ") and not out, (what, err)
     # the statement re-signed well by this key verifies: the refusals above are about their one change
     good = tmp_path / "resigned.json"
     good.write_text(json.dumps(signed(statement)))
-    assert _cli(capsys, "verify", str(good), "--key", str(keys[1]))[0] == 0
+    assert _cli(capsys, "verify", str(good), "--key", str(keys[1]), "--any-verdict")[0] == 0
     stranger = Key.generate().public_key().public_bytes(serialization.Encoding.PEM,
                                                         serialization.PublicFormat.SubjectPublicKeyInfo)
     (tmp_path / "stranger.pub").write_bytes(stranger)
-    code, out, err = _cli(capsys, "verify", str(path), "--key", str(tmp_path / "stranger.pub"))
+    code, out, err = _cli(capsys, "verify", str(path), "--key", str(tmp_path / "stranger.pub"), "--any-verdict")
     assert code == 1 and "not signed by this key" in _one_line(err)
 
 
@@ -190,11 +193,11 @@ def test_unusable_inputs_are_exit_2_one_line(keys, tmp_path, capsys, tiergate_ho
         serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
     (tmp_path / "garbage.pem").write_text("not a key\n")
     verify = {
-        "no envelope": (["verify", str(tmp_path / "none.json"), "--key", str(keys[1])], "no such file"),
-        "no key": (["verify", str(path), "--key", str(tmp_path / "none.pub")], "no such file"),
-        "RSA public key": (["verify", str(path), "--key", str(tmp_path / "rsa.pub")], "not an Ed25519 public key"),
-        "private key": (["verify", str(path), "--key", str(keys[0])], "is a private key"),
-        "garbage key": (["verify", str(path), "--key", str(tmp_path / "garbage.pem")], "not a PEM public key"),
+        "no envelope": (["verify", str(tmp_path / "none.json"), "--key", str(keys[1]), "--any-verdict"], "no such file"),
+        "no key": (["verify", str(path), "--key", str(tmp_path / "none.pub"), "--any-verdict"], "no such file"),
+        "RSA public key": (["verify", str(path), "--key", str(tmp_path / "rsa.pub"), "--any-verdict"], "not an Ed25519 public key"),
+        "private key": (["verify", str(path), "--key", str(keys[0]), "--any-verdict"], "is a private key"),
+        "garbage key": (["verify", str(path), "--key", str(tmp_path / "garbage.pem"), "--any-verdict"], "not a PEM public key"),
         "no candidate": (["verify", str(path), "--key", str(keys[1]), "--candidate", str(tmp_path / "none.onnx")],
                          "none.onnx"),
     }

@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+import gatekit
 from onnx import TensorProto
 
 import modelkit as m
@@ -146,8 +148,7 @@ def test_unknown_target_exits_2(capsys, tmp_path):
 
 
 def test_installed_entry_point(tmp_path):
-    if not TIERGATE.exists():
-        pytest.skip(f"{TIERGATE} is not installed")
+    assert TIERGATE.exists(), f"{TIERGATE} is not installed (scripts/setup installs tiergate into .venv)"
     path = m.save(m.conv_net(batchnorm=True), "bn.onnx", tmp_path)
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
     done = subprocess.run([str(TIERGATE), "inspect", str(path), "--json"], capture_output=True, text=True,
@@ -164,14 +165,8 @@ def test_installed_entry_point(tmp_path):
 @pytest.fixture(scope="module")
 def runtime_home(tmp_path_factory):
     """One TIERGATE_HOME for the module: the runtime-graph cache is shared between its tests."""
-    home = tmp_path_factory.mktemp("tiergate-home")
-    saved = os.environ.get("TIERGATE_HOME")
-    os.environ["TIERGATE_HOME"] = str(home)
-    yield home
-    if saved is None:
-        os.environ.pop("TIERGATE_HOME", None)
-    else:
-        os.environ["TIERGATE_HOME"] = saved
+    with gatekit.home_at(tmp_path_factory.mktemp("tiergate-home")) as home:
+        yield home
 
 
 @pytest.mark.docker
@@ -237,3 +232,26 @@ def test_inspect_gpu_target_without_a_gpu_engine_says_file_only(capsys, tmp_path
     assert code == 0 and doc["runtime"] == {}
     (note,) = [f for f in doc["findings"] if f["rule"] == "runtime-graph"]
     assert note["severity"] == "warning" and note["target"] == "cuda-gpu-onnxruntime" and "NVIDIA" in note["message"]
+
+
+def test_one_unusable_file_never_ends_a_multi_file_inspect(tmp_path):
+    """Issue 42: /dev/zero ended the whole call ("internal error: MemoryError") and a FIFO hung it for ever; each
+    unusable file is now its own record (regular files only are read), the others are inspected."""
+    first, last = m.save(m.conv_net(), "first.onnx", tmp_path), m.save(m.mlp(), "last.onnx", tmp_path)
+    os.mkfifo(tmp_path / "fifo.onnx")
+    (tmp_path / "empty.onnx").write_bytes(b"")
+    (tmp_path / "folder.onnx").mkdir()
+    (tmp_path / "dangling.onnx").symlink_to(tmp_path / "nowhere.onnx")
+    bad = ["/dev/zero", tmp_path / "fifo.onnx", tmp_path / "empty.onnx", tmp_path / "folder.onnx",
+           tmp_path / "dangling.onnx"]
+    proc = subprocess.run([str(TIERGATE), "inspect", str(first), *map(str, bad), str(last), "--json"],
+                          capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, TIERGATE_HOME=str(tmp_path / "home")))
+    assert proc.returncode == 2, proc.stderr
+    reports = json.loads(proc.stdout)
+    assert [r["artifact"]["path"] for r in reports] == [str(first), *map(str, bad), str(last)]
+    assert reports[0]["ok"] and reports[-1]["ok"]
+    errors = [r["error"] for r in reports[1:-1]]
+    assert "is a device, not a regular file" in errors[0] and "is a FIFO, not a regular file" in errors[1]
+    assert "is empty" in errors[2] and "is a folder" in errors[3] and "no such file" in errors[4]
+    assert "internal error" not in proc.stderr and "Traceback" not in proc.stderr

@@ -1,7 +1,7 @@
 """The counting QEMU and the harness's markers, without Docker: the host's own Python under the counting
 qemu-x86_64 with tiergate's plugin (execution/counting.py), as an emulated x86 class's container runs it.
 
-Skips only where scripts/setup did not build the counting QEMU (scripts/build-counting-qemu)."""
+The tests that run it are marked `counting`: strict, like docker (a machine without it stops the run)."""
 
 from __future__ import annotations
 
@@ -13,11 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from tiergate.execution.counting import COUNT_ENV, READS_ENV, count_dir, counter
+from tiergate.execution.counting import COUNT_ENV, READS_ENV, counter
 from tiergate.targets import resolve
 
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(counter() is None, reason=f"no counting QEMU in {count_dir()}: "
-                                                   "run scripts/build-counting-qemu (scripts/setup does)")]
+pytestmark = [pytest.mark.slow]     # the tests that run the counting QEMU are marked `counting` (strict)
 HARNESS = Path(__file__).resolve().parents[2] / "containers" / "harness"
 
 # the harness's markers around a pure-Python loop of N iterations, called three times per N
@@ -51,6 +50,7 @@ def counted_run(tmp_path: Path, sizes: list[int]) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.counting
 def test_a_call_counts_its_own_instructions_and_repeats(tmp_path):
     small = counted_run(tmp_path / "a", [20000] * 5)
     again = counted_run(tmp_path / "b", [20000] * 5)
@@ -64,6 +64,7 @@ def test_a_call_counts_its_own_instructions_and_repeats(tmp_path):
     assert small["load_instructions"] > 0 and small["reads_per_inference"] is None     # reads: off by default
 
 
+@pytest.mark.counting
 def test_reads_are_counted_when_asked_and_the_instructions_stay_the_same(tmp_path, monkeypatch):
     plain = counted_run(tmp_path / "a", [20000] * 3)
     monkeypatch.setenv(READS_ENV, "1")
@@ -73,6 +74,7 @@ def test_reads_are_counted_when_asked_and_the_instructions_stay_the_same(tmp_pat
         <= 0.005 * plain["instructions_per_inference"]
 
 
+@pytest.mark.counting
 def test_the_plugin_refuses_an_unknown_argument():
     c = counter()
     done = subprocess.run([str(c.folder / "ld-linux-x86-64.so.2"), "--library-path", str(c.folder / "lib"),
@@ -81,13 +83,20 @@ def test_the_plugin_refuses_an_unknown_argument():
     assert done.returncode != 0 and "unknown argument bogus=1" in done.stderr
 
 
-def test_an_emulated_class_container_starts_under_the_counting_qemu_and_a_native_one_does_not(monkeypatch):
+def test_an_emulated_class_container_starts_under_the_counting_qemu_and_a_native_one_does_not(monkeypatch, tmp_path):
+    """The container spec alone: a counting QEMU's files in a folder of the test's own (nothing of it runs here)."""
     from tiergate.execution import Job
     from tiergate.execution.counting import IN_CONTAINER, OFF_ENV
     from tiergate.execution.docker_backend import HARNESS_IN_IMAGE, DockerBackend
     from tiergate.images import LABEL, BuiltImage
 
     image = BuiltImage("tiergate/x:1", "sha256:1", {f"{LABEL}.model.path": "/opt/tiergate/model/m.onnx"}, True)
+    plugins = tmp_path / "qemu-plugins"
+    plugins.mkdir()
+    for name in ("ld-linux-x86-64.so.2", "qemu-aarch64", "qemu-x86_64", "libtiergate_count.so"):
+        (plugins / name).write_bytes(b"")
+    (plugins / "STAMP").write_text("test\n")
+    monkeypatch.setenv("TIERGATE_SYSTEM_DIR", str(tmp_path))
 
     def spec(name, backend=None):
         (dc,) = resolve(name)
@@ -110,6 +119,7 @@ def test_an_emulated_class_container_starts_under_the_counting_qemu_and_a_native
     assert "entrypoint" not in spec("arm64-cpu-onnxruntime")
 
 
+@pytest.mark.counting
 def test_doctor_names_the_counting_qemu_or_says_how_to_build_it(tmp_path):
     from tiergate.doctor import check_counting
 
@@ -138,6 +148,7 @@ print(os.waitstatus_to_exitcode(status))
 """
 
 
+@pytest.mark.counting
 def test_a_forked_child_of_a_threaded_process_can_start_threads_under_the_counting_qemu(tmp_path):
     """QEMU 10.0's plugin core kept the parent's other vCPUs in the child after a fork, so the child's first
     thread reused one's index and failed an assertion (containers/qemu-count/plugin-fork-vcpus.patch)."""

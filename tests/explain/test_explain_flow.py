@@ -17,7 +17,8 @@ X86 = "x86_64-cpu-onnxruntime"
 
 @pytest.fixture
 def prefect_env(tmp_path, monkeypatch):
-    pytest.importorskip("prefect")
+    import prefect  # noqa: F401 - pinned (constraints.txt): never optional
+
     monkeypatch.setenv("PREFECT_HOME", str(tmp_path / "prefect"))
     monkeypatch.setenv("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     monkeypatch.delenv("PREFECT_API_URL", raising=False)

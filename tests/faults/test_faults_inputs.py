@@ -6,7 +6,6 @@ Each case: the fault, the exit code and one line, and what was not lost (nothing
 from __future__ import annotations
 
 import errno
-import os
 
 import numpy as np
 import pytest
@@ -175,16 +174,14 @@ def test_disk_full_writing_the_decision_leaves_no_part_file(case, monkeypatch):
     assert not list((case["home"] / "decisions").glob("*.part-*"))
 
 
+@pytest.mark.root
 def test_disk_full_through_the_cli_is_one_line(case, tmp_path):
     """A real full disk: TIERGATE_HOME on a 1 MiB tmpfs (root only), the eval data large enough to fill it."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
     import subprocess
 
-    mount = tmp_path / "tiny"
-    mount.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)]).returncode != 0:
-        pytest.skip("cannot mount a tmpfs here")
+    from partskit import tiny_tmpfs
+
+    mount = tiny_tmpfs(tmp_path / "tiny")
     try:
         code, out, err = cli("register", str(case["good"]), "--model", "m", "--reference", str(case["reference"]),
                              "--registry", f"sqlite:///{tmp_path / 'r.db'}", "--store", str(mount / "store"),

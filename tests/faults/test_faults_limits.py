@@ -110,7 +110,9 @@ def test_merging_shards_streams_them(tmp_path):
     out = results.load_outputs(tmp_path / "work")
     assert out["y"].shape == (2048, 1024) and [out["y"][i * 512, 0] for i in range(4)] == [0, 1, 2, 3]
     np.testing.assert_array_equal(out["ids"], np.arange(2048))
-    assert state.verified(tmp_path / "work")
+    (tmp_path / "runs").mkdir()
+    state.replace_dir(tmp_path / "work", tmp_path / "runs" / "merged")     # placed as a run is: sealed (issue 42)
+    assert state.verified(tmp_path / "runs" / "merged")
 
 
 def test_shards_over_the_limit_together_fail_the_run(tmp_path, monkeypatch):

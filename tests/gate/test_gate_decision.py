@@ -193,13 +193,42 @@ def test_ab_against_incumbent_non_inferiority(runs, device_classes, policy, clas
     ok_i = better.argmax(1) == labels
     assert ab.accuracy_difference.estimate == pytest.approx(ok_c.mean() - ok_i.mean())
     assert (ab.mcnemar.only_a, ab.mcnemar.only_b) == (int(np.sum(ok_c & ~ok_i)), int(np.sum(~ok_c & ok_i)))
-    assert not check.passed and check.value == ab.accuracy_difference.low and check.threshold == -0.01
+    # its interval straddles -margin: neither shown non-inferior nor shown worse (issue 42: it failed before)
+    assert ab.accuracy_difference.low < -0.01 < ab.accuracy_difference.high
+    assert not check.passed and check.inconclusive and check.samples_needed and check.threshold == -0.01
+    assert check.value == ab.accuracy_difference.estimate and check.interval == ab.accuracy_difference
+    assert decision.verdict == "INCONCLUSIVE"
     assert by(decision, "x86", "noninferior_latency").passed               # same latency distribution
     assert "arm" not in {c.device_class for c in decision.checks if c.name.startswith("noninferior")}
 
     same = {"x86": make_outcome("x86", {"probs": candidate["x86"].outputs["probs"].copy()}, latency_ms=1.0)}
     assert by(evaluate(candidate, reference, device_classes, policy, labels, same), "x86",
               "noninferior_accuracy[probs]").passed
+
+
+def test_non_inferiority_is_pass_fail_or_inconclusive_on_its_interval(runs, device_classes, policy, classifier_data,
+                                                                       to_probs, make_outcome):
+    """Issue 42: noninferior_accuracy and noninferior_latency passed or failed on one bound; an interval straddling
+    the margin is INCONCLUSIVE (exit 3), as the README promises. Shown worse: REJECT; shown non-inferior: PROMOTE."""
+    reference, candidate = runs
+    logits, labels = classifier_data
+    perfect = np.full_like(logits, -5.0)
+    perfect[np.arange(len(labels)), labels] = 5.0                 # the incumbent is right on every sample
+    worse = evaluate(candidate, reference, device_classes, policy, labels,
+                     {"x86": make_outcome("x86", {"probs": to_probs(perfect)}, latency_ms=1.0, seed=3)})
+    check = by(worse, "x86", "noninferior_accuracy[probs]")
+    assert check.interval.high < -0.01 and not check.passed and not check.inconclusive and worse.verdict == REJECT
+    # latency: the candidate 1.0 ms against an incumbent of 0.95 ms, few noisy calls: the ratio's interval straddles
+    # 1 + max_latency_regression (1.10 by default); against one of 0.5 ms it is shown slower
+    same = {"probs": candidate["x86"].outputs["probs"].copy()}
+    for incumbent_ms, expected in ((0.95, "inconclusive"), (0.5, "fail"), (1.5, "pass")):
+        noisy = dict(candidate)
+        noisy["x86"] = make_outcome("x86", candidate["x86"].outputs, latency_ms=1.0, cov=0.3, n_calls=12, seed=5)
+        decision = evaluate(noisy, reference, device_classes, policy, labels,
+                            {"x86": make_outcome("x86", same, latency_ms=incumbent_ms, cov=0.3, n_calls=12, seed=6)})
+        latency = by(decision, "x86", "noninferior_latency")
+        got = "pass" if latency.passed else "inconclusive" if latency.inconclusive else "fail"
+        assert got == expected and latency.interval is not None, (incumbent_ms, latency)
 
 
 def test_ab_without_labels_uses_fp32_agreement(runs, device_classes, policy, make_outcome):

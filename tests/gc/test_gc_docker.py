@@ -33,7 +33,9 @@ def client():
     try:
         c.images.get(BASE)
     except docker.errors.ImageNotFound:
-        pytest.skip(f"{BASE} is not built; run scripts/setup")
+        from partskit import missing_part
+
+        missing_part("base image", f"{BASE} is not built; run scripts/setup")
     yield c
     c.close()
 

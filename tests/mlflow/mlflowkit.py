@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import os
+import shutil
 from contextlib import contextmanager
 from pathlib import Path
+
+
+EMPTY = "empty-mlflow.db"      # beside the session's store: a migrated store with nothing in it
 
 
 @contextmanager
@@ -22,6 +26,8 @@ def store(folder: Path):
         from mlflow import MlflowClient
 
         client = MlflowClient(uri)
+        client.search_experiments()                            # the tables made (about 8 s): once per session
+        shutil.copyfile(folder / "mlflow.db", folder / EMPTY)  # an empty store other stores are copied from
         experiment = client.create_experiment("tiergate-tests", artifact_location=(folder / "artifacts").as_uri())
         yield client, experiment
     finally:

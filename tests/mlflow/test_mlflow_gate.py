@@ -1,5 +1,6 @@
-"""Issue 29's "done means" for MLflow: `tiergate gate -c models:/digits@challenger -r models:/digits@champion
---mlflow-promote champion` through the real CLI (a subprocess), real Docker on the native x86 tier, a real
+"""Issue 29's "done means" for MLflow: `tiergate gate -c models:/digits@challenger -r models:/digits@fp32
+--mlflow-promote champion` (the FP32 reference under an alias of its own: issue 42) through the real CLI (a
+subprocess), real Docker on the native x86 tier, a real
 SQLite MLflow store. A PROMOTE tags the version and moves the alias; a REJECT leaves the alias and carries the
 failing checks as tags (and, with --registry, the MLflow identity in the tiergate registry's artifact tags)."""
 
@@ -27,7 +28,7 @@ NAME = "gated-digits"
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory, mlflow_store):
-    """FP32 v1 (champion), a good candidate v2 (challenger), a broken one v3; 400 labelled samples."""
+    """FP32 v1 (fp32), a good candidate v2 (challenger), a broken one v3; 400 labelled samples."""
     folder = tmp_path_factory.mktemp("mlflow-gate")
     rng = np.random.default_rng(2930)
     w = rng.normal(size=(8, 4))
@@ -38,7 +39,7 @@ def setup(tmp_path_factory, mlflow_store):
                           ("broken", w + rng.normal(0, 1.5, w.shape))):
         files[name] = modelkit.write(modelkit.linear(weights, softmax=True), folder / name / "model.onnx")
     client, experiment, uri = mlflow_store
-    versions = {"fp32": mlflowkit.log_version(client, experiment, NAME, files["fp32"], alias="champion"),
+    versions = {"fp32": mlflowkit.log_version(client, experiment, NAME, files["fp32"], alias="fp32"),
                 "good": mlflowkit.log_version(client, experiment, NAME, files["good"], alias="challenger"),
                 "broken": mlflowkit.log_version(client, experiment, NAME, files["broken"])}
     return {"client": client, "uri": uri, "versions": versions, "data": folder / "eval.npz", "folder": folder,
@@ -61,7 +62,7 @@ def test_promote_moves_the_alias_and_reject_leaves_it_with_the_failing_checks_as
     from tiergate.attest import generate
 
     generate(key)
-    code, out, err = _gate(setup, "-c", f"models:/{NAME}@challenger", "-r", f"models:/{NAME}@champion",
+    code, out, err = _gate(setup, "-c", f"models:/{NAME}@challenger", "-r", f"models:/{NAME}@fp32",
                            "--mlflow-promote", "champion", "--report-dir", str(report),
                            "--attest", str(setup["folder"] / "attest.json"), "--signing-key", str(key))
     assert code == 0, err[-3000:]

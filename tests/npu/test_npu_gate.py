@@ -150,6 +150,10 @@ def test_inspect_target_json_on_both_npus_and_a_refused_config(npu_models, npu_h
     fallbacks = [f for f in report["findings"] if f["rule"] == "npu-fallback"]
     assert {(f["target"], f["nodes"][0]) for f in fallbacks} == {(n, i) for n in ("ethos-u55-128", "ethos-u85-256")
                                                                  for i in (6, 7)}
+    # the same as a table (cli/npu_table.py; the runtime graph from the describe cache): each CPU fallback named
+    assert main(["inspect", str(npu_models["softmax_float"]), "--target", "ethos-u55-128"]) == 0
+    table = capsys.readouterr().out
+    assert "SOFTMAX" in table and "DEQUANTIZE" in table and "operators on the NPU" in table.replace("\n", " ")
     # a system configuration Vela's file does not have: the tier's refusal in Vela's words, never a crash
     catalogue = tmp_path / "targets"
     catalogue.mkdir()

@@ -469,3 +469,57 @@ def test_a_promote_stops_no_tier(tmp_path, tiergate_home):
     assert run.decision.verdict in (PROMOTE, INCONCLUSIVE)
     assert not any(t.stopped_by for t in run.decision.early_stop.values())
     assert not any(c.name == "stopped" for c in run.decision.checks)
+
+
+def _nan_model(w, path, at: float = 50.0):
+    """softmax(x W), and NaN in every output of a sample whose first feature is over `at` (sqrt of a negative):
+    the near candidate's outputs on every other sample."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    nodes = [helper.make_node("Slice", ["x", "s0", "s1", "ax"], ["x0"]),
+             helper.make_node("Sub", ["at", "x0"], ["gap"]), helper.make_node("Sqrt", ["gap"], ["root"]),
+             helper.make_node("Mul", ["root", "zero"], ["nan_or_zero"]),
+             helper.make_node("MatMul", ["x", "w"], ["logits"]), helper.make_node("Add", ["logits", "nan_or_zero"],
+                                                                                  ["sum"]),
+             helper.make_node("Softmax", ["sum"], ["probs"], axis=1)]
+    inits = [numpy_helper.from_array(np.asarray(v, dtype), n) for n, v, dtype in (
+        ("s0", [0], np.int64), ("s1", [1], np.int64), ("ax", [1], np.int64), ("at", at, np.float32),
+        ("zero", 0.0, np.float32), ("w", w, np.float32))]
+    graph = helper.make_graph(nodes, "nan-late", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8])],
+                              [helper.make_tensor_value_info("probs", TensorProto.FLOAT, ["N", 4])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, path)
+    return path
+
+
+def test_an_early_promote_says_which_samples_its_point_checks_covered(tmp_path, tiergate_home):
+    """Issue 42: an early PROMOTE judged `finite`, `output_shape` and `max_abs_error` on the samples looked at only,
+    and said nothing of it: a NaN in the rest was never seen. Each such check now names its coverage, and so does
+    the tier's note; the same gate on every sample finds the NaN."""
+    cand, ref, data = _case(tmp_path, 2400, "near")
+    x = np.load(data)["x"].copy()
+    w = np.random.default_rng(5).normal(size=(8, 4))
+    poisoned = None
+    for row in range(len(x) - 1, -1, -1):           # a sample of the half the first looks never run
+        x[row, 0] = 100.0
+        np.savez(data, x=x, labels=(x @ w).argmax(1).astype(np.int64))
+        run, backend = _gate((_nan_model(w, tmp_path / "nan.onnx"), ref, data), _policy(tmp_path, FOUR),
+                             early_stop=True)
+        seen = any((np.load(j.data_npz)["x"][:, 0] == 100.0).any() for j in backend.jobs if j.role == "candidate")
+        if not seen:
+            poisoned = row
+            break
+        x[row, 0] = 0.5
+    assert poisoned is not None
+    d = run.decision
+    tier = d.early_stop[X86]
+    assert d.verdict == PROMOTE and tier.stopped_early and tier.samples_used < tier.samples_total
+    finite = [c for c in d.checks if c.name == "finite"]
+    assert finite and all(f"on the {tier.samples_used} of {tier.samples_total} samples looked at" in c.detail
+                          for c in finite)
+    assert any("point checks" in n and "covered those samples only" in n for n in d.notes)
+    whole, _ = _gate((_nan_model(w, tmp_path / "nan.onnx"), ref, data), _policy(tmp_path, FOUR), early_stop=False)
+    assert whole.decision.verdict == REJECT and any(c.name == "finite" and not c.passed
+                                                    for c in whole.decision.checks)

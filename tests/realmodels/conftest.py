@@ -12,6 +12,8 @@ import os
 
 import pytest
 
+import gatekit
+
 from .kit import FetchError
 from .kit import fetch as _fetch
 
@@ -36,11 +38,5 @@ def real_model():
 @pytest.fixture(scope="session")
 def realmodels_home(tmp_path_factory):
     """One TIERGATE_HOME for the session: each tier describes each model once."""
-    home = tmp_path_factory.mktemp("tiergate-realmodels-home")
-    saved = os.environ.get("TIERGATE_HOME")
-    os.environ["TIERGATE_HOME"] = str(home)
-    yield home
-    if saved is None:
-        os.environ.pop("TIERGATE_HOME", None)
-    else:
-        os.environ["TIERGATE_HOME"] = saved
+    with gatekit.home_at(tmp_path_factory.mktemp("tiergate-realmodels-home")) as home:
+        yield home

@@ -118,28 +118,47 @@ WORDS = ("invoice total due date receipt amount paid balance account number cust
          "quantity price tax subtotal discount reference payment method card cash change thank you store").split()
 
 
+def fonts() -> list[Path]:
+    import matplotlib
+
+    return sorted((Path(matplotlib.get_data_path()) / "fonts" / "ttf").glob("DejaVuSans*.ttf"))
+
+
+def rendered_line(rng: np.random.Generator, faces: list[Path]):
+    """(image, text): one to three of WORDS, half the time a number after them, in a random DejaVu face at 22-33
+    pixels, black on white with a 6-pixel margin."""
+    from PIL import Image, ImageDraw, ImageFont
+
+    text = " ".join(rng.choice(WORDS, rng.integers(1, 4)))
+    if rng.random() < 0.5:
+        text += f" {rng.integers(1, 9999)}"
+    font = ImageFont.truetype(str(faces[rng.integers(len(faces))]), int(rng.integers(22, 34)))
+    left, top, right, bottom = font.getbbox(text)
+    image = Image.new("RGB", (right - left + 12, bottom - top + 12), (255, 255, 255))
+    ImageDraw.Draw(image).text((6 - left, 6 - top), text, font=font, fill=(0, 0, 0))
+    return image, text
+
+
+def line_pixels(image, width: int) -> tuple[np.ndarray, int]:
+    """(the line at height 48, aspect kept up to `width`, scaled to [-1, 1], CHW; its width)."""
+    from PIL import Image
+
+    fitted = min(width, int(np.ceil(48 * image.width / image.height)))
+    pixels = np.asarray(image.resize((fitted, 48), Image.BILINEAR), np.float32) / 255.0
+    return ((pixels - 0.5) / 0.5).transpose(2, 0, 1), fitted
+
+
 def text_lines(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """n short text lines rendered with matplotlib's DejaVu fonts, half of them rotated 180 degrees, pre-processed
     as PaddleOCR's classifier expects: height 48, aspect kept up to width 192, right-padded, scaled to [-1, 1]."""
-    import matplotlib
-    from PIL import Image, ImageDraw, ImageFont
-
-    fonts = sorted((Path(matplotlib.get_data_path()) / "fonts" / "ttf").glob("DejaVuSans*.ttf"))
-    rng = np.random.default_rng(seed)
+    faces, rng = fonts(), np.random.default_rng(seed)
     x, y = np.zeros((n, 3, 48, 192), np.float32), np.zeros(n, np.int64)
     for i in range(n):
-        text = " ".join(rng.choice(WORDS, rng.integers(1, 4)))
-        if rng.random() < 0.5:
-            text += f" {rng.integers(1, 9999)}"
-        font = ImageFont.truetype(str(fonts[rng.integers(len(fonts))]), int(rng.integers(22, 34)))
-        left, top, right, bottom = font.getbbox(text)
-        image = Image.new("RGB", (right - left + 12, bottom - top + 12), (255, 255, 255))
-        ImageDraw.Draw(image).text((6 - left, 6 - top), text, font=font, fill=(0, 0, 0))
+        image, _ = rendered_line(rng, faces)
         if i % 2:
             image, y[i] = image.rotate(180), 1
-        width = min(192, int(np.ceil(48 * image.width / image.height)))
-        pixels = np.asarray(image.resize((width, 48), Image.BILINEAR), np.float32) / 255.0
-        x[i, :, :, :width] = ((pixels - 0.5) / 0.5).transpose(2, 0, 1)
+        pixels, width = line_pixels(image, 192)
+        x[i, :, :, :width] = pixels
     return x, y
 
 

@@ -19,31 +19,16 @@ from pathlib import Path
 
 import numpy as np
 
-from .kit import WORDS
-
-
-def _fonts():
-    import matplotlib
-
-    return sorted((Path(matplotlib.get_data_path()) / "fonts" / "ttf").glob("DejaVuSans*.ttf"))
+from .kit import WORDS, fonts, line_pixels, rendered_line
 
 
 def rec_lines(n: int, seed: int) -> tuple[np.ndarray, list[str]]:
-    from PIL import Image, ImageDraw, ImageFont
-
-    fonts, rng = _fonts(), np.random.default_rng(seed)
+    faces, rng = fonts(), np.random.default_rng(seed)
     x, texts = np.zeros((n, 3, 48, 320), np.float32), []
     for i in range(n):
-        text = " ".join(rng.choice(WORDS, rng.integers(1, 4)))
-        if rng.random() < 0.5:
-            text += f" {rng.integers(1, 9999)}"
-        font = ImageFont.truetype(str(fonts[rng.integers(len(fonts))]), int(rng.integers(22, 34)))
-        left, top, right, bottom = font.getbbox(text)
-        image = Image.new("RGB", (right - left + 12, bottom - top + 12), (255, 255, 255))
-        ImageDraw.Draw(image).text((6 - left, 6 - top), text, font=font, fill=(0, 0, 0))
-        width = min(320, int(np.ceil(48 * image.width / image.height)))
-        pixels = np.asarray(image.resize((width, 48), Image.BILINEAR), np.float32) / 255.0
-        x[i, :, :, :width] = ((pixels - 0.5) / 0.5).transpose(2, 0, 1)
+        image, text = rendered_line(rng, faces)
+        pixels, width = line_pixels(image, 320)
+        x[i, :, :, :width] = pixels
         texts.append(text)
     return x, texts
 
@@ -51,7 +36,7 @@ def rec_lines(n: int, seed: int) -> tuple[np.ndarray, list[str]]:
 def det_pages(n: int, seed: int, size: int = 320, blank: bool = False) -> tuple[np.ndarray, list[list[list[int]]]]:
     from PIL import Image, ImageDraw, ImageFont
 
-    fonts, rng = _fonts(), np.random.default_rng(seed)
+    faces, rng = fonts(), np.random.default_rng(seed)
     x, boxes = np.zeros((n, 3, size, size), np.float32), []
     for i in range(n):
         image = Image.new("RGB", (size, size), (255, 255, 255))
@@ -59,7 +44,7 @@ def det_pages(n: int, seed: int, size: int = 320, blank: bool = False) -> tuple[
         y = int(rng.integers(4, 30))
         while not blank:
             text = " ".join(rng.choice(WORDS, rng.integers(1, 3)))
-            font = ImageFont.truetype(str(fonts[rng.integers(len(fonts))]), int(rng.integers(14, 26)))
+            font = ImageFont.truetype(str(faces[rng.integers(len(faces))]), int(rng.integers(14, 26)))
             left, top, right, bottom = font.getbbox(text)
             x0 = int(rng.integers(4, 120))
             if y + (bottom - top) > size - 4:

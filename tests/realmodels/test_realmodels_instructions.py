@@ -19,13 +19,11 @@ import numpy as np
 import pytest
 
 from tiergate.cli.main import main
-from tiergate.execution.counting import count_dir, counter
 
 from . import kit
 
 pytestmark = [pytest.mark.realmodels, pytest.mark.docker, pytest.mark.emulated, pytest.mark.slow,
-              pytest.mark.skipif(counter() is None, reason=f"no counting QEMU in {count_dir()}: run "
-                                                           f"scripts/build-counting-qemu (scripts/setup does)")]
+              pytest.mark.counting]
 ARM = "arm64-cpu-onnxruntime"
 LINES = 20
 

@@ -16,8 +16,7 @@ from tiergate.reports.html import write_report
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 WIDTH = 1400
 
-pytestmark = [pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (scripts/setup installs it)"),
-              pytest.mark.docker, pytest.mark.emulated, pytest.mark.slow]
+pytestmark = [pytest.mark.chromium, pytest.mark.docker, pytest.mark.emulated, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +29,7 @@ def report(filled, tmp_path_factory) -> tuple[Path, dict]:
 
 @pytest.fixture(scope="module")
 def browser():
-    playwright = pytest.importorskip("playwright.sync_api")
+    import playwright.sync_api as playwright     # the chromium marker checked it is there
     with playwright.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
         yield browser

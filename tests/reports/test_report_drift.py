@@ -14,7 +14,6 @@ from tiergate.registry import METRIC_KEYS, Registry, flat_metrics
 from tiergate.registry.report_data import build_drift_report, report_metrics
 from tiergate.reports.drift import cross_tier_matrix
 from tiergate.reports.html import render_html, write_report
-from tiergate.execution.counting import counter
 from tiergate.targets import resolve
 
 
@@ -304,7 +303,7 @@ def test_report_command_prints_the_top_ops_per_tier_and_their_change(filled, tmp
 @pytest.mark.docker
 @pytest.mark.emulated
 @pytest.mark.slow
-@pytest.mark.skipif(counter() is None, reason="no counting QEMU: run scripts/build-counting-qemu (scripts/setup does)")
+@pytest.mark.counting
 def test_report_shows_instructions_per_inference_over_time_on_the_emulated_tier(filled, tmp_path, capsys):
     """Counted on the emulated arm64 class (the counting QEMU): each artifact's instructions per call in the
     report's rows, its HTML columns, and `tiergate report`'s lines; the native class has none."""

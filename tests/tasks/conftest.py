@@ -3,9 +3,10 @@ tests/realmodels does (realmodels.conftest.fetch: a skip without the package ind
 
 from __future__ import annotations
 
-import os
 
 import pytest
+
+import gatekit
 
 from realmodels.conftest import fetch
 
@@ -18,11 +19,5 @@ def real_model():
 @pytest.fixture(scope="module")
 def task_home(tmp_path_factory):
     """One TIERGATE_HOME for a module: its reference's runs are made once and reused by each candidate's gate."""
-    home = tmp_path_factory.mktemp("tiergate-tasks-home")
-    saved = os.environ.get("TIERGATE_HOME")
-    os.environ["TIERGATE_HOME"] = str(home)
-    yield home
-    if saved is None:
-        os.environ.pop("TIERGATE_HOME", None)
-    else:
-        os.environ["TIERGATE_HOME"] = saved
+    with gatekit.home_at(tmp_path_factory.mktemp("tiergate-tasks-home")) as home:
+        yield home

@@ -147,7 +147,10 @@ def test_a_disabled_pass_tvm_never_applies_is_refused_before_any_run(tiny, tvm_h
     def runs():
         return sorted(p.name for p in (tvm_home / "runs").iterdir()) if (tvm_home / "runs").is_dir() else []
 
-    before = runs()
+    def compiled():
+        return sorted(p.name for p in (tvm_home / "compiled").iterdir()) if (tvm_home / "compiled").is_dir() else []
+
+    before, compiles = runs(), compiled()
     code, out, err = _cli(capsys, monkeypatch, tvm_home, "gate", "--candidate", str(tiny["model"]), "--reference",
                           str(tiny["model"]), "--data", str(tiny["data"]), "--targets", "x86_64-cpu-tvm",
                           "--disable-pass", "FuseOpz")
@@ -155,6 +158,10 @@ def test_a_disabled_pass_tvm_never_applies_is_refused_before_any_run(tiny, tvm_h
     assert code == 2 and len(lines) == 1 and "Traceback" not in err, err + out
     assert "--disable-pass FuseOpz" in lines[0] and "did you mean FuseOps?" in lines[0], lines[0]
     assert runs() == before                                   # refused after the build, before any run
+    # issue 42: refused before the candidate is compiled (and cached) with the mistyped pass: the reference's compile
+    # record is read first (only the reference's own compile may be new here, when this test runs first)
+    new = [tvm_home / "compiled" / name for name in set(compiled()) - set(compiles)]
+    assert not [f for f in new if "FuseOpz" in (f / "tvm-meta.json").read_text()], new
     code, out, err = _cli(capsys, monkeypatch, tvm_home, "gate", "--candidate", str(tiny["model"]), "--reference",
                           str(tiny["model"]), "--data", str(tiny["data"]), "--targets", "x86_64-cpu-tvm",
                           "--disable-pass", "FuseOps")

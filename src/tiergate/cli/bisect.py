@@ -13,7 +13,7 @@ import json
 import typer
 
 from tiergate.cli.options import command
-from tiergate.request import GATE_OPTIONS, Option
+from tiergate.request import GATE_OPTIONS, Option, is_mlflow_uri
 
 DOC = ("Find the optimizer passes (or recipe options) that make a check fail on one tier: delta debugging, each "
        "step an ordinary cached gate on that tier. Exit 0 found, 1 not the passes, 3 inconclusive.")
@@ -52,6 +52,9 @@ def run_bisect(values: dict) -> None:
     from tiergate.orchestrator.bisect import bisect_passes, bisect_recipe
     from tiergate.request import build_settings
 
+    from tiergate.cli.explain import _stop_on_signals
+
+    _stop_on_signals()                                # SIGINT/SIGTERM clean up as they do for a gate
     recipe, good, bad = values["recipe"], values["good"], values["bad"]
     if recipe and (good is None or bad is None):
         raise InputError("--recipe needs --good A.toml and --bad B.toml")
@@ -59,6 +62,12 @@ def run_bisect(values: dict) -> None:
         raise InputError("--good and --bad go with --recipe FILE.py:FUNCTION")
     if recipe and (values["passes"] or values["first"]):
         raise InputError("--passes and --first go with passes; --recipe bisects a recipe's options: give one")
+    if any(is_mlflow_uri(values.get(role)) for role in ("candidate", "reference", "incumbent")):
+        from tiergate.mlflow_bridge import fetch_values
+
+        values, _ = fetch_values(values)            # models:/ artifacts fetched as the gate does
+    if "," in str(values["target"]):
+        raise InputError(f"--target {values['target']}: bisect searches one device class; run it once per class")
     full = {**values, "targets": values["target"], "report_dir": None, "junit": None, "early_stop": False,
             "profile": False, "disable_pass": ()}
     request, build = prepare(full), build_settings(full)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import typer
@@ -26,13 +27,13 @@ def demo(
     450 test images and promoted on 2,000 samples), 1 otherwise.
     """
     from tiergate.demo.job import run_demo
-    from tiergate.demo.models import _CANDIDATES
+    from tiergate.demo.models import CANDIDATES
 
     console = Console(width=max(Console().width, 140))
     columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                TimeElapsedColumn())
     with Progress(*columns, console=console, transient=False) as bar:
-        task = bar.add_task("candidates", total=len(_CANDIDATES) + 1)   # + the confirmation on more samples
+        task = bar.add_task("candidates", total=len(CANDIDATES) + 1)   # + the confirmation on more samples
         step = bar.add_task("starting", total=None)
         seen = []
 
@@ -42,8 +43,15 @@ def demo(
             seen.append(candidate.name)
             bar.update(task, description=f"candidate {candidate.name}")
 
+        started = time.monotonic()
+
+        def on_first(candidate, decision):      # the native tiers' verdict, minutes after starting
+            tiers = ", ".join(decision.metrics)
+            bar.console.print(f"first verdict ({time.monotonic() - started:.0f} s): {candidate.name} on {tiers}: "
+                              f"{decision.verdict} (the emulated tiers follow)", highlight=False)
+
         outcome = run_demo(work_dir, progress=lambda text: bar.update(step, description=text),
-                           on_candidate=on_candidate, max_parallel=max_parallel)
+                           on_candidate=on_candidate, max_parallel=max_parallel, on_first=on_first)
         bar.advance(task)
         bar.update(step, description="done", total=1, completed=1)
     console.print(verdict_table(outcome))

@@ -14,8 +14,10 @@ from rich.table import Table
 
 
 def explain(
-    candidate: Path = typer.Option(..., "--candidate", "-c", help="The quantized artifact (ONNX or TFLite)."),
-    reference: Path = typer.Option(..., "--reference", "-r", help="Its FP32 reference, same format."),
+    candidate: Path = typer.Option(..., "--candidate", "-c", help="The quantized artifact (ONNX or TFLite), a file or "
+                                   "an MLflow models:/NAME/VERSION or models:/NAME@ALIAS."),
+    reference: Path = typer.Option(..., "--reference", "-r", help="Its FP32 reference, same format (a file or a "
+                                   "models:/ URI)."),
     data: str = typer.Option(..., "--data", "-d", help="The evaluation data, as the gate takes it: an .npz (one "
                              "array per model input) or a loader FILE.py:FUNCTION."),
     targets: str = typer.Option(..., "--targets", "-t", help="Device classes, comma-separated."),
@@ -44,6 +46,9 @@ def explain(
     from tiergate.request import BuildSettings
     from tiergate.targets import catalogue, resolve
 
+    _stop_on_signals()
+    _regular_inputs(data, policy, calibration_data, ca_bundle)
+    candidate, reference = _local(candidate, reference)
     for option, value in (("--fix", fix), ("--mixed-precision", mixed_precision)):
         if value is not None and calibration_data is None:
             raise InputError(f"{option} needs --calibration-data (an .npz of representative inputs; "
@@ -80,9 +85,11 @@ def explain(
     if out is not None:
         from tiergate.reports.explain_html import write_html
 
+        from tiergate.paths import write_new
+
         out.mkdir(parents=True, exist_ok=True)
-        (out / "explain.json").write_text(result.dumps())
-        (out / "explain.md").write_text(markdown_table(result))
+        write_new(out / "explain.json", result.dumps())
+        write_new(out / "explain.md", markdown_table(result))
         write_html(result, out / "explain.html")
     if as_json:
         typer.echo(result.dumps())
@@ -91,6 +98,39 @@ def explain(
         if out is not None:
             Console().print(f"report: {out / 'explain.html'}", highlight=False)
     raise typer.Exit(code)
+
+
+def _stop_on_signals() -> None:
+    """SIGINT and SIGTERM stop explain as they stop a gate (execution.janitor): its containers and volumes removed,
+    its part folders gone, one line and exit 130/143."""
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
+        from tiergate.execution import janitor
+
+        janitor.install_signal_handlers()
+
+
+def _regular_inputs(data, policy, calibration_data, ca_bundle) -> None:
+    """Every input file is a regular file (a FIFO would hang the first read, a device never ends)."""
+    from tiergate.cli.gate_output import input_files
+    from tiergate.paths import check_regular
+
+    for what, path in input_files({"data": data, "policy": policy, "calibration_data": calibration_data,
+                                   "ca_bundle": ca_bundle}):
+        check_regular(path, what)
+
+
+def _local(candidate: Path, reference: Path) -> tuple[Path, Path]:
+    """The candidate and reference as local files (a models:/ URI fetched from MLflow, as the gate does); the
+    reference FP32 (artifact.precision.check_reference: explain measures the candidate's losses against it)."""
+    from tiergate.artifact import load_artifact
+    from tiergate.artifact.precision import check_reference
+    from tiergate.mlflow_bridge import local_artifact
+
+    candidate, reference = local_artifact(candidate), local_artifact(reference, "reference")
+    check_reference(load_artifact(reference))
+    return candidate, reference
 
 
 def _check_outputs(candidate, reference, data, policy, calibration_data, ca_bundle, out, mixed_precision,

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from tiergate.decision import cpu_text
-from tiergate.paths import check_outputs
+from tiergate.paths import check_outputs, check_regular
 
 _OK = {True: "[green]pass[/]", False: "[bold red]FAIL[/]"}
 
@@ -20,6 +20,8 @@ def prepare(values: dict):
     from tiergate.request import request_fields
     from tiergate.targets import catalogue, resolve
 
+    for what, path in [*input_files(values), *artifact_inputs(values)]:    # a FIFO or a device: never read
+        check_regular(path, what)
     device_classes = resolve(values["targets"])
     loaded_policy = load_policy(values["policy"])
     loaded_policy.check_override_names(list(catalogue().values()))

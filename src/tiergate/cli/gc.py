@@ -70,12 +70,14 @@ def gc_command(
     finally:
         if registry is not None:
             registry.close()
-    engine, inventory, engine_problem = None, None, None
-    # no gate takes an image up between reading the leases and removing (a dry run removes nothing)
-    with leases.excluding_gates() if not dry_run else nullcontext():
+    engine, inventory, engine_problem = None, None, leases.problem()
+    # no gate takes an image up between reading the leases and removing (a dry run removes nothing); a lease folder
+    # that is not trusted (leases.check_folder) says nothing of the gates running: no image is removed then
+    with leases.excluding_gates() if not dry_run and engine_problem is None else nullcontext():
         try:
-            engine = gc.DockerEngine()
-            inventory = engine.inventory()
+            if engine_problem is None:
+                engine = gc.DockerEngine()
+                inventory = engine.inventory()
         except TiergateError as exc:
             engine_problem = exc.one_line()
         except Exception as exc:  # noqa: BLE001 - an engine that fails mid-listing is the same problem

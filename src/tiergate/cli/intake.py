@@ -36,11 +36,12 @@ def inspect_report(path: Path, target: str | None = None, *, runtime: bool = Tru
     from tiergate.lint import lint
     from tiergate.outputs import resolve as output_kinds
     from tiergate.policy import load_policy
+    from tiergate.mlflow_bridge import local_artifact
     from tiergate.targets import resolve
 
     classes = resolve(target) if target else []
     tables = load_policy(policy).outputs if policy is not None else {}
-    artifact = load_artifact(path)
+    artifact = load_artifact(local_artifact(path))
     kinds = output_kinds(artifact, tables)
     graphs, notes = runtime_graphs(artifact, classes) if runtime else ({}, [])
     findings = _merged([lint(artifact, dc, runtime=graphs.get(dc.name)) for dc in classes]
@@ -210,12 +211,14 @@ def inspect_one(path: Path, target: str | None = None, *, runtime: bool = True,
                 policy: Path | None = None) -> tuple[dict, int]:
     """inspect_report for one file of several: an unusable file is a report with its one-line "error" (exit 2
     for it), so the other files are still inspected."""
+    from tiergate.cli.main import os_error_line
     from tiergate.errors import TiergateError
 
     try:
         return inspect_report(path, target, runtime=runtime, policy=policy)
-    except TiergateError as exc:
-        return {"version": JSON_VERSION, "artifact": {"path": str(path)}, "error": str(exc), "ok": False}, \
+    except (TiergateError, OSError) as exc:     # one file's problem is its own record, never the batch's end
+        error = exc.one_line() if isinstance(exc, TiergateError) else os_error_line(exc)
+        return {"version": JSON_VERSION, "artifact": {"path": str(path)}, "error": error, "ok": False}, \
             EXIT_UNUSABLE
 
 
@@ -360,7 +363,9 @@ def diff(
 
     if new_disable_pass and not target:
         raise InputError("--new-disable-pass compares two toolchain configurations on a tier: give --target")
-    a, b = load_artifact(old), load_artifact(new)
+    from tiergate.mlflow_bridge import local_artifact
+
+    a, b = load_artifact(local_artifact(old)), load_artifact(local_artifact(new))
     result = diff_artifacts(a, b)
     document = {"version": JSON_VERSION, "old": str(old), "new": str(new), **result.to_json()}
     off = disabled_passes(new_disable_pass)

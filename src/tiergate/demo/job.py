@@ -79,7 +79,13 @@ class DemoOutcome:
 
 def run_demo(work_dir: Path | None = None, *, targets: dict[str, list[str]] | None = None,
              progress: Callable[[str], None] | None = None,
-             on_candidate: Callable[[Candidate], None] | None = None, max_parallel: int = 2) -> DemoOutcome:
+             on_candidate: Callable[[Candidate], None] | None = None, max_parallel: int = 2,
+             on_first: Callable[[Candidate, Decision], None] | None = None) -> DemoOutcome:
+    """The demo. With emulated tiers among `targets`, every candidate is first gated on the native tiers alone
+    (`on_first` gets each such verdict: minutes after starting, while the emulated tiers' setup may still go on in
+    the background), then, once emulation answers (doctor.wait_for_emulation), on every tier: the recorded decisions,
+    the native runs reused from the run cache."""
+    from tiergate.doctor import wait_for_emulation
     from tiergate.registry import Registry
 
     work_dir = Path(work_dir or home() / "demo")
@@ -89,12 +95,21 @@ def run_demo(work_dir: Path | None = None, *, targets: dict[str, list[str]] | No
     registry = Registry()
     policy = load_policy(None)
     outcome = DemoOutcome(demo)
+    targets = targets or TARGETS
+    native = {fmt: [n for n in names if not resolve([n])[0].emulated] for fmt, names in targets.items()}
+    if native != targets:
+        for candidate in demo.candidates:
+            if native[candidate.format]:
+                first = _first_verdict(demo, candidate, native, policy, say, max_parallel)
+                if on_first:
+                    on_first(candidate, first)
+        wait_for_emulation(say)
     for candidate in demo.candidates:
         if on_candidate:
             on_candidate(candidate)
-        outcome.outcomes.append(_gate_one(registry, demo, candidate, targets or TARGETS, policy, say, max_parallel))
+        outcome.outcomes.append(_gate_one(registry, demo, candidate, targets, policy, say, max_parallel))
     outcome.outcomes.append(_confirm(demo, work_dir, policy, say, max_parallel, on_candidate))
-    _explain_badcal(outcome, demo, targets or TARGETS, policy, work_dir, say, registry)
+    _explain_badcal(outcome, demo, targets, policy, work_dir, say, registry)
     say("writing the drift report")
     outcome.report_html, outcome.report_json = _report(registry, work_dir / "report")
     return outcome
@@ -151,6 +166,17 @@ def _explain_badcal(outcome: DemoOutcome, demo: DemoSet, targets, policy, work_d
     gated = next((o for o in outcome.outcomes if o.candidate.name == BADCAL and o.decision_id is not None), None)
     if registry is not None and gated is not None:
         registry.record_explanation(gated.decision_id, result.to_json())
+
+
+def _first_verdict(demo: DemoSet, candidate: Candidate, native, policy, say, max_parallel) -> Decision:
+    """The candidate on its format's native tiers alone, against FP32 (not recorded: the registry holds the gate on
+    every tier; its native runs are reused from the run cache there)."""
+    reference = demo.reference_onnx if candidate.format == "onnx" else demo.reference_tflite
+    device_classes = resolve(native[candidate.format])
+    say(f"{candidate.name}: first verdict on {', '.join(dc.name for dc in device_classes)}")
+    request = GateRequest(candidate.path, reference, str(demo.eval_data), tuple(device_classes), policy)
+    options = RunOptions(max_parallel=max_parallel, progress=lambda text: say(f"{candidate.name}: {text}"))
+    return orchestrator.gate(request, orchestrator.Seams(), options).decision
 
 
 def _gate_one(registry, demo: DemoSet, candidate: Candidate, targets, policy, say, max_parallel) -> CandidateOutcome:

@@ -64,7 +64,7 @@ class DemoSet:
 
 
 # name, format, precision, expected, why; the recipes are in _build_candidates
-_CANDIDATES = (
+CANDIDATES = (
     ("onnx-int8-entropy", "onnx", "int8", "inconclusive",
      f"INT8 QDQ (per-channel, reduce_range), Entropy calibration on {N_CALIBRATION} "
      "representative training images; it differs from FP32 on one test image, too few samples to decide "
@@ -140,7 +140,7 @@ def _build_candidates(work: Path, weights, ref_onnx: Path, seed: int) -> list[Ca
         "tflite-int8": lambda p: tflite_export.write_tflite(weights, p, "int8", calibration),
     }
     out = []
-    for name, fmt, precision, expected, why in _CANDIDATES:
+    for name, fmt, precision, expected, why in CANDIDATES:
         path = recipes[name](work / f"digits-{name}.{fmt}")
         out.append(Candidate(name, Path(path), fmt, precision, expected, why))
     return out

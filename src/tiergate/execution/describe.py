@@ -55,7 +55,7 @@ def describe_runtime(artifact, dc, image: str, *, client=None, refresh: bool = F
         image_id = found.id
         folder = state.graph_folder(artifact.sha256, image_id, file_sha256(describer_path()), dc.graph_key)
         meta = dict(target=dc.name, tier=dc.tier, runtime=dc.runtime, emulated=dc.emulated, image=image,
-                    image_id=image_id, artifact_sha256=artifact.sha256)
+                    image_id=image_id, artifact_sha256=artifact.sha256, source=Path(artifact.path))
         if not refresh and state.cached_folder(folder, "runtime graph"):
             try:
                 return parse_describe(folder, cached=True, seconds=_seconds(folder), **meta)

@@ -154,7 +154,7 @@ def combine_tiers(per_tier: dict[str, Decision], looks: dict[str, TierLooks], dr
     checks, notes, warnings, metrics = [], [], [], {}
     inconclusive_note = "inconclusive task metrics decided as"
     for name, decision in per_tier.items():
-        checks += decision.checks
+        checks += _coverage(decision.checks, looks.get(name))
         metrics.update(decision.metrics)
         notes += [n for n in decision.notes if not n.startswith(inconclusive_note)]
         warnings += decision.warnings
@@ -170,12 +170,32 @@ def combine_tiers(per_tier: dict[str, Decision], looks: dict[str, TierLooks], dr
                          f"gate's verdict is REJECT whatever {name} shows")
         elif t.stopped_early:
             notes.append(f"{name}: early stop: {t.verdict} settled at look {t.look} of {t.looks}, on {t.samples_used} "
-                         f"of {t.samples_total} samples (intervals at {t.confidence:.4%})")
+                         f"of {t.samples_total} samples (intervals at {t.confidence:.4%})"
+                         + (f"; its point checks ({_covered_names(per_tier[name])}) covered those samples only"
+                            if t.verdict == PROMOTE and name in per_tier else ""))
         else:
             notes.append(f"{name}: early stop: no earlier look settled it; decided at look {t.look} of {t.looks} on "
                          f"{t.samples_used} samples (intervals at {t.confidence:.4%})")
     quantized = next(iter(per_tier.values())).quantized if per_tier else False
     return Decision(verdict, checks, metrics, drift, notes, quantized, list(policy.sources), warnings, dict(looks))
+
+
+def _covered_names(decision: Decision) -> str:
+    """The point checks of a tier's decision (no interval; SETTLED_WHEN_FAILED), comma-separated."""
+    return ", ".join(sorted(SETTLED_WHEN_FAILED & {c.name for c in decision.checks if c.interval is None}))
+
+
+def _coverage(checks: list[Check], looks: TierLooks | None) -> list[Check]:
+    """A tier settled PROMOTE before its last look: its point checks (a NaN, a wrong shape, the largest error: no
+    interval, no error bound) say they covered the samples looked at only; the others never ran (issue 42)."""
+    import dataclasses
+
+    if looks is None or not looks.stopped_early or looks.verdict != PROMOTE:
+        return checks
+    covered = (f"on the {looks.samples_used} of {looks.samples_total} samples looked at (early stop); the other "
+               f"{looks.samples_total - looks.samples_used} never ran: --no-early-stop checks every sample")
+    return [dataclasses.replace(c, detail=f"{c.detail}; {covered}" if c.detail else covered)
+            if c.interval is None and c.name in SETTLED_WHEN_FAILED else c for c in checks]
 
 
 def signature_decision(differences: list[tuple[str, str]], device_classes, policy: Policy, *,

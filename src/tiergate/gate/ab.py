@@ -28,16 +28,18 @@ def compare(ev, m: TargetMetrics, cand, ref, inc, labels) -> None:
     diff = stats.accuracy_difference(ok_cand, ok_inc, confidence=conf, n_resamples=n_res, seed=ev.seed)
     mcnemar = stats.mcnemar_exact(ok_cand, ok_inc)
     m.ab = ABResult(basis, name, mcnemar, diff)
-    margin = ev.t.noninferiority_margin
-    ev.check("noninferior_accuracy", diff.low, ">", -margin, output=name,
-             detail=f"candidate - incumbent ({basis}) = {diff.estimate:+.4f}, "
-                      f"{conf:.0%} CI [{diff.low:+.4f}, {diff.high:+.4f}]; McNemar exact p = {mcnemar.p_value:.3g}")
+    margin = ev.t.noninferiority_margin     # an interval straddling -margin is INCONCLUSIVE, never a pass (issue 42)
+    ev.interval_check("noninferior_accuracy", diff, ">=", -margin, len(ok_cand), output=name,
+                      detail=f"candidate - incumbent ({basis}) = {diff.estimate:+.4f}, {conf:.0%} CI "
+                             f"[{diff.low:+.4f}, {diff.high:+.4f}]; McNemar exact p = {mcnemar.p_value:.3g}",
+                      needed_note="; about {needed} samples would decide it")
     ab_latency(ev, m, cand, inc)
 
 
 def ab_latency(ev, m: TargetMetrics, cand, inc) -> None:
     """candidate / incumbent latency: from their interleaved calls on a native class (the median per-pair ratio),
-    else the bootstrap of the two runs' mean latencies; non-inferior when its upper bound is within the margin."""
+    else the bootstrap of the two runs' mean latencies; non-inferior when its upper bound is within the margin,
+    inferior when its lower bound is beyond it, else inconclusive."""
     if is_npu(ev.dc):                 # no time of the NPU's to compare (docs/npu.md)
         return
     a, b = cand.result.latencies_ns, inc.result.latencies_ns
@@ -51,6 +53,7 @@ def ab_latency(ev, m: TargetMetrics, cand, inc) -> None:
     if m.emulated:
         return
     what = f"median of {pairs} interleaved call pairs" if pairs else "mean latency"
-    ev.check("noninferior_latency", ratio.high, "<=", 1 + ev.t.max_latency_regression,
-             detail=f"candidate / incumbent {what} = {ratio.estimate:.3f}, "
-                      f"{ratio.confidence:.0%} CI [{ratio.low:.3f}, {ratio.high:.3f}]")
+    ev.interval_check("noninferior_latency", ratio, "<=", 1 + ev.t.max_latency_regression, pairs or min(len(a), len(b)),
+                      detail=f"candidate / incumbent {what} = {ratio.estimate:.3f}, "
+                             f"{ratio.confidence:.0%} CI [{ratio.low:.3f}, {ratio.high:.3f}]",
+                      needed_note="; about {needed} calls would decide it")

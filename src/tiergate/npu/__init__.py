@@ -4,7 +4,7 @@
 - `placement`: what Vela's compile recorded (vela-meta.json), as a placement per operator of the source model (NPU
   or CPU, with Vela's reason), the estimate (time, cycles) and the memory (SRAM, flash), and the diff of two;
 - `checks`: the gate's checks on it (min_npu_op_share, max_cpu_ops, max_estimated_time_ratio, SRAM and flash
-  budgets), called from gate._TargetEval.
+  budgets), called from gate.tier.TierEval.run.
 
 Stdlib only. The compile itself (a container of Vela's image) is tiergate.vela; the run that computes the tier's
 outputs is LiteRT's reference kernels (the harness's --runtime ethos-u).

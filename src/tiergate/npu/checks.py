@@ -1,4 +1,4 @@
-"""The gate's checks on an NPU tier (docs/npu.md), called from gate._TargetEval for an ethos-u class.
+"""The gate's checks on an NPU tier (docs/npu.md), called from gate.tier.TierEval.run for an ethos-u class.
 
 What decides the tier: Vela's placement of the candidate's operators (min_npu_op_share, max_cpu_ops with
 allowed_cpu_ops), its estimate against the FP32 reference's and the incumbent's (max_estimated_time_ratio,
@@ -25,7 +25,7 @@ def placement_of(outcome) -> Placement | None:
 
 
 def evaluate(te, m, cand, ref, inc) -> None:
-    """The NPU checks of one ethos-u class into `te` (gate._TargetEval: its check, note, thresholds t, dc) and its
+    """The NPU checks of one ethos-u class into `te` (gate.tier.TierEval: its check, note, thresholds t, dc) and its
     figures into m.npu."""
     t, dc = te.t, te.dc
     mine, base, prev = placement_of(cand), placement_of(ref), placement_of(inc)

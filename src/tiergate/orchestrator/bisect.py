@@ -101,6 +101,8 @@ def bisect_passes(request: GateRequest, target: str, *, check: str | None = None
     named too."""
     b = _Bisector(dataclasses.replace(request, disabled_passes=()), target, check, seams, options)
     first, run = b.gate(())
+    if passes:
+        _check_passes(passes, run, target)
     searched = list(dict.fromkeys(passes)) if passes else _passes_of(run, target)
     report = core.Report("passes", target, b.check_json(first, None), searched, steps=b.steps)
     if first.outcome == core.PASS:
@@ -147,6 +149,27 @@ def bisect_passes(request: GateRequest, target: str, *, check: str | None = None
         report.note = (f"{len(undecided)} step(s) were inconclusive and counted as failing: the set is minimal "
                        "among the decided ones")
     return report
+
+
+def _check_passes(passes: list[str], run: GateRun, target: str) -> None:
+    """Each --passes name must be a pass the tier's runtime reports running on the candidate (InputError, exit 2,
+    the closest name offered): an unknown name switches nothing off, and the bisection would blame "not the
+    passes" for nothing."""
+    import difflib
+
+    from tiergate.runtime_graph import known_passes
+
+    graph = run.runtime.get(target)
+    if not graph:
+        return                             # no runtime graph to check against (the run failed): the gates say so
+    known = known_passes(graph)
+    for name in passes:
+        if name not in known:
+            close = difflib.get_close_matches(name, known, n=1)
+            raise InputError(f"--passes {name}: {target}'s runtime reports running no pass of that name on the "
+                             "candidate" + (f" (did you mean {close[0]}?)" if close else
+                                            f" (it reports {len(known)}: tiergate inspect CANDIDATE --target "
+                                            f"{target} --json lists them)"))
 
 
 def _passes_of(run: GateRun, target: str) -> list[str]:

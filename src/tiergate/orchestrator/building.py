@@ -15,8 +15,11 @@ def build_images(specs: list[RunSpec], builder, *, progress: Progress | None = N
                  input_shapes: dict | None = None) -> list[RunSpec]:
     """Build (or reuse) the image of each spec; an artifact that cannot be built fails that spec only,
     an environment problem (engine, base image, pip) raises. `input_shapes` (EvalData.call_shapes) reach the
-    builder on the intake of a class that compiles the artifact (Intake.input_shapes)."""
-    for spec in specs:
+    builder on the intake of a class that compiles the artifact (Intake.input_shapes). A compiled class's candidate
+    with passes switched off is built after the reference, whose compile record names the passes there are: a
+    mistyped name is refused before the candidate is compiled (and cached) with it."""
+    first = [s for s in specs if s.role == "reference"] if _extra_passes(specs) else []
+    for spec in first + [s for s in specs if s not in first]:
         say(progress, f"image for {spec.role} on {spec.device_class.name}")
         spec.image, spec.build_error = None, None
         item = spec.intake
@@ -30,8 +33,18 @@ def build_images(specs: list[RunSpec], builder, *, progress: Progress | None = N
             raise
         except TiergateError as exc:  # this artifact cannot be built for this class: that class's run fails
             spec.build_error = f"image build failed: {exc.one_line()}"
+        if spec in first:
+            check_disabled_passes(specs)
     check_disabled_passes(specs)
     return specs
+
+
+def _extra_passes(specs: list[RunSpec]) -> bool:
+    """The candidate's class compiles and switches passes off beyond the reference's (--disable-pass, bisect)."""
+    by_role = {spec.role: spec for spec in specs}
+    candidate, reference = by_role.get("candidate"), by_role.get("reference")
+    return candidate is not None and reference is not None and candidate.device_class.compiled and \
+        bool(set(candidate.device_class.disabled_passes) - set(reference.device_class.disabled_passes))
 
 
 def check_disabled_passes(specs: list[RunSpec]) -> None:

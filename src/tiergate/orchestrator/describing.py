@@ -62,7 +62,8 @@ def from_run(spec: RunSpec, folder: Path, cached: bool = False):
     try:
         graph = parse_describe(folder, target=dc.name, tier=dc.tier, runtime=dc.runtime, emulated=dc.emulated,
                                image=spec.image.runtime_tag or spec.image.tag, image_id=results.load(folder).image_id,
-                               artifact_sha256=spec.intake.sha256, cached=cached)       # seconds: its sessions
+                               artifact_sha256=spec.intake.sha256, cached=cached,       # seconds: its sessions
+                               source=Path(spec.intake.artifact.path))                   # its ONNX external data
     except (TiergateError, OSError, ValueError, KeyError, TypeError):
         return None                                    # unreadable: described apart instead
     return graph.to_json(), lint(spec.intake.artifact, dc, runtime=graph)

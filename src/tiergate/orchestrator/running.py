@@ -125,6 +125,7 @@ def _stamp_key(folder: Path, key: str) -> None:
         if result.extra.get("run_key") != key:
             result.extra["run_key"] = key
             results.save(result, folder)
+            state.seal_run(folder, folder)         # its result.json changed: sealed again
 
 
 def _fetch_recorded(registry, spec: RunSpec, data: EvalData, folder: Path) -> bool:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 
 from tiergate import leases, usercode
+from tiergate.artifact.precision import check_reference
 from tiergate.decision import GateRun
 from tiergate.execution.cancel import Cancel
 from tiergate.gate import signature_decision
@@ -78,6 +79,8 @@ def _basis(request: GateRequest, intakes: dict) -> Basis:
 
     device_classes = list(request.device_classes)
     check_formats(intakes, device_classes)
+    if "reference" in intakes:           # the one rule of every path (register, MLflow): an FP32 reference
+        check_reference(intakes["reference"].artifact)
     axes = parse_sample_axes(list(request.sample_axes))
     known = list(dict.fromkeys(t.name for item in intakes.values()
                                for t in (*item.artifact.inputs, *item.artifact.outputs)))

@@ -147,8 +147,8 @@ def _sqlite_begin(conn: Connection) -> None:
     conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.get_execution_options().get("tiergate_write") else "BEGIN")
 
 
-class Registry:
-    """Records of artifacts, runs, decisions and aliases, plus the content-addressed store."""
+class _Connected:
+    """The database and the store: connections for reading and for writing (a transaction), the schema made once."""
 
     def __init__(self, url: str | None = None, store: Store | str | Path | None = None):
         self.url = url or default_url()
@@ -192,7 +192,11 @@ class Registry:
         with self.engine.connect() as conn:
             yield conn
 
-    # -- artifacts -------------------------------------------------------------
+
+
+class _Artifacts(_Connected):
+    """Artifacts: added with their lineage (parent, reference), found by hash or prefix, listed by model."""
+
     def add_artifact(self, path: Path, *, sha256: str, model: str, format: str, precision: str,
                      fingerprint: dict[str, Any], parent_sha: str | None = None,
                      reference_sha: str | None = None, config_sha: str | None = None,
@@ -307,7 +311,11 @@ class Registry:
         record = self.artifact(sha256)
         return self.store.fetch(record.store_key, dest)
 
-    # -- runs ------------------------------------------------------------------
+
+
+class _Runs(_Artifacts):
+    """Runs of an artifact on a device class, their result folders in the store, the cache lookup by key."""
+
     def record_run(self, run: NewRun, artifact_sha: str, at: datetime | None = None) -> RunRecord:
         _check_runs([run])
         key = self.store.put_result(run.result_folder) if run.result_folder else None
@@ -342,7 +350,12 @@ class Registry:
             raise InputError(f"run {run.id} has no stored result folder")
         return self.store.fetch(run.result_key, dest)
 
-    # -- decisions and aliases ---------------------------------------------------
+
+
+class Registry(_Runs):
+    """Records of artifacts, runs, decisions and aliases, plus the content-addressed store (the decisions, aliases
+    and explanations here; artifacts and runs in the classes it builds on)."""
+
     def record_decision(self, artifact_sha: str, verdict: str, *, tiers: Iterable[str],
                         reasons: Iterable[str] = (), checks: Iterable[Check] = (),
                         cost_tags: dict[str, str] | None = None, detail: dict[str, Any] | None = None,
@@ -423,7 +436,7 @@ class Registry:
             rows = conn.execute(query.order_by(s.alias_history.c.id)).mappings().all()
         return [AliasMove(**{k: v for k, v in r.items() if k != "id"}) for r in rows]
 
-    # -- explanations (a table added after schema 1: created on first write, read as empty where absent) --
+    # explanations: a table added after schema 1, created on first write, read as empty where absent
     def record_explanation(self, decision_id: int, explanation: dict[str, Any],
                            at: datetime | None = None) -> int:
         """Record `tiergate explain`'s answer (Explanation.to_json()) for a recorded decision; returns its id.

@@ -3,44 +3,23 @@
 from __future__ import annotations
 
 import dataclasses
-import math
-from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from tiergate.artifact.precision import check_reference, is_float, precision_of  # noqa: F401 - re-exported
 from tiergate.errors import InputError
 from tiergate.registry.db import Registry
 from tiergate.registry.names import model_name
 from tiergate.registry.records import ArtifactRecord
 from tiergate.hashing import file_sha256
 
-_PRECISION = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32", "float64": "fp64",
-              "int8": "int8", "uint8": "uint8", "int4": "int4", "uint4": "uint4", "int16": "int16"}
-
 
 @dataclass(frozen=True)
 class Registered:
     artifact: ArtifactRecord
     reference: ArtifactRecord
-
-
-def precision_of(artifact) -> str:
-    """'int8', 'uint8', 'fp16', 'fp32'...: the quantized tensors' type, else the type holding most weight elements."""
-    if artifact.quant:
-        fixed = [q for q in artifact.quant.values() if q.scale] or list(artifact.quant.values())
-        dtype = Counter(q.dtype for q in fixed).most_common(1)[0][0]     # (dynamic quantization's run-time
-        return _PRECISION.get(dtype, dtype)                             # activations have no type of their own)
-    elements: Counter = Counter()
-    for shape, dtype in artifact.initializers.values():
-        if dtype in _PRECISION:
-            elements[_PRECISION[dtype]] += math.prod(d for d in shape if isinstance(d, int)) if shape else 1
-    return elements.most_common(1)[0][0] if elements else "fp32"
-
-
-def is_float(precision: str) -> bool:
-    return precision.startswith(("fp", "bf"))
 
 
 def _jsonable(value: Any) -> Any:
@@ -72,8 +51,7 @@ def register_artifact(registry: Registry, path: Path, *, model: str, reference: 
     model_name(model)
     artifact, fp = _load(Path(path), "artifact")
     ref, ref_fp = _load(Path(reference), "reference")
-    if ref.is_quantized or not is_float(precision_of(ref)):
-        raise InputError(f"{reference}: the reference is quantized ({precision_of(ref)}); give the FP32 model")
+    check_reference(ref, reference)
     if ref.format != artifact.format:
         raise InputError(f"{reference}: the reference is {ref.format} but the artifact is {artifact.format}; "
                          "give the FP32 reference in the same format (the gate compares them on one runtime)")

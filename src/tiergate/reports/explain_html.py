@@ -115,5 +115,7 @@ def fixes_html(doc: dict) -> str:
 
 
 def write_html(result: Explanation, path: Path) -> Path:
-    path.write_text(render_html(result), encoding="utf-8")
+    from tiergate.paths import write_new
+
+    write_new(path, render_html(result))             # whole, never through a link planted there
     return path

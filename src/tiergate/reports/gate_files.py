@@ -38,12 +38,9 @@ def write_reports(gate_run, report_dir: Path | None, junit: Path | None, lineage
 
     written: dict[str, Path] = {}
     if report_dir is not None:
-        written.update(write_summary(gate_run.decision, report_dir))
-        if lineage:
-            written["json"].write_text(decision_text(gate_run.decision, lineage), encoding="utf-8")
-        if gate_run.runtime:
-            with written["markdown"].open("a", encoding="utf-8") as md:
-                md.write(runtime_markdown(runtime_summary(gate_run.runtime)))
+        extra = runtime_markdown(runtime_summary(gate_run.runtime)) if gate_run.runtime else ""
+        written.update(write_summary(gate_run.decision, report_dir, extra_markdown=extra,
+                                     json_text=decision_text(gate_run.decision, lineage)))
     if junit is not None:
         written["junit"] = write_junit(gate_run.decision, junit)
     if attest is not None:

@@ -27,10 +27,15 @@ def junit_tree(decision: Decision) -> ET.ElementTree:
 
 
 def write_junit(decision: Decision, path: str | Path) -> Path:
+    import io
+
+    from tiergate.paths import write_new
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    junit_tree(decision).write(path, encoding="utf-8", xml_declaration=True)
-    return path
+    buffer = io.BytesIO()
+    junit_tree(decision).write(buffer, encoding="utf-8", xml_declaration=True)
+    return write_new(path, buffer.getvalue())        # whole, never through a link planted there
 
 
 def _testcase(suite: ET.Element, check: Check) -> None:

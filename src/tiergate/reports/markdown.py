@@ -22,13 +22,17 @@ def render_markdown(decision: Decision) -> str:
     return "\n\n".join(part for part in parts if part) + "\n"
 
 
-def write_summary(decision: Decision, folder: str | Path) -> dict[str, Path]:
-    """The report folder: the Markdown summary and the decision JSON."""
+def write_summary(decision: Decision, folder: str | Path, *, extra_markdown: str = "",
+                  json_text: str | None = None) -> dict[str, Path]:
+    """The report folder: the Markdown summary (and `extra_markdown` after it) and the decision JSON (`json_text`,
+    else the decision's canonical JSON), each written whole (paths.write_new: never through a link there)."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
+    from tiergate.paths import write_new
+
     written = {"markdown": folder / SUMMARY_FILE, "json": folder / DECISION_FILE}
-    written["markdown"].write_text(render_markdown(decision), encoding="utf-8")
-    written["json"].write_text(decision.dumps() + "\n", encoding="utf-8")
+    write_new(written["markdown"], render_markdown(decision) + extra_markdown)
+    write_new(written["json"], json_text or decision.dumps() + "\n")
     return written
 
 

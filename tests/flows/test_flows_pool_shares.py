@@ -120,8 +120,7 @@ def case(farm, tmp_path_factory):
     x = np.random.default_rng(1).normal(size=(N, 8)).astype(np.float32)
     data = folder / "eval.npz"
     np.savez(data, x=x, labels=(x @ np.ones((8, 4)) + x[:, :4]).argmax(1).astype(np.int64))
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("TIERGATE_HOME", str(folder / "alone-home"))
+    with gatekit.home_at(folder / "alone-home"):
         alone = gatekit.gate(farm.cand, farm.ref, data, resolve([ARM]), load_policy(None), early_stop=False)
     return data, alone
 

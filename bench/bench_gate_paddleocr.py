@@ -131,10 +131,11 @@ def container_start(image: str, repeats: int = 3, env: dict[str, str] | None = N
 
 
 def bare_loop(image: str, work: Path, samples: int, threads: int, batches: list[int],
-              env: dict[str, str] | None = None) -> dict:
-    """The bare loop (BARE) in `image` over both models; its JSON."""
-    spec = {"data": "/bench/lines.npz", "samples": samples, "threads": threads, "batches": batches,
-            "models": {"reference": "/bench/reference.onnx", "candidate": "/bench/candidate.onnx"}}
+              env: dict[str, str] | None = None, data: str = "lines.npz",
+              models: tuple[str, ...] = ("reference", "candidate")) -> dict:
+    """The bare loop (BARE) in `image` over the models (work/NAME.onnx) on work/`data`; its JSON."""
+    spec = {"data": f"/bench/{data}", "samples": samples, "threads": threads, "batches": batches,
+            "models": {name: f"/bench/{name}.onnx" for name in models}}
     _, out = docker_run(image, ["/bench/bare.py", json.dumps(spec)], mount=work, env=env)
     line = next(ln for ln in out.splitlines() if ln.startswith("BARE "))
     return json.loads(line[5:])

@@ -58,7 +58,7 @@ def cases(work: Path, samples: int) -> dict:
 
 def gate(candidate, reference, data, classes, home: Path) -> dict:
     cmd = [str(ROOT / ".venv" / "bin" / "tiergate"), "gate", "-c", str(candidate), "-r", str(reference), "-d",
-           str(data), "-t", ",".join(classes), "--no-early-stop", "--json"]
+           str(data), "-t", ",".join(classes), "--no-early-stop", "--json", "--policy", str(home.parent / "count.toml")]
     done = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "TIERGATE_HOME": str(home)})
     if done.returncode not in (0, 1, 3):
         raise SystemExit(f"gate failed ({done.returncode}): {done.stderr[-2000:]}")
@@ -74,6 +74,8 @@ def main() -> int:
         print("no counting QEMU set up: run scripts/build-counting-qemu (scripts/setup does)", file=sys.stderr)
         return 2
     work = Path(tempfile.mkdtemp(prefix="bench-insn-time-"))
+    # instructions are counted where a policy judges them: a limit no candidate reaches asks for them, changing nothing
+    (work / "count.toml").write_text("[defaults]\nmax_instructions_ratio = 1000.0\n")
     table = cases(work, args.samples)
     wanted = [c for c in args.cases.split(",") if c] or list(table)
     print(f"{'case':16} {'instructions ratio (emulated)':>30} {'native time ratio, 95% CI (pairs)':>40} "

@@ -147,3 +147,24 @@ class FakeBackend:
         return TargetResult(device_class=dc.name, status="ok", machine=dc.machine, n_samples=n,
                             latencies_ns=latencies, versions={"onnxruntime": ort.__version__}, device=figures,
                             extra=extra, **host)
+
+
+class HeldBackend(FakeBackend):
+    """A fake whose runs of one device class wait until the gate stops them (Job.cancel), as a container runs on
+    until it is killed; every other class runs once a held run has started (the order is made, not raced)."""
+
+    def __init__(self, held: str, **kw):
+        super().__init__(**kw)
+        self.held, self.stopped, self.started = held, [], threading.Event()
+
+    def run(self, job):
+        if job.device_class.name != self.held:
+            assert self.started.wait(60), "the held class's run never started"
+            return super().run(job)
+        self.jobs.append(job)
+        self.started.set()
+        ended = threading.Event()
+        job.cancel.on_cancel(ended.set)
+        assert ended.wait(60), "the held run was never stopped"
+        self.stopped.append((job.role, job.device_class.name))
+        return failed(job.device_class.name, "killed by signal 9")

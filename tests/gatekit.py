@@ -64,3 +64,29 @@ def home_at(home: Path):
             os.environ.pop("TIERGATE_HOME", None)
         else:
             os.environ["TIERGATE_HOME"] = saved
+
+
+def steps_once_running(wait_class: str, running, timeout_s: float = 300):
+    """The CLI's thread steps, except that `wait_class`'s run step starts only once running() is true (e.g. one of
+    another class's containers runs): a test's order made, not raced."""
+    import time
+
+    from tiergate.orchestrator.seams import ThreadSteps
+
+    seen: list[str] = []
+
+    class OnceRunning(ThreadSteps):
+        def map(self, step, fn, items, **kw):
+            def gated(group):
+                if step == "run" and group[0].device_class.name == wait_class:
+                    deadline = time.monotonic() + timeout_s
+                    while not running():
+                        assert time.monotonic() < deadline, f"{wait_class}: what it waits for never ran"
+                        time.sleep(0.1)
+                    seen.append("running")
+                return fn(group)
+            return super().map(step, gated, items, **kw)
+
+    steps = OnceRunning()
+    steps.seen = seen
+    return steps

@@ -146,3 +146,32 @@ class MemoryHook:
 
 def hook():
     return MemoryHook()
+
+
+ROOM_MARGIN = 1.5     # a call beside another needs this many times its estimated memory free under the limit
+
+
+def call_room(single_bytes, eval_batch, batch):
+    """room(): whether one more batched call fits under the container's memory limit (the device's memory: the
+    calls at once must never make an out-of-memory finding that one call at a time would not). A call's memory is
+    estimated from the single calls' (inference_memory_bytes) scaled to the batched call's samples; unknown, no
+    call runs beside another. Outside a container, or without a limit: always."""
+    need = None if single_bytes is None else single_bytes * eval_batch / max(batch, 1) * ROOM_MARGIN
+
+    def room():
+        left = cgroup_room()
+        return left is None or (need is not None and left >= need)
+    return room
+
+
+def fitting_batch(single_bytes, eval_batch, batch, workers):
+    """The batched calls' size: `eval_batch`, halved (down to `batch`) while `workers` calls of it at once would
+    not fit in the container's room (call_room's estimate): a large model's calls then run side by side on the
+    cores rather than one large call at a time (PP-OCRv4's detector at 320 x 320 under QEMU: 24 MB a sample, so
+    calls of 16, two at once, under a 2 GB limit, not calls of 64 one at a time). Unknown memory, one worker, or
+    no limit: `eval_batch`."""
+    room = cgroup_room() if workers > 1 and single_bytes else None
+    size = eval_batch
+    while room is not None and size > batch and workers * single_bytes * size / max(batch, 1) * ROOM_MARGIN > room:
+        size //= 2
+    return max(size, batch)

@@ -670,30 +670,14 @@ def concurrent_calls(runner, spans, call, workers, slots=None, last_claimed=None
     return at_once[1]
 
 
-ROOM_MARGIN = 1.5     # a call beside another needs this many times its estimated memory free under the limit
-
-
-def call_room(single_bytes, eval_batch, batch):
-    """room(): whether one more batched call fits under the container's memory limit (the device's memory: the
-    calls at once must never make an out-of-memory finding that one call at a time would not). A call's memory is
-    estimated from the single calls' (harness_memory's inference_memory_bytes) scaled to the batched call's
-    samples; unknown, no call runs beside another. Outside a container, or without a limit: always."""
-    memory = _plugin("harness_memory")
-    need = None if single_bytes is None else single_bytes * eval_batch / max(batch, 1) * ROOM_MARGIN
-
-    def room():
-        left = memory.cgroup_room()
-        return left is None or (need is not None and left >= need)
-    return room
-
-
 def batched_outputs(runner, data, n, axes, batch, eval_batch, timed_store, workers=1, slots=None,
                     last_claimed=None):
     """Every sample's outputs in calls of `eval_batch` (on up to `workers` threads: concurrent_calls), checked
     against the timed calls' outputs; on a difference beyond float rounding, every sample at `batch` instead.
     (the store to keep, extra.evaluation)"""
-    clock = time.monotonic_ns
+    clock, memory, single = time.monotonic_ns, _plugin("harness_memory"), runner.device.get("inference_memory_bytes")
     workers = workers if getattr(runner, "concurrent", False) else 1
+    eval_batch = memory.fitting_batch(single, eval_batch, batch, workers)     # so that the workers' calls fit at once
     spans = eval_schedule(n, eval_batch, workers)
     store = Outputs(spans, runner.output_names, lambda span: sample_axes(data, axes, span))
     call_ns = []
@@ -705,7 +689,7 @@ def batched_outputs(runner, data, n, axes, batch, eval_batch, timed_store, worke
         call_ns.append(clock() - t0)
         store(i, out)
     most = concurrent_calls(runner, spans, call, workers, slots, last_claimed,
-                            room=call_room(runner.device.get("inference_memory_bytes"), eval_batch, batch))
+                            room=memory.call_room(single, eval_batch, batch))
     eval_ns = sum(call_ns)      # the calls' own time: per sample, what one worker spends
     checked = timed_store.spans[-1][1]
     worst, agree = consistency(timed_store.arrays(), store.arrays(), checked)

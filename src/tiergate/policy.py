@@ -25,7 +25,7 @@ from typing import Iterable
 import tomllib
 
 from tiergate.errors import InputError
-from tiergate.figures import SPENDING
+from tiergate.figures import AUTO_SPENDING, SPENDING
 from tiergate.outputs.kind import parse_table
 from tiergate.targets import DeviceClass
 
@@ -48,7 +48,7 @@ class EarlyStop:
 
     enabled: bool | None = None
     looks: int = 2
-    spending: str = "obrien-fleming"
+    spending: str = AUTO_SPENDING       # resolved per class and sample count (orchestrator.early_settings)
     seed: int = 0                       # the looks' seeded random partition of the samples (orchestrator/early.py)
 
 
@@ -102,9 +102,19 @@ class Thresholds:
     max_latency_regression: float = 0.10
     confidence: float = 0.95
     bootstrap_resamples: int = 9999
+    # a user metric that returns one number for the whole set is called once per bootstrap resample: as many as
+    # this many seconds pay for (never fewer than the confidence needs: else its check is inconclusive, saying so)
+    user_metric_budget_s: float = 120.0
     on_inconclusive: str = "inconclusive"   # verdict when a task-metric interval straddles its threshold
     agreement: str = "auto"                 # output agreement (cosine, SQNR, ...): auto = a gate without
                                             # labels, evidence (warnings) when task metrics decide
+
+    @property
+    def asks_instructions(self) -> bool:
+        """Whether these limits judge instructions per inference: then an emulated class's runs are counted (the
+        counting QEMU; otherwise only with --profile)."""
+        return any(v is not None for v in (self.max_instructions_per_inference, self.max_instructions_ratio,
+                                           self.max_instructions_ratio_vs_incumbent))
 
     @property
     def min_samples(self) -> int:
@@ -125,10 +135,10 @@ _BOUNDS: dict[str, tuple[float, float]] = {
     "min_accuracy_ratio": (0.0, 1.0), "min_cosine": (-1.0, 1.0), "min_top1_agreement": (0.0, 1.0),
     "min_npu_op_share": (0.0, 1.0), "max_cpu_ops": (0, 1_000_000),
     "noninferiority_margin": (0.0, 1.0), "p99_min_samples": (1, 10_000_000),
-    "bootstrap_resamples": (99, MAX_BOOTSTRAP_RESAMPLES),
+    "bootstrap_resamples": (99, MAX_BOOTSTRAP_RESAMPLES), "user_metric_budget_s": (1.0, 86_400.0),
 }
 _REQUIRED = {"p99_min_samples", "noninferiority_margin", "max_latency_regression",
-             "confidence", "bootstrap_resamples", "on_inconclusive", "agreement"}   # cannot be switched off
+             "confidence", "bootstrap_resamples", "user_metric_budget_s", "on_inconclusive", "agreement"}   # cannot be switched off
 _KNOWN = tuple(f.name for f in fields(Thresholds))
 
 
@@ -280,8 +290,9 @@ def _early_value(name: str, where: str, key: str, value):
             raise InputError(f"{bad} must be true or false, got {value!r}")
         return "enabled", value
     if key == "early_spending":
-        if value not in SPENDING:
-            raise InputError(f"{bad} must be one of {', '.join(repr(c) for c in SPENDING)}, got {value!r}")
+        if value not in (AUTO_SPENDING, *SPENDING):
+            raise InputError(f"{bad} must be one of {', '.join(repr(c) for c in (AUTO_SPENDING, *SPENDING))}, "
+                             f"got {value!r}")
         return "spending", value
     if key == "early_seed":
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2 ** 63:

@@ -40,7 +40,7 @@ from tiergate.images import DESCRIBE_FILE, DESCRIBER, HOST_CA_BUNDLE, HOST_PIP_C
 from tiergate.paths import containers_dir
 from tiergate.request import BuildSettings, GateRequest, candidate_class, is_loader
 
-SCHEMA = 1
+SCHEMA = 2        # 2: every run the decision names is verified (an early decision's chunks too)
 DEFAULT_SOCKET = "/var/run/docker.sock"
 DOCKER_TIMEOUT_S = 5.0
 PACKAGE = Path(__file__).resolve().parent
@@ -296,9 +296,10 @@ def _answer(request: GateRequest, build: BuildSettings, doc: dict, hashers: dict
     if decision is None:
         return None
     runs = {(role, dc): Path(folder) for role, dc, folder in entry["runs"]}
-    if set(f"{role}/{dc}" for role, dc in runs) != set(inputs["runs"]):
+    named = {label: Path(folder) for label, folder in entry["verify"]}
+    if set(named) != set(inputs["runs"]) or not set(f"{role}/{dc}" for role, dc in runs) <= set(named):
         return None
-    if not all(state.run_matches(folder, inputs, f"{role}/{dc}") for (role, dc), folder in runs.items()):
+    if not all(state.run_matches(folder, inputs, label) for label, folder in named.items()):
         return None
     wanted = entry["images"]
     current = image_ids(wanted, _engine_socket(request.device_classes))
@@ -308,7 +309,8 @@ def _answer(request: GateRequest, build: BuildSettings, doc: dict, hashers: dict
         return None          # the normal path would describe again: its runtime section would differ
     findings = {dc: [StoredFinding(f) for f in found] for dc, found in entry["findings"].items()}
     hashes = {role: entry["artifacts"][role]["sha256"] for role in request.artifacts}
-    return GateRun(decision, runs, cache_hits=len(runs), decision_cached=True, decision_key=entry["decision_key"],
+    return GateRun(decision, runs, cache_hits=entry["cache_hits"], decision_cached=True,
+                   decision_key=entry["decision_key"],
                    runtime=entry["runtime"], runtime_findings=findings, hashes=hashes)
 
 
@@ -384,7 +386,7 @@ def _remember(request: GateRequest, build: BuildSettings, gate_run, recorder: Re
         if sha != intake.sha256 or inputs.get(role) != sha:
             return None
         artifacts[role] = {"sha256": sha, "external": external}
-    runs, wanted = _runs_and_images(gate_run, inputs, recorder)
+    runs, named, wanted = _runs_and_images(gate_run, inputs, recorder)
     current = image_ids(wanted, _engine_socket(request.device_classes))
     for name, image_id in wanted.items():
         if current.get(name) is None or (image_id is not None and current[name] != image_id):
@@ -393,28 +395,37 @@ def _remember(request: GateRequest, build: BuildSettings, gate_run, recorder: Re
     entry = {
         "schema": SCHEMA, "key": key, "created_at": state.now_iso(),
         "request": doc, "artifacts": artifacts, "decision_key": gate_run.decision_key,
-        "decision_inputs": inputs, "runs": runs, "images": current, "runtime_graph_folders": graphs,
-        "runtime": runtime, "findings": findings,
+        "decision_inputs": inputs, "runs": runs, "verify": named, "images": current,
+        "runtime_graph_folders": graphs, "runtime": runtime, "findings": findings,
+        # what the normal path's re-run finds in the run cache: every run this gate made or reused (an early
+        # decision's chunk runs too)
+        "cache_hits": gate_run.cache_hits + gate_run.containers_started,
     }
     return state.save_quick_entry(key, entry)
 
 
-def _runs_and_images(gate_run, inputs: dict, recorder: Recorder) -> tuple[list, dict]:
-    """The run folders (each still the one the decision names) and the images an answer must find unchanged."""
-    runs, wanted = [], {}
+def _runs_and_images(gate_run, inputs: dict, recorder: Recorder) -> tuple[list, list, dict]:
+    """(the gate's run folders, every run the decision names with its folder, the images an answer must find
+    unchanged). The decision names more runs than the gate's folders where it was made in looks: each chunk's run
+    and the merged prefix a look was judged on ("role/class/chunk-2"); each must still be the one it names."""
+    runs, named, wanted = [], [], {}
     for (role, dc), folder in gate_run.run_dirs.items():
-        label = f"{role}/{dc}"
-        image = recorder.images.get((dc, gate_run.intakes[role].sha256))
-        if image is None or not state.run_matches(Path(folder), inputs, label) \
+        runs.append([role, dc, str(folder)])
+    for label, text in inputs["runs"].items():
+        role, where = label.split("/", 1)
+        dc = where.split("/", 1)[0]
+        folder = state.runs_root() / text.rpartition(":")[0]
+        image = recorder.images.get((dc, gate_run.intakes[role].sha256)) if role in gate_run.intakes else None
+        if image is None or not state.run_matches(folder, inputs, label) \
                 or inputs["images"].get(label) != image.image_id:
             raise NoFastPath(f"the run {label} cannot be verified later")
-        runs.append([role, dc, str(folder)])
+        named.append([label, str(folder)])
         wanted[image.tag] = image.image_id
         wanted[image.runtime_tag] = None
         wanted[image.labels[f"{LABEL}.base_image"]] = None
-    if set(f"{role}/{dc}" for role, dc, _ in runs) != set(inputs["runs"]):
+    if not {f"{role}/{dc}" for role, dc, _ in runs} <= {label for label, _ in named}:
         raise NoFastPath("the decision names other runs")
-    return runs, wanted
+    return runs, named, wanted
 
 
 def _runtime_as_cached(request: GateRequest, gate_run, recorder: Recorder):

@@ -17,6 +17,7 @@ in tests/gate/test_paired_coverage.py and bench/bench_paired_intervals.py), and 
 from __future__ import annotations
 
 import math
+import time
 import warnings
 from dataclasses import dataclass
 
@@ -287,33 +288,21 @@ def paired_samples_needed(counts: PairCounts, kind: str, op: str, threshold: flo
 # --- task metrics: candidate / reference ratio, and what an interval decides ---------------------------
 
 PASS, FAIL, INCONCLUSIVE = "pass", "fail", "inconclusive"
-CUSTOM_MAX_RESAMPLES = 999        # a user's metric is called once per resample, in Python
 
 
 def metric_ratio(cand, ref, statistic, *, confidence: float = 0.95, n_resamples: int = 9999, seed: int = 0,
-                 vectorised: bool = True, difference: bool = False, ref_statistic=None,
-                 percentile: bool = False) -> Interval:
+                 difference: bool = False, ref_statistic=None, percentile: bool = False) -> Interval:
     """Paired bootstrap CI of statistic(cand) / statistic(ref) over the same samples (with `difference`:
     statistic(cand) - statistic(ref), for a metric that can be zero or negative, where a ratio means nothing).
 
-    `cand`, `ref`: per-sample components (c, n) with `statistic(components, axis=-1)` (vectorised), or,
-    with `vectorised=False`, `statistic(indices) -> (cand value, ref value)` and `cand` the sample count.
+    `cand`, `ref`: per-sample components (c, n) with `statistic(components, axis=-1)` (vectorised); a statistic
+    that can only be computed on a whole set is `whole_set_ratio`'s.
     Identical components give the degenerate interval [1, 1] ([0, 0] for a difference; nothing to resample).
     `ref_statistic`: the reference's own statistic where it differs from the candidate's (average precision,
     whose statistic holds each side's detections: the components are the image indices, the same on both).
     `percentile`: the percentile interval only (a costly statistic: BCa's jackknife calls it n more times).
     """
     combine = _minus if difference else _ratio
-    if not vectorised:
-        n = int(cand)
-        a, b = statistic(np.arange(n))
-        estimate = combine(a, b)
-
-        def ratio_of(indices):
-            x, y = statistic(np.asarray(indices, dtype=np.int64))
-            return combine(x, y)
-        return _bootstrap((np.arange(n),), ratio_of, estimate, confidence, min(n_resamples, CUSTOM_MAX_RESAMPLES),
-                          seed, paired=True, vectorized=False, methods=("percentile",))
     cand, ref = np.asarray(cand, dtype=np.float64), np.asarray(ref, dtype=np.float64)
     other = statistic if ref_statistic is None else ref_statistic
     estimate = combine(float(statistic(cand, axis=-1)), float(other(ref, axis=-1)))
@@ -330,6 +319,61 @@ def metric_ratio(cand, ref, statistic, *, confidence: float = 0.95, n_resamples:
             return np.where(y != 0, x / np.where(y != 0, y, 1), np.where(x == 0, 1.0, np.inf))
     return _bootstrap((cand, ref), ratio, estimate, confidence, n_resamples, seed, paired=True,
                       methods=("percentile",) if percentile else None)
+
+
+OVER_BUDGET = "bootstrap-over-budget"
+WHOLE_SET_RESAMPLES = 999   # a whole-set statistic's resamples: no more (the policy's fewer) unless its confidence needs
+PROGRESS_EVERY_S = 5.0
+
+
+def whole_set_ratio(n: int, pair, values: tuple[float, float], *, confidence: float = 0.95, n_resamples: int = 9999,
+                    seed: int = 0, difference: bool = False, budget_s: float = math.inf, first_s: float = 0.0,
+                    progress=None, clock=time.perf_counter) -> Interval:
+    """The paired percentile bootstrap of a statistic that can only be computed on a whole set (a user metric that
+    returns one number): `pair(indices) -> (candidate's value, reference's value)` on each resample, the
+    resamples' indices drawn in blocks (never a thread or a copy of anything but the indices per resample here).
+
+    Its cost is bounded by `budget_s` seconds: `n_resamples` (at most WHOLE_SET_RESAMPLES, or what the confidence
+    needs where that is more: an early look's), or as many as the budget pays for at the time the calls take
+    (`first_s`, the whole set's pair of calls, then as measured), but never fewer than the confidence needs
+    (MIN_TAIL_RESAMPLES beyond each bound); a budget that cannot pay for those gives infinite bounds
+    (inconclusive; method OVER_BUDGET). The count used is in the method. `values`: the whole set's pair (the
+    estimate). `progress(done, planned, seconds)`: called every PROGRESS_EVERY_S seconds (of `clock`)."""
+    combine = _minus if difference else _ratio
+    estimate = combine(*values)
+    alpha = 1.0 - confidence
+    needed = math.ceil(2 * MIN_TAIL_RESAMPLES / alpha)
+    n_resamples = min(n_resamples, max(WHOLE_SET_RESAMPLES, needed))
+    planned = n_resamples if first_s <= 0 else min(n_resamples, max(0, int(budget_s / first_s)))
+    if planned < needed:
+        pays = f"bootstrap_resamples is {n_resamples}" if n_resamples < needed else \
+            f"the budget of {budget_s:g} s pays for {planned} at {first_s:.3g} s each"
+        return Interval(estimate, -math.inf, math.inf, confidence,
+                        f"{OVER_BUDGET}: {needed} resamples needed at {confidence:.4%}, {pays}")
+    rng = np.random.default_rng(seed)
+    block = max(1, min(planned, _MAX_BATCH_ELEMENTS // max(n, 1)))
+    out = np.empty(planned, dtype=np.float64)
+    t0 = last = clock()
+    done = 0
+    while done < planned:
+        for indices in rng.integers(0, n, size=(min(block, planned - done), n)):
+            out[done] = combine(*pair(indices))
+            done += 1
+            now = clock()
+            if progress is not None and now - last >= PROGRESS_EVERY_S:
+                progress(done, planned, now - t0)
+                last = now
+            if now - t0 > 1.5 * budget_s and done < planned:     # slower than the first calls said
+                planned = done
+                break
+    if done < needed:
+        return Interval(estimate, -math.inf, math.inf, confidence,
+                        f"{OVER_BUDGET}: {needed} resamples needed at {confidence:.4%}, {done} made in the budget of "
+                        f"{budget_s:g} s")
+    low, high = np.quantile(out[:done], [alpha / 2.0, 1.0 - alpha / 2.0])
+    return Interval(estimate, float(low), float(high), confidence,
+                    f"bootstrap-percentile, {done} resamples" + ("" if done == n_resamples else
+                                                                 f" (the budget of {budget_s:g} s)"))
 
 
 def _minus(x: float, y: float) -> float:

@@ -11,16 +11,17 @@ did not write. `call(what, fn, *args)` runs one call of it so that nothing it do
 - it returns within the timeout (`TIERGATE_USER_CODE_TIMEOUT_S`, default 300 s, per call), else an
   InputError saying which function hung.
 
-It runs in a daemon thread, not a child process: a metric is called once per bootstrap resample (up to 999
-times) on outputs that can be hundreds of MB, and a loader's arrays come back as they are; a process per
-call, or shipping the arrays through a pipe, would cost more than the metric. The price: a call that timed
-out cannot be killed; it is abandoned (a daemon thread does not hold the interpreter's exit, and the gate
-stops with exit 2), and stdout stays redirected to stderr until it ends. `os._exit` or a crash in C code
+It runs in a daemon thread, not a child process: a metric computed on the whole set is called once per bootstrap
+resample (hundreds of times, on one `Worker` thread) on outputs that can be hundreds of MB, and a loader's arrays
+come back as they are; a process per call, or shipping the arrays through a pipe, would cost more than the metric.
+The price: a call that timed out cannot be killed; it is abandoned (a daemon thread does not hold the
+interpreter's exit, and the gate stops with exit 2), and stdout stays redirected to stderr until it ends. `os._exit` or a crash in C code
 inside user code still ends the process (by its own exit status, never a printed verdict).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import numbers
@@ -78,6 +79,57 @@ def call(what: str, fn, *args, timeout: float | None = None):
     return box["value"]
 
 
+class Worker:
+    """One thread for many calls of user code (a user metric's bootstrap: hundreds of calls), each call with the
+    limits of `call` (its timeout, errors as one line), stdout onto stderr while the worker lives; a thread per
+    call cost more than a small metric. `with Worker(what) as worker: worker.call(fn, *args)`."""
+
+    def __init__(self, what: str, timeout: float | None = None):
+        self.what, self.limit = what, timeout_s() if timeout is None else timeout
+        self.jobs: queue.Queue = queue.Queue()
+        self.done: queue.Queue = queue.Queue()
+        self.thread: threading.Thread | None = None
+
+    def __enter__(self) -> "Worker":
+        def body():
+            _redirect_enter()
+            try:
+                while True:
+                    job = self.jobs.get()
+                    if job is None:
+                        return
+                    fn, args = job
+                    try:
+                        self.done.put(("value", fn(*args)))
+                    except BaseException as exc:  # noqa: BLE001 - user code: everything it raises is reported
+                        self.done.put(("error", exc))
+            finally:
+                _redirect_exit()
+
+        self.thread = threading.Thread(target=body, name=f"tiergate-user-code {self.what}"[:60], daemon=True)
+        self.thread.start()
+        return self
+
+    def call(self, fn, *args):
+        self.jobs.put((fn, args))
+        try:
+            kind, payload = self.done.get(timeout=self.limit)
+        except queue.Empty:
+            # hung: abandoned (a daemon thread does not hold the interpreter's exit); it ends, giving stdout back,
+            # if the call ever returns
+            self.thread = None
+            self.jobs.put(None)
+            raise _hung(self.what, self.limit) from None
+        if kind == "error":
+            raise _as_error(self.what, payload)
+        return payload
+
+    def __exit__(self, *exc) -> None:
+        if self.thread is not None:
+            self.jobs.put(None)
+            self.thread.join()
+
+
 def iterate(what: str, make: Callable[[], object], item: Callable[[int], str],
             timeout: float | None = None) -> Iterator:
     """The items of the iterable `make()` returns, each fetched with the limits of `call` (one worker thread
@@ -130,6 +182,26 @@ def iterate(what: str, make: Callable[[], object], item: Callable[[int], str],
             index += 1
     finally:
         stop.set()
+
+
+_PROGRESS: list = []       # the running gate's progress printer (orchestrator.gate: `reporting`), innermost last
+
+
+@contextlib.contextmanager
+def reporting(progress: Callable[[str], None] | None) -> Iterator[None]:
+    """While a gate runs: where `report` says how a long call of user code goes (a metric's bootstrap)."""
+    _PROGRESS.append(progress)
+    try:
+        yield
+    finally:
+        _PROGRESS.remove(progress)
+
+
+def report(text: str) -> None:
+    """One progress line for the running gate (nothing outside a gate, or with no progress printer)."""
+    progress = _PROGRESS[-1] if _PROGRESS else None
+    if progress is not None:
+        progress(text)
 
 
 def _hung(what: str, limit: float) -> InputError:
@@ -189,7 +261,7 @@ def _libc():
 
 def _flush_c_stdio() -> None:
     try:
-        _libc().fflush(None)       # loaded once: a metric is called up to 999 times a check
+        _libc().fflush(None)       # loaded once
     except Exception:  # noqa: BLE001 - no libc to flush (not POSIX): Python's own buffers are flushed
         pass
 

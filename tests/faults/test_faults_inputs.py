@@ -78,8 +78,11 @@ def test_labels_outside_the_class_count_are_refused_before_any_build(case, tmp_p
     assert builder.calls == [] and backend.runs == []
 
 
-def test_labels_of_a_dynamic_output_are_checked_after_the_reference_before_candidates(case, tmp_path):
+def test_labels_of_a_dynamic_output_are_refused_on_the_first_reference_run_and_stop_every_class(case, tmp_path):
+    """The class count is known only from the reference's outputs: the labels are checked on the first reference
+    run that ends (x86's, while arm64's still runs), before anything is judged, and arm64's run is stopped."""
     import modelkit
+    from fakes import HeldBackend
 
     rng = np.random.default_rng(3)
     model = modelkit.mlp(seed=1)
@@ -91,10 +94,11 @@ def test_labels_of_a_dynamic_output_are_checked_after_the_reference_before_candi
     x = rng.normal(size=(40, 8)).astype(np.float32)
     bad = tmp_path / "dyn.npz"
     np.savez(bad, x=x, labels=np.full(40, 9, dtype=np.int64))
-    backend = FakeBackend()
+    backend = HeldBackend(ARM)
     with pytest.raises(InputError, match="label 9 is outside"):
         _gate({**case, "reference": ref, "good": ref}, data=bad, backend=backend)
-    assert [role for role, _ in backend.runs] == ["reference"]
+    assert [name for _, name in backend.runs] == [X86]              # arm64's run was held until it was stopped
+    assert [name for _, name in backend.stopped] == [ARM]
 
 
 # --- output folders ------------------------------------------------------------------------------

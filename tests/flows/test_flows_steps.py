@@ -75,3 +75,17 @@ def test_pool_builder_defers_pooled_classes_to_their_worker():
     local = builder.build(resolve([X86])[0], intake)
     assert local.image_id.startswith("sha256:fake-") and inner.calls == [(X86, "ab" * 32)]
     assert PoolBackend("arm-boards", None).caches_locally is False
+
+
+def test_a_pool_shares_an_emulated_tier_among_its_workers_online(monkeypatch):
+    """One share of the samples per worker of the pool online (issue 46), at least the class's shard_samples a
+    share; --shards (or the class's shards) says otherwise; no worker known yet: one share."""
+    from tiergate.orchestration import remote
+
+    backend = remote.PoolBackend("arm-boards", None)
+    monkeypatch.setattr(remote, "_workers_online", lambda pool: 3)
+    assert backend.share_count(400, None, 64) == 3 and backend.share_count(100, None, 64) == 1
+    assert backend.share_count(400, 2, 64) == 2
+    monkeypatch.setattr(remote, "_workers_online", lambda pool: 0)
+    assert backend.share_count(400, None, 64) == 1
+    assert backend.takes_samples and not backend.takes_slots

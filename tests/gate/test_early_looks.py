@@ -77,7 +77,7 @@ def test_policy_keys_per_tier(tmp_path):
                     "[override.arm64-cpu-onnxruntime]\nearly_stop = false\n")
     policy = load_policy(path)
     x86, arm = resolve("x86_64-cpu-onnxruntime,arm64-cpu-onnxruntime")
-    assert policy.early_stop_for(x86) == EarlyStop(True, 3, "obrien-fleming")
+    assert policy.early_stop_for(x86) == EarlyStop(True, 3, "auto")        # made concrete per class and n
     assert policy.early_stop_for(arm) == EarlyStop(False, 3, "pocock")
     assert policy.for_target(arm) == load_policy(None).for_target(arm)      # no threshold changed
     default = load_policy(None)

@@ -231,12 +231,19 @@ def test_a_loader_is_capped_in_samples_and_bytes(case, capfd, monkeypatch, funct
 
 
 # --- a metric's value: a finite real number --------------------------------------------------------------------
-@pytest.mark.parametrize("function", ["as_text", "as_bool", "as_none", "as_complex", "as_pair"])
+@pytest.mark.parametrize("function", ["as_text", "as_bool", "as_none", "as_complex"])
 def test_a_metric_that_returns_no_real_number_is_exit_2(case, capfd, function):
     code, out, err = _gate(capfd, case, "--metric", f"{case['user']}:{function}")
     assert code == 2, (code, err)
     assert f"metric {function} ({case['user']}:{function}): returned" in _one_error(err)
     assert "not a real number" in err
+
+
+def test_a_metric_that_returns_values_for_other_samples_is_exit_2(case, capfd):
+    code, out, err = _gate(capfd, case, "--metric", f"{case['user']}:as_pair")       # 2 values, 200 samples
+    assert code == 2, (code, err)
+    assert _one_error(err).endswith(f"metric as_pair ({case['user']}:as_pair): its per-sample values must be {N} "
+                                    "real numbers, one per sample (got float64[2])")
 
 
 @pytest.mark.parametrize("value", [np.float32(0.5), np.int64(3), np.array([0.25]), np.array(0.5), 2, 0.5])

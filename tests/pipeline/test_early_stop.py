@@ -18,7 +18,7 @@ from tiergate.policy import load_policy
 from tiergate.targets import resolve
 
 import modelkit
-from fakes import FakeBackend, FakeBuilder
+from fakes import FakeBackend, FakeBuilder, HeldBackend
 
 X86, ARM = "x86_64-cpu-onnxruntime", "arm64-cpu-onnxruntime"
 FOUR = "[defaults]\nearly_looks = 4\n"          # the tests of a plan with a look it does not take
@@ -84,6 +84,27 @@ def test_too_few_samples_for_any_early_look_is_the_plain_gate(tmp_path, tiergate
     monkeypatch.setenv("TIERGATE_HOME", str(tmp_path / "home-off"))
     off, _ = _gate(case, load_policy(None), targets=(X86, ARM), early_stop=False)
     assert on.decision.dumps() == off.decision.dumps()
+
+
+def test_the_default_spending_takes_a_first_look_on_160_samples(tmp_path, tiergate_home):
+    """early_spending = "auto" (the default): O'Brien-Fleming where its plan looks before the last (400 samples:
+    look 1 at 99.44 % on 200), else Pocock (160 samples: O'Brien-Fleming's 99.44 % would need 179 at look 1), so a
+    clear verdict on 160 samples is decided on the first 80 (issue 46); a policy's own spending is kept."""
+    from tiergate.orchestrator import early_settings
+
+    policy, dcs = load_policy(None), resolve([X86, ARM])
+    at = {n: early_settings(policy, dcs, None, n)[ARM] for n in (400, 160, 32)}
+    assert (at[400].spending, at[400].looks) == ("obrien-fleming", 2)
+    assert (at[160].spending, at[160].looks) == ("pocock", 2)
+    assert at[32].looks == 1                                           # no plan looks early: stoppable only
+    assert early_settings(_policy(tmp_path, '[defaults]\nearly_spending = "obrien-fleming"\n'), dcs, None,
+                          160)[ARM].looks == 1
+    run, backend = _gate(_case(tmp_path, 160, "random"), policy, targets=(ARM,))
+    tier = run.decision.early_stop[ARM]
+    assert run.decision.verdict == REJECT
+    assert (tier.look, tier.looks, tier.samples_used, tier.spending) == (1, 2, 80, "pocock")
+    assert tier.confidence == pytest.approx(1 - 0.05 * np.log(1 + (np.e - 1) * 0.5))
+    assert len({j.data_sha256 for j in backend.jobs}) == 1             # only the first chunk ran
 
 
 def test_a_bad_candidate_is_rejected_at_the_first_look(tmp_path, tiergate_home):
@@ -383,39 +404,12 @@ def test_the_looks_are_a_stratified_seeded_partition_made_from_the_samples(tmp_p
     assert np.array_equal(np.load(chunk.path)["x"], x[rows[1]]) and np.array_equal(chunk.labels, labels[rows[1]])
 
 
-class _HeldBackend(FakeBackend):
-    """A fake whose runs of one device class wait until the gate stops them (Job.cancel), as a container runs on
-    until it is killed; every other class runs once a held run has started (the order is made, not raced)."""
-
-    def __init__(self, held: str, **kw):
-        import threading
-
-        super().__init__(**kw)
-        self.held, self.stopped, self.started = held, [], threading.Event()
-
-    def run(self, job):
-        import threading
-
-        if job.device_class.name != self.held:
-            assert self.started.wait(60), "the held class's run never started"
-            return super().run(job)
-        self.jobs.append(job)
-        self.started.set()
-        ended = threading.Event()
-        job.cancel.on_cancel(ended.set)
-        assert ended.wait(60), "the held run was never stopped"
-        self.stopped.append((job.role, job.device_class.name))
-        from tiergate.results import failed
-
-        return failed(job.device_class.name, "killed by signal 9")
-
-
 def test_a_final_reject_stops_the_other_tiers_runs(tmp_path, tiergate_home):
     """x86 (one look, early stop off) REJECTs on every sample while arm64's first chunk still runs: the gate's
     verdict is REJECT whatever arm64 shows, so arm64's run is stopped, nothing of it is recorded as a failure, no
     further chunk runs, and the decision says arm64 was stopped (an inconclusive "stopped" check, not a verdict)."""
     case = _case(tmp_path, 400, "random")
-    backend = _HeldBackend(ARM)
+    backend = HeldBackend(ARM)
     # a slot for every run at once: x86's waits for a held arm64 run, which must not hold the slot x86 needs
     run, _ = _gate(case, load_policy(None), targets=(X86, ARM), backend=backend, early_stop=None, max_parallel=8)
     d = run.decision
@@ -436,6 +430,36 @@ def test_a_final_reject_stops_the_other_tiers_runs(tmp_path, tiergate_home):
     full, _ = _gate(case, load_policy(None), targets=(X86, ARM), early_stop=False)
     assert full.decision.verdict == REJECT
     assert {c.device_class for c in full.decision.checks if c.name == "accuracy_ratio" and not c.passed} == {X86, ARM}
+
+
+def _dynamic_classes(path):
+    """The model at `path` with its output's class dimension left open (its class count is known only from its
+    outputs, as a detector's input-dependent map): written beside it."""
+    import onnx
+
+    model = onnx.load(str(path))
+    model.graph.output[0].type.tensor_type.shape.dim[1].dim_param = "classes"
+    return modelkit.write(model, path.with_name(f"dyn-{path.name}"))
+
+
+@pytest.mark.parametrize("outputs", ["fixed", "dynamic"])
+def test_a_final_reject_stops_the_other_tiers_without_looks_and_with_labels_of_a_dynamic_output(
+        tmp_path, tiergate_home, outputs):
+    """Too few samples for any early look (32): each tier runs every sample at once, yet x86's final REJECT still
+    stops arm64's run; likewise where the labels can be checked only against the reference's outputs (a dynamic
+    output shape): they are checked on x86's reference run, which runs beside its candidate, not before every
+    class's candidates (issue 46)."""
+    cand, ref, data = _case(tmp_path, 32, "random")
+    if outputs == "dynamic":
+        cand, ref = _dynamic_classes(cand), _dynamic_classes(ref)
+    backend = HeldBackend(ARM)
+    run, _ = _gate((cand, ref, data), load_policy(None), targets=(X86, ARM), backend=backend, early_stop=None,
+                   max_parallel=8)
+    d = run.decision
+    assert d.verdict == REJECT
+    assert (d.early_stop[X86].verdict, d.early_stop[X86].looks, d.early_stop[X86].samples_used) == (REJECT, 1, 32)
+    assert (d.early_stop[ARM].stopped_by, d.early_stop[ARM].looks, d.early_stop[ARM].samples_used) == (X86, 1, 0)
+    assert backend.stopped and [c.name for c in d.checks if c.device_class == ARM] == ["stopped"]
 
 
 def test_a_promote_stops_no_tier(tmp_path, tiergate_home):

@@ -26,7 +26,7 @@ from tiergate.policy import load_policy
 from tiergate.request import BuildSettings, GateRequest
 from tiergate.targets import resolve
 
-X86 = "x86_64-cpu-onnxruntime"
+X86, ARM = "x86_64-cpu-onnxruntime", "arm64-cpu-onnxruntime"
 HEAVY = ("numpy", "scipy", "onnx", "onnxruntime", "docker", "prefect", "tensorflow", "sqlalchemy")
 SRC = str(Path(tiergate.__file__).resolve().parents[1])
 
@@ -217,12 +217,13 @@ def models(tmp_path_factory):
     np.savez(folder / "eval.npz", x=x, labels=(x @ w).argmax(1).astype(np.int64))
     ref = modelkit.write(modelkit.linear(w, softmax=True), folder / "ref.onnx")
     good = modelkit.write(modelkit.linear(w + rng.normal(0, 1e-4, w.shape), softmax=True), folder / "good.onnx")
-    return {"ref": ref, "good": good, "data": folder / "eval.npz", "folder": folder}
+    bad = modelkit.write(modelkit.linear(rng.normal(size=w.shape), softmax=True), folder / "bad.onnx")
+    return {"ref": ref, "good": good, "bad": bad, "data": folder / "eval.npz", "folder": folder}
 
 
-def _args(m, *extra, candidate=None, data=None):
+def _args(m, *extra, candidate=None, data=None, targets=X86):
     return ["gate", "--candidate", str(candidate or m["good"]), "--reference", str(m["ref"]),
-            "--data", str(data or m["data"]), "--targets", X86, *extra]
+            "--data", str(data or m["data"]), "--targets", targets, *extra]
 
 
 def _cli(capsys, args):
@@ -288,16 +289,23 @@ def test_unchanged_rerun_imports_nothing_heavy_and_answers_as_the_cache_hit(mode
         (tmp_path / "first" / "gate-decision.json").read_bytes()
 
     # exactly what the normal path prints and writes for a decision-cache hit: --json, reports, JUnit, tables
+    outputs = _fast_as_normal(capsys, tiergate_home, tmp_path, lambda *extra: _args(models, *extra), code)
+    assert "runs: 0 started, 2 reused from cache" in outputs
+
+
+def _fast_as_normal(capsys, home: Path, tmp_path: Path, args, code: int) -> str:
+    """The fast path's answer and the normal path's decision-cache hit print and write the same (--json and the
+    tables, --report-dir, --junit); the tables' text."""
     for as_json in (True, False):
         extra = ["--json"] if as_json else []
         outputs = {}
         for way in ("fast", "normal"):
             if way == "normal":
-                for entry in (tiergate_home / state.QUICK).glob("*.json"):
+                for entry in (home / state.QUICK).glob("*.json"):
                     entry.unlink()
             folder = tmp_path / f"{way}-{as_json}"
-            answered_fast, code_now, out_now = _fast(capsys, _args(models, *extra, "--report-dir", str(folder),
-                                                                   "--junit", str(folder / "junit.xml")))
+            answered_fast, code_now, out_now = _fast(capsys, args(*extra, "--report-dir", str(folder),
+                                                                  "--junit", str(folder / "junit.xml")))
             assert answered_fast == (way == "fast") and code_now == code
             outputs[way] = (out_now.replace(str(folder), "FOLDER"),
                             {p.name: p.read_bytes() for p in sorted(folder.iterdir())})
@@ -309,8 +317,38 @@ def test_unchanged_rerun_imports_nothing_heavy_and_answers_as_the_cache_hit(mode
                     data.decode().splitlines(), outputs["fast"][1][name].decode().splitlines(), lineterm="")))
         if as_json:
             assert json.loads(outputs["fast"][0])["decision_cached"] is True
-        else:
-            assert "runs: 0 started, 2 reused from cache" in outputs["fast"][0]
+    return outputs["fast"][0]
+
+
+@pytest.mark.docker
+@pytest.mark.emulated
+@pytest.mark.parametrize("candidate", ["good", "bad"])
+def test_an_unchanged_gate_with_an_emulated_tier_answers_from_the_cache(models, capsys, tiergate_home, tmp_path,
+                                                                        candidate):
+    """x86 + emulated arm64, early decision as by default (issue 46): the good candidate is decided on arm64 in
+    looks over chunk runs (each chunk, and the prefix a look merged, named by the decision); the bad one is
+    REJECTed on x86, which stops arm64. Either way an unchanged re-run answers from the fast path, as the normal
+    path's decision-cache hit would, without importing anything heavy."""
+    targets = f"{X86},{ARM}"
+    args = lambda *extra: _args(models, *extra, candidate=models[candidate], targets=targets)   # noqa: E731
+    code, out, err = _cli(capsys, args("--json"))
+    first = json.loads(out)
+    assert (code, first["verdict"]) == ((0, "PROMOTE") if candidate == "good" else (1, "REJECT")), err
+    early = first["early_stop"]
+    if candidate == "good":
+        assert early[ARM]["looks"] == 2 and early[ARM]["samples_used"] == 400
+    else:
+        assert early[ARM]["stopped_by"] == X86
+    assert list((tiergate_home / state.QUICK).glob("*.json"))          # remembered
+
+    proc, imported = _subprocess_gate(tiergate_home, args("--json"))
+    assert proc.returncode == code, proc.stderr[-2000:]
+    assert "typer" not in imported and not [m for m in imported if m.split(".")[0] in HEAVY]
+    fast = json.loads(proc.stdout)
+    assert fast["decision_cached"] is True and fast["containers_started"] == 0
+    assert fast["cache_hits"] == first["cache_hits"] + first["containers_started"]
+    assert _sans_provenance(fast) == _sans_provenance(first)
+    _fast_as_normal(capsys, tiergate_home, tmp_path, args, code)
 
 
 @pytest.mark.docker

@@ -146,8 +146,8 @@ class _HookedBackend(FakeBackend):
 
 def test_a_backend_with_slot_hooks_runs_at_most_max_parallel_and_makes_at_most_as_many_ahead(case):
     """8 shards on 2 slots: at most 2 harnesses run at once and at most 2 more containers wait made (their files
-    copied) for a slot; the decision is the one made without hooks. An emulated tier's latency calls and its
-    instruction counting are in its first shard only; the others make the cold first call alone."""
+    copied) for a slot; the decision is the one made without hooks. An emulated tier's latency calls are in its
+    first shard only; the others make the cold first call alone. Nothing asks for instructions: none is counted."""
     backend = _HookedBackend()
     seams = orchestrator.Seams(builder=FakeBuilder(), backend_for=backend)
     run = gatekit.gate(case["candidate"], case["reference"], case["data"], resolve([ARM]), load_policy(None),
@@ -157,7 +157,25 @@ def test_a_backend_with_slot_hooks_runs_at_most_max_parallel_and_makes_at_most_a
     assert _checks(run) == _checks(plain)
     first = min(j.samples for j in backend.jobs)
     for job in backend.jobs:
-        assert (job.latency_calls > 0, job.count) == ((True, True) if job.samples == first else (False, False))
+        assert (job.latency_calls > 0, job.count) == ((True, False) if job.samples == first else (False, False))
+
+
+@pytest.mark.parametrize("asks", ["nothing", "policy", "profile"])
+def test_instructions_are_counted_in_the_first_shard_only_where_asked_for(case, tmp_path, asks):
+    """The counting QEMU runs where a policy judges instructions (max_instructions_*) or --profile asks for the
+    run's figures (issue 46): a counted run is another run (its key names the counter), so a gate that asks
+    nothing shares no run with one that does."""
+    policy = load_policy(None)
+    if asks == "policy":
+        (tmp_path / "p.toml").write_text("[override.cortex-a]\nmax_instructions_ratio = 2.0\n")
+        policy = load_policy(tmp_path / "p.toml")
+    backend = FakeBackend()
+    seams = orchestrator.Seams(builder=FakeBuilder(), backend_for=backend)
+    gatekit.gate(case["candidate"], case["reference"], case["data"], resolve([ARM, X86]), policy, seams=seams,
+                 shards=2, early_stop=False, profile=asks == "profile")
+    first = {dc: min(j.samples for j in backend.jobs if j.device_class.name == dc) for dc in (ARM, X86)}
+    counted = {(j.device_class.name, j.samples == first[j.device_class.name]) for j in backend.jobs if j.count}
+    assert counted == (set() if asks == "nothing" else {(ARM, True)} | ({(X86, True)} if asks == "profile" else set()))
 
 
 def test_a_tier_spreads_its_batched_calls_over_one_container_only_where_they_can_run_at_once(monkeypatch):

@@ -58,6 +58,49 @@ def det_pages(n: int, seed: int, size: int = 320, blank: bool = False) -> tuple[
     return x, boxes
 
 
+TEXT_IOU = '''
+import json
+from pathlib import Path
+
+import numpy as np
+
+BOXES = json.loads((Path(__file__).parent / "boxes.json").read_text())
+
+
+def _parts(outputs, labels):
+    """Each page's text pixels (the map above 0.3) against its word boxes: intersection and union per page."""
+    maps = next(iter(outputs.values()))[:, 0] > 0.3
+    inter, union = np.zeros(len(labels)), np.zeros(len(labels))
+    for i, page in enumerate(np.asarray(labels, dtype=np.int64)):
+        truth = np.zeros(maps.shape[1:], dtype=bool)
+        for x, y, w, h in BOXES[page]:
+            truth[y:y + h, x:x + w] = True
+        inter[i], union[i] = (maps[i] & truth).sum(), (maps[i] | truth).sum()
+    return inter, union
+
+
+def text_iou(outputs, labels):
+    """Per page (the fast form): its intersection and union."""
+    inter, union = _parts(outputs, labels)
+    return {"numerator": inter, "denominator": union}
+
+
+def text_iou_whole(outputs, labels):
+    """The same IoU as one number for the whole set (called again per bootstrap resample)."""
+    inter, union = _parts(outputs, labels)
+    return float(inter.sum() / union.sum())
+'''
+
+
+def text_iou_metric(folder: Path, boxes: list[list[list[int]]]) -> Path:
+    """The issue's user metric (issue 46): `metrics.py` with `text_iou` (per page) and `text_iou_whole`, reading
+    each page's word boxes from `boxes.json` beside it by the page index its label holds."""
+    folder = Path(folder)
+    (folder / "boxes.json").write_text(json.dumps(boxes))
+    (folder / "metrics.py").write_text(TEXT_IOU)
+    return folder / "metrics.py"
+
+
 def coco(boxes: list[list[list[int]]]) -> str:
     """The boxes as a COCO-style side file (images in sample order; tiergate.labels)."""
     return json.dumps({"images": [{"id": i} for i in range(len(boxes))],

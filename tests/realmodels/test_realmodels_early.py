@@ -79,7 +79,6 @@ def test_a_final_reject_on_x86_stops_the_emulated_tier_at_once(lines, realmodels
     from tiergate import orchestrator
     from tiergate.execution import janitor
     from tiergate.images import LABEL
-    from tiergate.orchestrator.seams import ThreadSteps
 
     monkeypatch.setenv("TIERGATE_HOME", str(tmp_path / "home"))
     source, data, candidates = lines
@@ -87,27 +86,14 @@ def test_a_final_reject_on_x86_stops_the_emulated_tier_at_once(lines, realmodels
     assert alone.decision.verdict == REJECT
     client = docker.from_env()
     mine = {"label": [f"{janitor.OWNER_PID}={os.getpid()}", f"{LABEL}.device_class={ARM}"]}
-    seen = []
-
-    class ArmRunsFirst(ThreadSteps):
-        def map(self, step, fn, items, **kw):
-            def gated(group):
-                if step == "run" and group[0].device_class.name == X86:
-                    deadline = time.monotonic() + 300
-                    while not client.containers.list(filters={**mine, "status": "running"}):
-                        assert time.monotonic() < deadline, "no arm64 container started"
-                        time.sleep(0.1)
-                    seen.append("arm64 running")
-                return fn(group)
-            return super().map(step, gated, items, **kw)
-
+    steps = gatekit.steps_once_running(X86, lambda: client.containers.list(filters={**mine, "status": "running"}))
     t0 = time.monotonic()
     run = gatekit.gate(candidates["clear"], source, data, resolve([X86, ARM]), load_policy(),
-                       seams=orchestrator.Seams(steps=ArmRunsFirst()))
+                       seams=orchestrator.Seams(steps=steps))
     wall = time.monotonic() - t0
     d = run.decision
     print(f"PaddleOCR cls clear INT8 on {X86} + {ARM}: {d.verdict} in {wall:.1f} s; arm64 {d.early_stop[ARM]}")
-    assert seen and d.verdict == REJECT and d.early_stop[X86].verdict == REJECT
+    assert steps.seen and d.verdict == REJECT and d.early_stop[X86].verdict == REJECT
     assert d.early_stop[ARM].stopped_by == X86 and d.early_stop[ARM].look == 0
     assert [c.name for c in d.checks if c.device_class == ARM] == ["stopped"]
     left = client.containers.list(all=True, filters={"label": f"{janitor.OWNER_PID}={os.getpid()}"})

@@ -3,13 +3,16 @@ accuracy (score interval on the discordant pairs), the built-in metrics and the 
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
 from tiergate import stats
 from tiergate.decision import TargetMetrics
 from tiergate.gate.common import check_labels_fit, pct, same_shape, task_threshold
 from tiergate.metrics.accuracy import accuracy as accuracy_of, correct
-from tiergate.metrics.task import MetricSpec
+from tiergate.errors import InputError
+from tiergate.metrics.task import MetricSpec, Prepared, value as task_value
 
 
 def accuracy(ev, m: TargetMetrics, cand, ref, inc, labels) -> None:
@@ -64,29 +67,63 @@ def task_metrics(ev, m: TargetMetrics, cand, ref, labels) -> None:
 
 
 def custom_metric(ev, m: TargetMetrics, spec: MetricSpec, cand: dict, ref: dict, labels) -> None:
-    from tiergate.metrics.task import custom_value, refuse_ratio_of_nonpositive
+    """A user metric (--metric FILE.py:FUNCTION), called on each side's whole outputs on one thread of its own. Per-
+    sample values back (metrics.task.custom_result): the interval comes from them, as a built-in metric's (one
+    pass over the data); one number back: it is called again per bootstrap resample, within the policy's
+    `user_metric_budget_s` (stats.whole_set_ratio), its progress shown."""
+    from tiergate import usercode
+    from tiergate.metrics.task import custom_name, custom_result, custom_value, refuse_ratio_of_nonpositive
 
     n = len(next(iter(ref.values())))
     if any(len(v) != n for v in (*cand.values(), *ref.values())):
         ev.note(f"metric {spec.name}: outputs differ in sample count; not computed")
         return
-
     difference = spec.max_drop is not None
-
-    def pair(idx):
-        lab = None if labels is None else labels[idx]
-        values = (custom_value(spec, {k: v[idx] for k, v in cand.items()}, lab),
-                  custom_value(spec, {k: v[idx] for k, v in ref.items()}, lab))
-        if not difference:       # a user metric's range is unknown: a ratio only of positive values
-            refuse_ratio_of_nonpositive(spec, dict(zip(("candidate", "reference"), values)))
-        return values
-    a, b = pair(np.arange(n))
-    interval = stats.metric_ratio(n, None, pair, confidence=ev.t.confidence,
-                                  n_resamples=ev.t.bootstrap_resamples, seed=ev.seed, vectorised=False,
-                                  difference=difference)
     op, threshold = task_threshold(spec, ev.t.min_accuracy_ratio)
-    ev.judged(m, spec, f"{spec.name}_{'difference' if difference else 'ratio'}", None, n, a, b, interval,
-              op, threshold, f"candidate {a:.4g} vs FP32 {b:.4g} ({spec.source})")
+    key = f"{spec.name}_{'difference' if difference else 'ratio'}"
+    with usercode.Worker(custom_name(spec)) as worker:
+        t0 = time.perf_counter()
+        sides = [custom_result(spec, worker.call(spec.fn, outputs, labels), n) for outputs in (cand, ref)]
+        first_s = time.perf_counter() - t0
+        if all(isinstance(side, Prepared) for side in sides):
+            a, b = sides
+            values = {"candidate": task_value(a), "reference": task_value(b)}
+            if not difference:       # a negative sample's value (hence a negative resample) is refused as well
+                refuse_ratio_of_nonpositive(spec, {side: min(float(p.components[0].min()), 0.0) or values[side]
+                                                   for side, p in zip(values, sides)})
+            interval = stats.metric_ratio(a.components, b.components, a.statistic, confidence=ev.t.confidence,
+                                          n_resamples=ev.t.bootstrap_resamples, seed=ev.seed, difference=difference)
+            ev.judged(m, spec, key, None, n, values["candidate"], values["reference"], interval, op, threshold,
+                      f"candidate {values['candidate']:.4g} vs FP32 {values['reference']:.4g} ({spec.source}; "
+                      f"per-sample values)")
+            return
+        if any(isinstance(side, Prepared) for side in sides):
+            raise InputError(f"{custom_name(spec)}: returned per-sample values for one side and one number for the "
+                             "other; it must return the same form for every call")
+
+        def pair(idx):
+            lab = None if labels is None else labels[idx]
+            values = (custom_value(spec, {k: v[idx] for k, v in cand.items()}, lab, worker),
+                      custom_value(spec, {k: v[idx] for k, v in ref.items()}, lab, worker))
+            if not difference:       # a user metric's range is unknown: a ratio only of positive values
+                refuse_ratio_of_nonpositive(spec, dict(zip(("candidate", "reference"), values)))
+            return values
+
+        if not difference:
+            refuse_ratio_of_nonpositive(spec, dict(zip(("candidate", "reference"), sides)))
+        budget = ev.t.user_metric_budget_s
+
+        def progress(done, planned, seconds):
+            usercode.report(f"{ev.dc.name}: metric {spec.name}: bootstrap {done} of {planned} resamples "
+                            f"({seconds:.0f} s of its budget of {budget:g} s)")
+        interval = stats.whole_set_ratio(n, pair, tuple(sides), confidence=ev.t.confidence,
+                                         n_resamples=ev.t.bootstrap_resamples, seed=ev.seed, difference=difference,
+                                         budget_s=budget, first_s=first_s, progress=progress)
+    detail = f"candidate {sides[0]:.4g} vs FP32 {sides[1]:.4g} ({spec.source}; one number for the whole set"
+    if interval.method.startswith(stats.OVER_BUDGET):
+        detail += (f": {interval.method.split(': ', 1)[1]}; return per-sample values to have its interval at the "
+                   "cost of one call, or raise user_metric_budget_s (docs/policy.md)")
+    ev.judged(m, spec, key, None, n, sides[0], sides[1], interval, op, threshold, detail + ")")
 
 
 # -- the output kinds' own metrics (tiergate.metrics.kinds), against labels or FP32's decoded outputs -------

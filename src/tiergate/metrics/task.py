@@ -9,8 +9,11 @@ Built-in metrics (names as in the policy's `[metrics.NAME]` tables and `--metric
                                                       score per pixel (>= threshold), vs label masks
   mae, rmse                                           regression: output vs labels, same size per sample
 
-and user metrics, `--metric FILE.py:FUNCTION`: FUNCTION(outputs, labels) -> float, higher is
-better, where outputs is {output name: array stacked per sample}; reported under FUNCTION's name.
+and user metrics, `--metric FILE.py:FUNCTION`: FUNCTION(outputs, labels), higher is better, where
+outputs is {output name: array stacked per sample}; reported under FUNCTION's name. It returns one
+number for the whole set (then called again per bootstrap resample, within a time budget), or per-sample
+values (n numbers, or {"numerator": ..., "denominator": ...} per sample: custom_result), from which the
+interval is computed as for a built-in metric.
 
 Every built-in metric is written as per-sample components and a statistic over them, so a
 paired bootstrap resamples samples once for the candidate and the reference together,
@@ -365,13 +368,63 @@ def pick_output(spec: MetricSpec, outputs: dict[str, np.ndarray], labels: np.nda
     return next(iter(outputs), None)
 
 
-def custom_value(spec: MetricSpec, outputs: dict[str, np.ndarray], labels) -> float:
-    """A user metric's value: user code run with limits (tiergate.usercode: sys.exit, stdout, a timeout); one
-    clear error naming it when it raises, exits, hangs or returns anything but a finite real number."""
+def custom_value(spec: MetricSpec, outputs: dict[str, np.ndarray], labels, worker=None) -> float:
+    """A user metric's value on the whole set: user code run with limits (tiergate.usercode: sys.exit, stdout, a
+    timeout; on `worker`'s thread when given); one clear error naming it when it raises, exits, hangs or returns
+    anything but a finite real number."""
     from tiergate import usercode
 
-    what = f"metric {spec.name} ({spec.source})"
-    return usercode.real_number(what, usercode.call(what, spec.fn, outputs, labels))
+    what = custom_name(spec)
+    raw = worker.call(spec.fn, outputs, labels) if worker is not None else \
+        usercode.call(what, spec.fn, outputs, labels)
+    return usercode.real_number(what, raw)
+
+
+def custom_name(spec: MetricSpec) -> str:
+    return f"metric {spec.name} ({spec.source})"
+
+
+PER_SAMPLE_PARTS = ("numerator", "denominator")
+
+
+def custom_result(spec: MetricSpec, raw, n: int) -> float | Prepared:
+    """What a user metric returned for n samples: one finite number (the metric of the whole set: its interval
+    calls it once per bootstrap resample), or per-sample values, from which the interval is computed without
+    calling it again (one pass over the data): a sequence of n finite numbers (the metric is their mean), or
+    {"numerator": n values, "denominator": n values} (the metric is the sum of the numerators over the sum of the
+    denominators: an IoU from each sample's intersection and union, an error rate from each sample's edits and
+    characters). Anything else is one clear error naming the metric."""
+    from tiergate import usercode
+
+    what = custom_name(spec)
+    if isinstance(raw, dict):
+        if sorted(raw) != sorted(PER_SAMPLE_PARTS):
+            raise InputError(f"{what}: returned a mapping with keys {sorted(map(str, raw))}; per-sample parts are "
+                             f"{{'numerator': [n values], 'denominator': [n values]}}")
+        parts = np.stack([_per_sample(what, raw[key], n, key) for key in PER_SAMPLE_PARTS])
+        if (parts[1] < 0).any() or parts[1].sum() <= 0:
+            raise InputError(f"{what}: its denominators must be at least 0 and not all 0 (their sum is "
+                             f"{parts[1].sum():.6g})")
+        return Prepared(parts, _ratio_of_sums)
+    if isinstance(raw, (list, tuple)) or (isinstance(raw, np.ndarray) and raw.ndim >= 1 and raw.size != 1):
+        return Prepared(_per_sample(what, raw, n, "values")[None, :], _mean_of(0))
+    return usercode.real_number(what, raw)
+
+
+def _per_sample(what: str, values, n: int, name: str) -> np.ndarray:
+    array = np.asarray(values)
+    if array.ndim != 1 or len(array) != n or array.dtype.kind not in "biuf":
+        raise InputError(f"{what}: its per-sample {name} must be {n} real numbers, one per sample (got "
+                         f"{array.dtype}{list(array.shape)})")
+    array = array.astype(np.float64)
+    if not np.isfinite(array).all():
+        raise InputError(f"{what}: its per-sample {name} hold {int((~np.isfinite(array)).sum())} value(s) that are "
+                         "not finite numbers")
+    return array
+
+
+def _ratio_of_sums(c, axis=-1):
+    return _div(c[0].sum(axis=axis), c[1].sum(axis=axis))
 
 
 def refuse_ratio_of_nonpositive(spec: MetricSpec, values: dict[str, float]) -> None:

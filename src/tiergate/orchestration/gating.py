@@ -65,19 +65,25 @@ class Remote:
     store: str | None = None
 
 
-def flow_seams(remote: Remote | None = None, build: BuildSettings | None = None) -> orchestrator.Seams:
-    """Prefect steps; pooled device classes build and run on their work pool's worker."""
+def flow_seams(remote: Remote | None = None, build: BuildSettings | None = None, steps=None) -> orchestrator.Seams:
+    """Prefect steps (or `steps`); pooled device classes build and run on their work pool's workers (an emulated
+    class's samples shared among them: remote.py)."""
     builder = orchestrator.DockerBuilder(build or BuildSettings())
+    steps = steps or PrefectSteps()
     if not remote or not remote.pools:
-        return orchestrator.Seams(builder=builder, steps=PrefectSteps())
+        return orchestrator.Seams(builder=builder, steps=steps)
+    import contextvars
+
     from tiergate.orchestration.remote import PoolBackend, PoolBuilder
 
+    # the caller's Prefect context (its API, settings, flow run): the runs' threads start without one
+    context = contextvars.copy_context()
+
     def backend_for(dc: DeviceClass):
-        return PoolBackend(remote.pools[dc.name], remote) if dc.name in remote.pools \
+        return PoolBackend(remote.pools[dc.name], remote, context) if dc.name in remote.pools \
             else orchestrator.default_backend_for(dc)
 
-    return orchestrator.Seams(builder=PoolBuilder(builder, remote.pools), backend_for=backend_for,
-                              steps=PrefectSteps())
+    return orchestrator.Seams(builder=PoolBuilder(builder, remote.pools), backend_for=backend_for, steps=steps)
 
 
 def flow_request(paths: dict[str, Path], data: Path | str, device_classes: list[DeviceClass], policy: Policy,

@@ -80,8 +80,14 @@ def decide(outcomes: dict, basis: Basis) -> Decision:
 
 def decision_inputs(folders: dict[tuple[str, str], Path], basis: Basis) -> dict:
     """Everything a decision depends on, by hash: artifacts, data, runs, images, classes, policy, code."""
-    intakes, policy = basis.intakes, basis.policy
     runs, images = named_runs(folders)
+    return basis_inputs(basis) | {"runs": runs, "images": images}
+
+
+def basis_inputs(basis: Basis) -> dict:
+    """What every decision of a gate names besides its runs: the artifacts, the data, the classes, the policy, the
+    metrics (user metrics by their code) and the deciding code (the fast path checks them against its request)."""
+    intakes = basis.intakes
     return {
         "candidate": intakes["candidate"].sha256,
         "reference": intakes["reference"].sha256,
@@ -89,11 +95,9 @@ def decision_inputs(folders: dict[tuple[str, str], Path], basis: Basis) -> dict:
         "quantized": intakes["candidate"].artifact.is_quantized,
         "data": basis.data.sha256,
         "device_classes": state.classes_identity(basis.device_classes),
-        "policy": state.policy_identity(policy),
+        "policy": state.policy_identity(basis.policy),
         "metrics": [m.identity for m in basis.metrics or ()],
         "code": deciding_code_hash(),
-        "runs": runs,
-        "images": images,
     }
 
 

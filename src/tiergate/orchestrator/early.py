@@ -29,39 +29,57 @@ from tiergate.decision import INCONCLUSIVE, REJECT, Check, Decision, GateRun
 from tiergate.execution.cancel import Cancel
 from tiergate.evaldata import EvalData, sample_keys, select
 from tiergate.gate import EARLY_METHOD, RunOutcome, TierLooks, combine_tiers, cross_tier_drift, settled, verdict_of
-from tiergate.orchestrator.deciding import cached_decision, decide_saved, deciding_code_hash, named_runs
-from tiergate.orchestrator.running import Running, load_outcomes, run_checking_labels
+from tiergate.orchestrator.deciding import basis_inputs, cached_decision, decide_saved, named_runs
+from tiergate.orchestrator.running import LabelCheck, Running, load_outcomes, run_specs
 from tiergate.orchestrator.spans import merge_shards, partition, sample_order, shard_ranges
 from tiergate.orchestrator.types import Basis, RunSpec, say
+from tiergate.figures import AUTO_SPENDING, SPENDING
 from tiergate.policy import EarlyStop, Policy
-from tiergate.stats import CUSTOM_MAX_RESAMPLES, Look, look_plan
+from tiergate.stats import Look, look_plan
 from tiergate.targets import DeviceClass
 
 
-def early_settings(policy: Policy, device_classes, early_stop: bool | None, n_samples: int | None = None,
-                   metrics=()) -> dict[str, EarlyStop]:
+def early_settings(policy: Policy, device_classes, early_stop: bool | None,
+                   n_samples: int | None = None) -> dict[str, EarlyStop]:
     """Each class's early-decision settings when any class has it on (`early_stop` True/False: every class; None:
     the policy's, by default on for emulated classes); {} when it is off everywhere (the gate as it always was).
     With `n_samples`, a class whose look plan takes no look before its last (too few samples to resolve any
-    earlier share) is off: it runs every sample at once, in file order, as without early stop."""
+    earlier share) has one look: it runs every sample at once, in file order, as without early stop, and is still
+    stopped by another class's final REJECT; with no other class to stop it, early stop is off for it. A gate none
+    of whose classes is stopped or looks early is decided as the plain gate (gate_early)."""
     settings = {dc.name: policy.early_stop_for(dc) for dc in device_classes}
     if early_stop is not None:
         settings = {name: dataclasses.replace(e, enabled=early_stop) for name, e in settings.items()}
     if n_samples is not None:
         for dc in device_classes:
-            e = settings[dc.name]
-            if e.enabled and not any(look.taken for look in _plan(policy, dc, e, n_samples, metrics)[:-1]):
-                settings[dc.name] = dataclasses.replace(e, enabled=False)
+            e = settings[dc.name] = _spending(policy, dc, settings[dc.name], n_samples)
+            if e.enabled and not any(look.taken for look in _plan(policy, dc, e, n_samples)[:-1]):
+                settings[dc.name] = dataclasses.replace(e, looks=1) if len(device_classes) > 1 else \
+                    dataclasses.replace(e, enabled=False)
     return settings if any(e.enabled for e in settings.values()) else {}
 
 
-def _plan(policy: Policy, dc: DeviceClass, setting: EarlyStop, n: int, metrics=()) -> list[Look]:
+def _spending(policy: Policy, dc: DeviceClass, setting: EarlyStop, n: int) -> EarlyStop:
+    """The class's spending made concrete ("auto", the default): O'Brien-Fleming where its plan takes a look before
+    the last (it spends almost nothing early, so the last look is nearly the plain gate's), else Pocock where that
+    does (on fewer samples, e.g. 160 in 2 looks: O'Brien-Fleming's first look at 99.44 % would need 179), else
+    O'Brien-Fleming (one look). A choice made from the design (n, K, confidence, resamples), never the data."""
+    if setting.spending != AUTO_SPENDING:
+        return setting
+    for spending in SPENDING:
+        chosen = dataclasses.replace(setting, spending=spending)
+        if setting.enabled and any(look.taken for look in _plan(policy, dc, chosen, n)[:-1]):
+            return chosen
+    return dataclasses.replace(setting, spending=SPENDING[0])
+
+
+def _plan(policy: Policy, dc: DeviceClass, setting: EarlyStop, n: int) -> list[Look]:
     """The look plan of one class on n samples (it depends on the design only, never on the data)."""
     t = policy.for_target(dc)
-    custom = any(getattr(m, "kind", "") == "custom" for m in metrics or ())
     count = min(setting.looks if setting.enabled else 1, n)
-    resamples = min(t.bootstrap_resamples, CUSTOM_MAX_RESAMPLES) if custom else t.bootstrap_resamples
-    return look_plan([b for _, b in shard_ranges(n, count)], t.confidence, setting.spending, resamples)
+    # a user metric's bootstrap makes the policy's resamples too (per-sample values), or as many as its time
+    # budget pays for (one number for the whole set), its check inconclusive at a look whose confidence needs more
+    return look_plan([b for _, b in shard_ranges(n, count)], t.confidence, setting.spending, t.bootstrap_resamples)
 
 
 @dataclass
@@ -95,7 +113,7 @@ def _tiers(specs: list[RunSpec], basis: Basis, early: dict[str, EarlyStop]) -> d
         if count > 1 and setting.seed not in orders:
             orders[setting.seed] = sample_order(sample_keys(data, setting.seed), data.labels, setting.seed)
         ranges, rows = partition(orders.get(setting.seed, np.arange(data.n_samples)), count)
-        plan = _plan(basis.policy, dc, setting, data.n_samples, basis.metrics)
+        plan = _plan(basis.policy, dc, setting, data.n_samples)
         tiers[dc.name] = _Tier(dc, [s for s in specs if s.device_class.name == dc.name], setting, t.confidence,
                                ranges, rows, plan)
     return tiers
@@ -113,8 +131,10 @@ def gate_early(specs: list[RunSpec], basis: Basis, early: dict[str, EarlyStop], 
     tiers = _tiers(specs, basis, early)
     chunk_data: dict[bytes, EvalData] = {}
     counts = [0, 0]                     # cache hits, runs started
-    # a class with early stop on is stopped (its runs killed) once another class's final verdict is REJECT
-    cancels = {name: Cancel() for name, t in tiers.items() if t.setting.enabled}
+    # a class with early stop on is stopped (its runs killed) once another class's final verdict is REJECT; every
+    # class's runs stop when the labels are refused (checked against the first reference run that ends)
+    cancels = {name: Cancel() for name in tiers}
+    labels = None if labels_known else LabelCheck(data)
     guard = threading.Lock()
     for k in range(max(len(t.ranges) for t in tiers.values())):
         active = [t for t in tiers.values() if t.decided is None and not t.stopped_by and k < len(t.ranges)]
@@ -131,29 +151,18 @@ def gate_early(specs: list[RunSpec], basis: Basis, early: dict[str, EarlyStop], 
                 chunk_data[rows.tobytes()] = select(data, rows)
             datas[t.dc.name] = chunk_data[rows.tobytes()]
         todo = [s for t in due for s in t.specs if s.role not in t.failed]
-        wanted = {t.dc.name: {s.role for s in todo if s.device_class.name == t.dc.name} for t in due}
 
         def tier_done(group: list[RunSpec], done: list, k: int = k) -> None:
             """A class's chunk judged as soon as its runs end (not after the slowest class's): a final REJECT
             stops the classes still running."""
             t = tiers[group[0].device_class.name]
-            if {s.role for s in group} != wanted.get(t.dc.name):     # the label check's reference-first run
-                return
             _after_chunk(t, k, group, done, basis, how)
             _stop_others(t, tiers, cancels, guard, how)
 
-        round_how = dataclasses.replace(how, cancels=cancels, on_tier_done=tier_done)
-        todo, done = run_checking_labels(todo, datas, data, labels_known or k > 0, round_how)
+        round_how = dataclasses.replace(how, cancels=cancels, on_tier_done=tier_done, labels=labels)
+        done = run_specs(todo, datas, round_how)
         counts[0] += sum(d.cached for d in done if d is not None)
         counts[1] += sum(d.started for d in done if d is not None)
-        for t in due:                   # what no callback judged: run in two parts (the label check first)
-            if t.ran > k:
-                continue
-            mine = [(s, d) for s, d in zip(todo, done) if s.device_class.name == t.dc.name]
-            if any(d is None for _, d in mine):     # stopped before its runs ended: nothing to judge
-                continue
-            _after_chunk(t, k, [s for s, _ in mine], [d for _, d in mine], basis, how)
-            _stop_others(t, tiers, cancels, guard, how)
     return _early_decision(tiers, basis, counts)
 
 
@@ -180,7 +189,7 @@ def _stop_others(t: _Tier, tiers: dict[str, _Tier], cancels: dict[str, Cancel], 
         return
     with guard:
         for name, other in tiers.items():
-            if other is t or other.decided is not None or other.stopped_by or name not in cancels:
+            if other is t or other.decided is not None or other.stopped_by or not other.setting.enabled:
                 continue
             other.stopped_by = t.dc.name
             say(how.options.progress, f"{name}: stopped: {t.dc.name}'s REJECT is final")
@@ -221,6 +230,10 @@ def _judge_look(t: _Tier, k: int, basis: Basis, root: Path) -> GateRun:
 def _early_decision(tiers: dict[str, _Tier], basis: Basis, counts: list[int]) -> GateRun:
     """The gate's decision from each class's own (decided at its look), cached as one decision naming them."""
     n, policy = basis.data.n_samples, basis.policy
+    if all(len(t.ranges) == 1 and t.decided is not None for t in tiers.values()):
+        # every class ran every sample at once and none was stopped: the plain gate's decision, as without early stop
+        folders = {key: folder for t in tiers.values() for key, folder in t.decided.run_dirs.items()}
+        return decide_saved(folders, basis, hits=counts[0], started=counts[1])
     for t in tiers.values():
         if t.decided is None:                       # stopped by another class's final REJECT
             t.decided, t.look = _stopped(t, basis), t.judged_look
@@ -239,10 +252,9 @@ def _early_decision(tiers: dict[str, _Tier], basis: Basis, counts: list[int]) ->
             named.update({(role, f"{t.dc.name}/chunk-{i}"): part for i, part in enumerate(parts, 1)})
         named.update({(role, f"{t.dc.name}/failed-chunk"): part for role, part in t.failed.items()})
     runs, images = named_runs(named)
-    inputs = {"candidate": basis.intakes["candidate"].sha256,
-              "early_stop": {name: t.to_json() for name, t in looks.items()},
-              "tiers": {name: t.decided.decision_key for name, t in tiers.items()},
-              "runs": runs, "images": images, "code": deciding_code_hash()}
+    inputs = basis_inputs(basis) | {"early_stop": {name: t.to_json() for name, t in looks.items()},
+                                    "tiers": {name: t.decided.decision_key for name, t in tiers.items()},
+                                    "runs": runs, "images": images}
     key = state.decision_key_of(inputs)
     decision = cached_decision(key, inputs)
     cached = decision is not None

@@ -12,6 +12,7 @@ import hashlib
 import json
 import shutil
 import sys
+import threading
 from contextlib import ExitStack
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -52,7 +53,8 @@ def spec_key(spec: RunSpec, data: EvalData) -> str:
     dc = spec.device_class
     how = f"+settings-{class_settings(dc)}" + ("+profile" if spec.profile else "")
     how += "".join(f"+paired-{p.sha256}" for p in spec.partners)     # its calls timed beside theirs
-    count = counting.counts(dc, dc.docker_host)      # a counted run is another run (its instructions recorded)
+    # a counted run is another run (its instructions recorded): counted where asked for (RunSpec.count)
+    count = counting.counts(dc, dc.docker_host) if spec.count else None
     how += f"+count-{count.key}" if count is not None else ""
     return state.run_key(spec.intake.sha256, dc.name + how, spec.image.image_id, data.sha256)
 
@@ -165,6 +167,7 @@ class Running:
     # None for them), and what is called with each class's RunDones as soon as its runs end (it may set others)
     cancels: dict = field(default_factory=dict)
     on_tier_done: Callable | None = None
+    labels: "LabelCheck | None" = None      # labels whose class count only the reference's outputs say
 
 
 def run_specs(specs: list[RunSpec], data: EvalData | dict[str, EvalData], how: Running) -> list[RunDone]:
@@ -186,6 +189,8 @@ def run_specs(specs: list[RunSpec], data: EvalData | dict[str, EvalData], how: R
                             describe=describing, cancel=how.cancels.get(name))
             # the decision's statistics load while the other tiers still run (not while containers start)
             import_in_background()
+            if how.labels is not None:          # before anything is judged on them
+                how.labels.after(group, done, how.cancels)
             if how.on_tier_done is not None:    # judged before a describe of its own waits for a slot
                 how.on_tier_done(group, done)
             if describing:
@@ -206,18 +211,31 @@ def run_specs(specs: list[RunSpec], data: EvalData | dict[str, EvalData], how: R
     return [by_spec[id(spec)] for spec in specs]
 
 
-def run_checking_labels(specs: list[RunSpec], runs_data, data: EvalData, labels_known: bool,
-                        how: Running) -> tuple[list[RunSpec], list[RunDone]]:
-    """run_specs; when the class count is unknown (dynamic output shape) the reference runs first and the labels
-    are checked against its outputs before the candidates run. (the specs in the order run, their RunDones)"""
-    if labels_known:
-        return specs, run_specs(specs, runs_data, how)
-    first = [s for s in specs if s.role == "reference"][:1]
-    done = run_specs(first, runs_data, how)
-    if done[0] is not None:                 # None: its class was stopped (an early decision)
-        check_labels_after(data, done[0].folder)
-    rest = [s for s in specs if s not in first]
-    return first + rest, done + run_specs(rest, runs_data, how)
+class LabelCheck:
+    """Class-index labels of a model whose output shape does not say its class count (a dynamic output): checked
+    once, against the first reference run that ends on any class, before anything is judged. Every class runs at
+    once meanwhile (the native tier's reference ends in seconds, so a wrong label is still refused in seconds), and
+    refused labels stop every class's runs (its Cancel) before the error is raised."""
+
+    def __init__(self, data: EvalData):
+        self.data, self.checked, self.lock = data, False, threading.Lock()
+
+    def after(self, group: list[RunSpec], done: list, cancels: dict) -> None:
+        if self.checked:
+            return
+        folder = next((d.folder for s, d in zip(group, done) if s.role == "reference" and d is not None), None)
+        if folder is None or not results.load(folder).ok:
+            return                      # no outputs to count classes on: the next class's reference checks them
+        with self.lock:
+            if self.checked:
+                return
+            try:
+                check_labels_after(self.data, folder)
+            except TiergateError as exc:
+                for cancel in cancels.values():
+                    cancel.set(f"the labels are refused: {exc.one_line()}")
+                raise
+            self.checked = True
 
 
 def load_outcomes(folders: dict[tuple[str, str], Path]):

@@ -7,9 +7,12 @@ steps), `options` (RunOptions) how the work is done. User errors raise before an
 
 from __future__ import annotations
 
-from tiergate import leases
+import dataclasses
+
+from tiergate import leases, usercode
 from tiergate.artifact.precision import check_reference
 from tiergate.decision import GateRun
+from tiergate.execution.cancel import Cancel
 from tiergate.gate import signature_decision
 from tiergate.orchestrator.building import build_images
 from tiergate.orchestrator.deciding import decide_saved, output_kinds, resolve_metrics
@@ -17,7 +20,7 @@ from tiergate.orchestrator.describing import Describing
 from tiergate.orchestrator.early import early_settings, gate_early
 from tiergate.orchestrator.intake import check_formats, intake, labels_checked, load_data, signature_differences
 from tiergate.orchestrator.recording import check_registered
-from tiergate.orchestrator.running import Running, run_checking_labels
+from tiergate.orchestrator.running import LabelCheck, Running, run_specs
 from tiergate.orchestrator.seams import Seams
 from tiergate.orchestrator.types import Basis, RunSpec, say
 from tiergate.request import GateRequest, RunOptions, candidate_class
@@ -51,15 +54,17 @@ def gate(request: GateRequest, seams: Seams | None = None, options: RunOptions |
     labels_known = labels_checked(basis.data, intakes)
     partners = tuple(intakes[r] for r in ("reference", "incumbent") if r in intakes)
     specs = [RunSpec(role, candidate_class(dc, request) if role == "candidate" else dc, item, profile=request.profile,
+                     count=request.profile or request.policy.for_target(dc).asks_instructions,
                      pair_with=partners if role == "candidate" else ())
              for role, item in intakes.items() for dc in device_classes]
     _build(specs, seams, options, basis.data.call_shapes())
     how = Running(seams, options, Describing(builder, options.progress))
-    early = early_settings(request.policy, device_classes, request.early_stop, basis.data.n_samples, basis.metrics)
-    if early:
-        run = gate_early(specs, basis, early, how, labels_known)
-    else:
-        run = _gate_whole(specs, basis, how, labels_known)
+    early = early_settings(request.policy, device_classes, request.early_stop, basis.data.n_samples)
+    with usercode.reporting(options.progress):      # a user metric's long bootstrap says how it goes
+        if early:
+            run = gate_early(specs, basis, early, how, labels_known)
+        else:
+            run = _gate_whole(specs, basis, how, labels_known)
     for dc in device_classes:
         item = how.describe.done.get(dc.name)
         if item is not None:
@@ -103,6 +108,9 @@ def _build(specs: list[RunSpec], seams: Seams, options: RunOptions, shapes: dict
 
 def _gate_whole(specs: list[RunSpec], basis: Basis, how: Running, labels_known: bool) -> GateRun:
     """Every spec on every sample, then the decision (the gate without early stop)."""
-    _, done = run_checking_labels(specs, basis.data, basis.data, labels_known, how)
+    if not labels_known:        # checked on the first reference run that ends; refused, every class's runs stop
+        how = dataclasses.replace(how, labels=LabelCheck(basis.data),
+                                  cancels={dc.name: Cancel() for dc in basis.device_classes})
+    done = run_specs(specs, basis.data, how)
     folders = {(d.role, d.device_class): d.folder for d in done}
     return decide_saved(folders, basis, hits=sum(d.cached for d in done), started=sum(d.started for d in done))

@@ -87,8 +87,14 @@ class PendingRuns:
         ev = self.dc.evaluation
         # a tier whose batched calls can run at once in one container runs there on `workers` threads, not shards
         self.workers = spread_workers(self.dc, pending.values(), data, backend, options.shards)
+        # an emulated tier on a work pool: one share of its samples per worker online (a native tier's timed calls
+        # stay on one machine)
+        shares = getattr(backend, "share_count", None) if self.dc.emulated else None
         count = 1 if self.workers > 1 else (
+            shares(data.n_samples, options.shards or ev.shards, ev.shard_samples) if shares is not None else
             ev.shard_count(self.dc, data.n_samples, options.shards) if getattr(backend, "takes_samples", False) else 1)
+        if not getattr(backend, "takes_slots", True):      # its runs use another machine's cores
+            self.slots = None
         self.ranges = shard_ranges(data.n_samples, count)
         self.sharded = len(self.ranges) > 1
         self.tag = state.part_tag()            # one writer: the spans' threads write under the tier's tag
@@ -173,7 +179,8 @@ class PendingRuns:
                    # with run slots, one at the start and each further one as it comes free (Job.on_running);
                    # without (no limit), every call slot from the start
                    eval_slots=1 if spreading else 0,
-                   count=first,         # instructions are exact: the first shard's are the run's (merge_shards)
+                   # asked for, instructions are counted in the first shard (exact: its are the run's, merge_shards)
+                   count=first and spec.count,
                    warmup=self.dc.evaluation.warmup,
                    # the describe in the last shard: the first carries the timed (and counted) calls
                    describe=self.describe and spec.role == "candidate" and span == self.ranges[-1],
@@ -474,7 +481,7 @@ def merge_shards(parts: list[Path], work: Path, spans: list[Span] | None = None)
         results.save(result, work)
         return result
     shards = [{"samples": [int(a), int(b)], "wall_s": r.wall_s, "started_at": r.started_at,
-               "latency_calls": len(r.latencies_ns)}
+               "latency_calls": len(r.latencies_ns), **({"worker": r.extra["worker"]} if "worker" in r.extra else {})}
               for r, (a, b) in zip(loaded, spans or (map(int, part.name.split("-")) for part in parts))]
     result = dataclasses.replace(
         first, n_samples=sum(r.n_samples for r in loaded), latencies_ns=[x for r in loaded for x in r.latencies_ns],

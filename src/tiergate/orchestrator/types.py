@@ -44,6 +44,7 @@ class RunSpec:
     image: BuiltImage | None = None
     build_error: str | None = None
     profile: bool = False            # per-op time in the run's device figures (harness --profile)
+    count: bool = False              # instructions counted on an emulated class (the counting QEMU): asked for
     pair_with: tuple[Intake, ...] = ()   # the candidate's calls are interleaved with these artifacts' (the FP32
                                          # reference's, the incumbent's) after its run: extra.paired (native)
 

@@ -5,6 +5,8 @@ Layout under the store root (a folder, or any fsspec URL such as s3://bucket/tie
                                     relative locations), sha256 = the artifact's content hash
   results/ab/<sha256>/result.json   a saved run result folder (tiergate.results), sha256 over
   results/ab/<sha256>/outputs.npz   its files
+  data/ab/<sha256>.npz              an evaluation archive a work pool's workers run (put_data)
+  notes/<name>                      small texts replaced whole: a pooled share's heartbeat (write_note)
 
 Keys kept in the registry are relative to the root, so a store can move. Each file is
 written under a temporary name and renamed, and the file that marks an entry complete
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import tempfile
 import uuid
 from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
@@ -146,9 +149,46 @@ class Store:
         self._put_entry([(folder / name, f"{key}/{name}") for name in present])
         return key
 
+    def put_data(self, path: Path, sha256: str) -> str:
+        """Store an evaluation archive under its content hash (once); its key. A work pool's workers read the very
+        samples the gate runs (a chunk of an early decision, a normalised archive) from here."""
+        key = f"data/{sha256[:2]}/{sha256}.npz"
+        self._put_entry([(Path(path), key)])
+        return key
+
+    def fetch_file(self, key: str, dest: Path) -> Path:
+        """One stored file (an evaluation archive: put_data) copied to `dest`, whole or not at all."""
+        if not self.exists(key):
+            raise InputError(f"store {masked(self.location)}: {key} is missing")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        temp = dest.with_name(temp_name(dest.name, uuid.uuid4().hex))
+        with self._faults(f"cannot read {key}"):
+            try:
+                self.fs.get_file(self._path(key), str(temp))
+                os.replace(temp, dest)
+            finally:
+                temp.unlink(missing_ok=True)
+        return dest
+
+    def write_note(self, key: str, text: str) -> None:
+        """A small text (a worker's heartbeat), replaced whole."""
+        with tempfile.TemporaryDirectory(prefix="tiergate-note-") as tmp:
+            local = Path(tmp) / "note"
+            local.write_text(text)
+            with self._faults(f"cannot write {key}"):
+                self._put(local, key)
+
+    def read_note(self, key: str) -> str | None:
+        """A small text written by write_note, or None when there is none (yet, or any more)."""
+        with self._faults(f"cannot read {key}"):
+            try:
+                return self.fs.cat_file(self._path(key)).decode()
+            except FileNotFoundError:
+                return None
+
     def remove(self, key: str) -> None:
         """Delete a stored entry (the folder of an artifact key, or a result key)."""
-        folder = key if key.startswith("results/") else key.rsplit("/", 1)[0]
+        folder = key if key.startswith(("results/", "notes/")) else key.rsplit("/", 1)[0]
         with self._faults(f"cannot remove {key}"):
             if self.fs.exists(self._path(folder)):
                 self.fs.rm(self._path(folder), recursive=True)

@@ -94,7 +94,6 @@ def test_unfused_batchnorm_on_the_emulated_arm64_tier(real_model, realmodels_hom
 def test_a_custom_op_the_installed_litert_resolves_is_no_file_level_error(real_model, capsys):
     """MediaPipe's selfie segmenter ships a custom op (Convolution2DTransposeBias) that LiteRT's XNNPACK delegate
     takes, so both TFLite tiers run it: file-level inspect warns (it loads only where XNNPACK takes it) and exits 0."""
-    pytest.importorskip("ai_edge_litert.interpreter")
     from tiergate.cli.main import main
 
     path = real_model("selfie_segmentation")

@@ -89,3 +89,56 @@ def counts(dc: DeviceClass, docker_host: str = "local") -> Counter | None:
     if not dc.emulated or docker_host != "local" or dc.arch not in EMULATOR or os.environ.get(OFF_ENV) == "1":
         return None
     return counter()
+
+
+# -- built when first needed: `make demo` (scripts/setup --demo) leaves it out, a policy that asks for instructions
+# builds it once (scripts/build-counting-qemu, cached by its STAMP) before the gate's first run
+BUILD_SECONDS = 270          # measured on this project's 2-core hosts (docs/execution.md): what the line announces
+BUILD_LOG = "/tmp/tiergate-counting-qemu.log"
+
+
+def needs_build(dcs) -> list[DeviceClass]:
+    """The classes among `dcs` that would be counted but find no counting QEMU on this machine."""
+    if counter() is not None:
+        return []
+    return [dc for dc in dcs if dc.emulated and dc.docker_host == "local" and dc.arch in EMULATOR
+            and os.environ.get(OFF_ENV) != "1"]
+
+
+def build_script() -> Path:
+    """scripts/build-counting-qemu of tiergate's checkout (what scripts/setup runs)."""
+    from tiergate.paths import project_root
+
+    return project_root() / "scripts" / "build-counting-qemu"
+
+
+def ensure_built(dcs, say) -> None:
+    """Build the counting QEMU once when one of `dcs` asks for instructions and none is set up (saying so, with its
+    expected time); EnvironmentProblem (exit 2) when it cannot be built here. Two gates at once build it once."""
+    import fcntl
+    import subprocess
+
+    from tiergate.errors import EnvironmentProblem
+
+    missing = needs_build(dcs)
+    if not missing:
+        return
+    script = build_script()
+    names = ", ".join(dc.name for dc in missing)
+    if not script.is_file():
+        raise EnvironmentProblem(f"instructions are asked for on {names}, and the instruction-counting QEMU is not "
+                                 f"set up on this machine", hint="run scripts/setup from tiergate's checkout")
+    sudo = [] if os.geteuid() == 0 else ["sudo", "-n"]
+    with open("/tmp/tiergate-counting-build.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if counter() is not None:               # another gate built it meanwhile
+            return
+        say(f"instructions are asked for on {names}: building the instruction-counting QEMU once, from Debian's "
+            f"source (about {BUILD_SECONDS // 60} min on 2 cores; log {BUILD_LOG})")
+        with open(BUILD_LOG, "w") as log:
+            done = subprocess.run([*sudo, "env", f"TIERGATE_SYSTEM_DIR={count_dir().parent}", str(script)],
+                                  stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    if done.returncode != 0 or counter() is None:
+        raise EnvironmentProblem(f"instructions are asked for on {names}, and the instruction-counting QEMU could "
+                                 f"not be built here (exit {done.returncode}; see {BUILD_LOG})",
+                                 hint="run scripts/setup as root, or drop the policy's instructions limits")

@@ -12,6 +12,7 @@ import dataclasses
 from tiergate import leases, usercode
 from tiergate.artifact.precision import check_reference
 from tiergate.decision import GateRun
+from tiergate.execution import counting
 from tiergate.execution.cancel import Cancel
 from tiergate.gate import signature_decision
 from tiergate.orchestrator.building import build_images
@@ -22,7 +23,7 @@ from tiergate.orchestrator.intake import check_formats, intake, labels_checked, 
 from tiergate.orchestrator.recording import check_registered
 from tiergate.orchestrator.running import LabelCheck, Running, run_specs
 from tiergate.orchestrator.seams import Seams
-from tiergate.orchestrator.types import Basis, RunSpec, say
+from tiergate.orchestrator.types import Basis, RunSpec, say, tell
 from tiergate.request import GateRequest, RunOptions, candidate_class
 
 
@@ -57,6 +58,7 @@ def gate(request: GateRequest, seams: Seams | None = None, options: RunOptions |
                      count=request.profile or request.policy.for_target(dc).asks_instructions,
                      pair_with=partners if role == "candidate" else ())
              for role, item in intakes.items() for dc in device_classes]
+    counting.ensure_built([s.device_class for s in specs if s.count], lambda text: tell(options.progress, text))
     _build(specs, seams, options, basis.data.call_shapes())
     how = Running(seams, options, Describing(builder, options.progress))
     early = early_settings(request.policy, device_classes, request.early_stop, basis.data.n_samples)

@@ -96,3 +96,13 @@ class Basis:
 def say(progress: Progress | None, text: str) -> None:
     if progress is not None:
         progress(text)
+
+
+def tell(progress: Progress | None, text: str) -> None:
+    """What a user must hear even without a progress line (a long wait's cause): the progress line, else stderr."""
+    if progress is not None:
+        progress(text)
+    else:
+        import sys
+
+        print(f"tiergate: {text}", file=sys.stderr, flush=True)

@@ -5,6 +5,11 @@ outputs (`consistency`: |a - b| <= 1e-4 * max|a| + 1e-6, integers exactly; a dif
 sample runs at the class's batch size). With W workers, W threads of the artifact's process claim the calls in
 order from a schedule fixed by (samples, --eval-batch, W) (`eval_schedule`), each call holding one of the
 container's slots (`CallSlots`, one more per SIGUSR1 the host sends after READY_MARK: `call_slots`).
+
+CALLS_AT_ONCE is the one list of the runtimes whose calls may run at once in one process: the harness makes
+concurrent calls only for these (make_runner sets runner.concurrent from it), and the host spreads a tier's
+batched calls over one container only for these (tiergate.orchestrator.spans.spread_workers reads it from this
+file's source: tiergate.harness_source.calls_at_once). Keep it a literal tuple.
 """
 
 from __future__ import annotations
@@ -15,6 +20,8 @@ import time
 
 import numpy as np
 from harness_data import Outputs, sample_axes, slices
+
+CALLS_AT_ONCE = ("onnxruntime",)     # onnxruntime's CPU session: session.run may be called from several threads
 
 READY_MARK = "harness: ready for more call slots"   # SIGUSR1 (a slot more) is handled from here on
 

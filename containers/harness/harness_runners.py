@@ -8,7 +8,8 @@ numpy and that runtime only, imported when the runner is made. Every runner has 
   infer(feed)                        one call; its outputs as numpy arrays
   timed_loop(feeds, store, mark)     one timed call per feed (time.monotonic_ns around the runtime's call only),
                                      outputs to store(i, outputs); `mark`: the counting QEMU's markers, or None
-  inputs, output_names, versions, extra, and `concurrent` where its calls may run at once in one process
+  inputs, output_names, versions, extra, and `concurrent` (set by make_runner: whether its calls may run at once
+  in one process, harness_batched.CALLS_AT_ONCE)
 
 OnnxRunner: onnxruntime's InferenceSession (CPU, or CUDA for onnxruntime-gpu). TfliteRunner: LiteRT's interpreter
 (XNNPACK by default); quantized inputs are quantized from float data with the input's scale and zero point and
@@ -23,6 +24,7 @@ import json
 import os
 import time
 
+import harness_batched
 import numpy as np
 from harness_data import batch_for, take
 
@@ -54,7 +56,6 @@ class OnnxRunner:
         self.output_names = [o.name for o in self.session.get_outputs()]
         self.versions = {"onnxruntime": ort.__version__}
         self.extra = {"providers": self.session.get_providers()}
-        self.concurrent = True       # session.run may be called from several threads at once
 
     def batch_size(self, wanted, axes):
         sizes = [batch_for(i.shape[axes.get(i.name, 0)], wanted) for i in self.inputs
@@ -284,7 +285,10 @@ class TvmRunner:
 
 def make_runner(args):
     if args.runtime == "tvm":
-        return TvmRunner(args)
-    if args.runtime == "ethos-u":
-        return TfliteRunner(args, reference=True)
-    return TfliteRunner(args) if args.runtime == "tflite" else OnnxRunner(args)
+        runner = TvmRunner(args)
+    elif args.runtime == "ethos-u":
+        runner = TfliteRunner(args, reference=True)
+    else:
+        runner = TfliteRunner(args) if args.runtime == "tflite" else OnnxRunner(args)
+    runner.concurrent = args.runtime in harness_batched.CALLS_AT_ONCE     # its calls may run at once (threads)
+    return runner

@@ -43,17 +43,16 @@ size. extra.evaluation says what was done and what the comparison found. `--late
 (a shard whose latency another shard times): nothing is timed; the cold first call alone is
 made, and its outputs are what the batched ones are checked against.
 
-Batched calls at once (`--eval-workers W`, onnxruntime only: its session.run may be called from
-several threads; each call keeps --threads): W threads of the artifact's process claim the batched
-calls in order from a schedule fixed by (samples, --eval-batch, W): calls of --eval-batch that shrink
-towards the end (a quarter of what is left per worker, at least 8 samples), so the threads end
-together. At most `allowed` calls run at once in the whole container (CallSlots: flock'ed files, an
-int shared with the children): --eval-slots at the start (0: W), one more per SIGUSR1 the host sends
-(after this harness prints READY_MARK) as it takes another run slot. With several artifacts, the next
-one's child starts once this one has handed out its last batched call: its load and single calls run
-beside that call and this one's describe. extra.evaluation then says eval_workers, eval_at_once
-(the most calls that ran at once) and eval_slots (the slots granted by the end); eval_ms_per_sample
-is the calls' own time per sample.
+Batched calls at once (`--eval-workers W`, the runtimes of harness_batched.CALLS_AT_ONCE: onnxruntime, whose
+session.run may be called from several threads; each call keeps --threads): W threads of the artifact's
+process claim the batched calls in order from a schedule fixed by (samples, --eval-batch, W): calls of
+--eval-batch that shrink towards the end (a quarter of what is left per worker, at least 8 samples), so the
+threads end together. At most `allowed` calls run at once in the whole container (CallSlots: flock'ed files,
+an int shared with the children): --eval-slots at the start (0: W), one more per SIGUSR1 the host sends (after
+this harness prints READY_MARK) as it takes another run slot. With several artifacts, the next one's child
+starts once this one has handed out its last batched call: its load and single calls run beside that call and
+this one's describe. extra.evaluation then says eval_workers, eval_at_once (the most calls that ran at once)
+and eval_slots (the slots granted by the end); eval_ms_per_sample is the calls' own time per sample.
 
 Load time (session / interpreter creation, EP and delegate set-up included; the
 runtime library's import is not in it) and the cold first call are timed here,
@@ -76,7 +75,9 @@ to a module, numpy and the runtime only (never tiergate):
 
   harness_data.py      the evaluation set (load_data, take, slices) and the outputs' arrays (Outputs).
   harness_runners.py   the runtimes: OnnxRunner, TfliteRunner, TvmRunner (make_runner).
-  harness_batched.py   batched evaluation and its calls at once (CallSlots, concurrent_calls).
+  harness_batched.py   batched evaluation and its calls at once (CallSlots, concurrent_calls);
+                       CALLS_AT_ONCE, the one list of the runtimes whose calls may run at once (the host
+                       reads it too: tiergate.harness_source).
   harness_output.py    outputs.npz, result.json, failed.json and the run's line on stdout.
   harness_children.py  several artifacts in one start: a forked child each, its timeout, DONE_MARK.
   harness_after.py     after an artifact's result: --describe (tiergate_describe.py) and --pair-model.

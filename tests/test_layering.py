@@ -30,7 +30,7 @@ CORE = (
     "tiergate.reports", "tiergate.hashing", "tiergate.errors", "tiergate.paths", "tiergate.targets",
     "tiergate.images", "tiergate.figures", "tiergate.decision", "tiergate.quickgate", "tiergate.state",
     "tiergate.request", "tiergate.usercode", "tiergate.attest", "tiergate.bisect", "tiergate.dataloader",
-    "tiergate.labels", "tiergate.outputs", "tiergate.npu", "tiergate.cpunames",
+    "tiergate.labels", "tiergate.outputs", "tiergate.npu", "tiergate.cpunames", "tiergate.harness_source",
 )
 EVERYONE = ("tiergate",)
 

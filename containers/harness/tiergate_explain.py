@@ -55,7 +55,7 @@ import numpy as np
 # harness_cpu.py: beside this script in a checkout, in the runtime image's harness folder inside a container
 sys.path.append("/opt/tiergate/harness")
 from harness_cpu import cpu_info  # noqa: E402
-from tiergate_harness import AXES_MEMBER, LABELS, take  # noqa: E402  (the harness's own reading of samples)
+from harness_data import AXES_MEMBER, LABELS, take  # noqa: E402  (the harness's own reading of samples)
 
 
 def parse_args(argv=None):

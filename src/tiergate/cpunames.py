@@ -13,17 +13,16 @@ Each refusal names the closest known name. Stdlib only; the emulator's list is r
 
 from __future__ import annotations
 
-import ast
 import difflib
 import functools
 import os
 import subprocess
-from pathlib import Path
 
-from tiergate.paths import containers_dir, qemu_binary
+from tiergate import harness_source
+from tiergate.paths import qemu_binary
 
 EMULATOR = {"amd64": "qemu-x86_64", "arm64": "qemu-aarch64"}
-HARNESS_CPU = ("harness", "harness_cpu.py")
+HARNESS_CPU = "harness_cpu.py"
 
 
 def closest(name: str, known) -> str:
@@ -75,29 +74,16 @@ def emulated_cpu_problem(name: str, arch: str) -> str | None:
             f"{len(models)}){closest(name, models)}")
 
 
-@functools.lru_cache(maxsize=2)
-def _harness_features(path: str, mtime_ns: int) -> dict[str, frozenset[str]]:
-    """arch -> the feature names harness_cpu.py reads, from its source (never imported here)."""
-    tree = ast.parse(Path(path).read_text())
-    values: dict[str, object] = {}
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            try:
-                values[node.targets[0].id] = ast.literal_eval(node.value)
-            except ValueError:
-                continue
-    x86 = values.get("X86_BITS", {})
-    arm = tuple(values.get("HWCAP", ())) + tuple(values.get("HWCAP2", ()))
-    return {"amd64": frozenset(x86.values() if isinstance(x86, dict) else ()), "arm64": frozenset(arm)}
-
-
 def known_features(arch: str) -> frozenset[str] | None:
-    """The CPU feature names the harness reports on `arch`, or None when its source is not here."""
-    path = containers_dir().joinpath(*HARNESS_CPU)
+    """The CPU feature names the harness reports on `arch` (harness_cpu.py's X86_BITS, HWCAP and HWCAP2, read from
+    its source: harness_source), or None when its source is not here."""
     try:
-        features = _harness_features(str(path), os.stat(path).st_mtime_ns)
+        values = harness_source.literals(HARNESS_CPU)
     except (OSError, SyntaxError, ValueError):
         return None
+    x86 = values.get("X86_BITS", {})
+    arm = tuple(values.get("HWCAP", ())) + tuple(values.get("HWCAP2", ()))
+    features = {"amd64": frozenset(x86.values() if isinstance(x86, dict) else ()), "arm64": frozenset(arm)}
     return features.get(arch) or None
 
 

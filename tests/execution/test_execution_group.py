@@ -153,7 +153,7 @@ def test_batched_calls_made_at_once_by_several_threads_equal_one_threads(models,
                      eval_workers=workers) for name, role in (("mlp", "candidate"), ("mlp_v2", "reference"))]
         runs[workers] = execute_group(jobs, LocalProcessBackend())
         assert all(r.ok for r in runs[workers]), [r.reason for r in runs[workers]]
-    schedule = harness().eval_schedule(150, 16, 3)
+    schedule = harness()._plugin("harness_batched").eval_schedule(150, 16, 3)
     assert schedule[0] == (0, 16) and schedule[-1][1] == 150 and len(schedule) > 150 // 16
     for one, three in zip(*runs.values()):
         assert "eval_workers" not in one.extra["evaluation"]
@@ -169,8 +169,8 @@ def test_batched_calls_made_at_once_by_several_threads_equal_one_threads(models,
 def test_the_eval_schedule_covers_every_sample_once_and_ends_in_small_calls():
     from fakes import harness
 
-    h = harness()
-    assert h.eval_schedule(400, 64, 1) == h.slices(400, 64)
+    h = harness()._plugin("harness_batched")
+    assert h.eval_schedule(400, 64, 1) == harness().slices(400, 64)
     for n, batch, workers in ((400, 64, 2), (401, 64, 4), (9, 64, 2), (1000, 16, 2), (64, 64, 2)):
         spans = h.eval_schedule(n, batch, workers)
         assert spans == h.eval_schedule(n, batch, workers)                  # fixed by its arguments alone
@@ -195,7 +195,7 @@ def test_call_slots_bound_the_calls_at_once_and_a_grant_adds_one():
 
     from fakes import harness
 
-    h = harness()
+    h = harness()._plugin("harness_batched")
     slots = h.CallSlots(1, 2)
     now, most, lock, beside = [0], [0], threading.Lock(), threading.Event()
     before_grant = []
@@ -226,7 +226,7 @@ def test_a_slot_held_by_a_process_that_dies_is_free_again():
 
     from fakes import harness
 
-    slots = harness().CallSlots(1, 1)
+    slots = harness()._plugin("harness_batched").CallSlots(1, 1)
     pid = os.fork()
     if pid == 0:
         slots.take()                                 # held, never closed: the process dies holding it
@@ -260,8 +260,8 @@ def test_a_call_runs_beside_another_only_where_its_memory_fits_under_the_limit(m
 
     from fakes import harness
 
-    h = harness()
-    memory = h._plugin("harness_memory")
+    h = harness()._plugin("harness_batched")
+    memory = harness()._plugin("harness_memory")
     monkeypatch.setattr(memory, "cgroup_room", lambda: 960)
     assert memory.call_room(10, 64, 1)() and not memory.call_room(11, 64, 1)() and not memory.call_room(None, 64, 1)()
     monkeypatch.setattr(memory, "cgroup_room", lambda: None)

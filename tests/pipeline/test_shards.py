@@ -210,6 +210,51 @@ def test_a_tier_spreads_its_batched_calls_over_one_container_only_where_they_can
     assert spread_workers(arm, specs(("N", 8)), one_sample, spreads) == 1
 
 
+def test_the_host_and_the_harness_share_one_list_of_the_runtimes_whose_calls_run_at_once(tmp_path, monkeypatch):
+    """CALLS_AT_ONCE (containers/harness/harness_batched.py) is the one definition: the host reads it from the
+    harness's source (harness_source.calls_at_once), spread_workers spreads a tier's calls for exactly those
+    runtimes, the harness's runners are concurrent exactly where their runtime is in it, and neither side spells a
+    runtime of its own."""
+    import dataclasses
+    import inspect
+    from types import SimpleNamespace
+
+    from tiergate import harness_source
+    from tiergate.artifact.model import TensorSpec
+    from tiergate.orchestrator.spans import spread_workers
+    from tiergate.paths import containers_dir
+    from tiergate.targets import RUNTIMES
+
+    from fakes import harness
+
+    h = harness()
+    batched = h._plugin("harness_batched")
+    assert batched.CALLS_AT_ONCE and set(batched.CALLS_AT_ONCE) <= set(RUNTIMES)
+    assert harness_source.calls_at_once() == frozenset(batched.CALLS_AT_ONCE)        # the host reads the harness's
+
+    monkeypatch.setattr("tiergate.targets.available_cores", lambda: 4)
+    (arm,) = resolve([ARM])
+    data = SimpleNamespace(n_samples=300, info={"x": None}, axis=lambda name: 0)
+    specs = [SimpleNamespace(intake=SimpleNamespace(artifact=SimpleNamespace(inputs=[TensorSpec("x", ("N", 8),
+                                                                                                  "float32")])))]
+    for runtime in RUNTIMES:
+        spread = spread_workers(dataclasses.replace(arm, runtime=runtime), specs, data,
+                                SimpleNamespace(spreads_calls=True))
+        assert (spread > 1) == (runtime in batched.CALLS_AT_ONCE), runtime
+
+    model = modelkit.write(modelkit.linear(np.ones((8, 4))), tmp_path / "m.onnx")
+    args = h.parse_args(["--runtime", "onnxruntime", "--model", str(model), "--data", "d.npz", "--out", "o"])
+    assert h.make_runner(args).concurrent is ("onnxruntime" in batched.CALLS_AT_ONCE)
+    monkeypatch.setattr(batched, "CALLS_AT_ONCE", ())                   # the harness follows its one list
+    assert h.make_runner(args).concurrent is False
+
+    # nowhere else: no runner says it of itself, and the host's spreading names no runtime
+    for path in (containers_dir() / "harness").glob("*.py"):
+        assert ".concurrent = True" not in path.read_text() and \
+            (path.name == "harness_batched.py" or "CALLS_AT_ONCE = " not in path.read_text()), path.name
+    assert not any(f'"{runtime}"' in inspect.getsource(spread_workers) for runtime in RUNTIMES)
+
+
 def test_more_slots_are_taken_as_they_come_free_and_all_given_back_with_the_first():
     """_Slot.more: a harness that spreads its calls holds one run slot at its start and gets each further one
     when another run gives it back (grant per slot); its end gives back every slot it held, and a grant still

@@ -26,6 +26,7 @@ from tiergate.errors import EnvironmentProblem, InfrastructureFault, TiergateErr
 from tiergate.evaldata import EvalData, dynamic_dim
 from tiergate.execution import janitor
 from tiergate.execution.cancel import Cancel, Cancelled
+from tiergate.harness_source import calls_at_once
 from tiergate.hashing import file_sha256
 from tiergate.orchestrator.types import RunSpec, say
 from tiergate.runtime_graph import described_files
@@ -274,13 +275,14 @@ class PendingRuns:
 
 def spread_workers(dc, specs, data: EvalData, backend, requested_shards: int | None = None) -> int:
     """Batched calls at once in one container of this tier (Evaluation.worker_count), where they can be: a backend
-    that gives a running harness more CPUs (`spreads_calls`: the Docker backend), onnxruntime's CPU session (its
-    run may be called from several threads), batched evaluation on, no shard count asked for, and a dynamic batch
-    dimension on every sample-carrying input of every artifact (the harness batches those only). Else 1: the
-    samples are sharded over containers as before."""
+    that gives a running harness more CPUs (`spreads_calls`: the Docker backend), a runtime whose calls may run at
+    once in one process (the harness's own list, harness_batched.CALLS_AT_ONCE: harness_source.calls_at_once;
+    onnxruntime's CPU session), batched evaluation on, no shard count asked for, and a dynamic batch dimension on
+    every sample-carrying input of every artifact (the harness batches those only). Else 1: the samples are sharded
+    over containers as before."""
     ev = dc.evaluation
-    if not (getattr(backend, "spreads_calls", False) and dc.runtime == "onnxruntime" and ev.batch > dc.batch_size
-            and not requested_shards and not ev.shards and data.n_samples > 1):
+    if not (getattr(backend, "spreads_calls", False) and ev.batch > dc.batch_size and not requested_shards
+            and not ev.shards and data.n_samples > 1 and dc.runtime in calls_at_once()):
         return 1
     for spec in specs:
         for tensor in spec.intake.artifact.inputs:

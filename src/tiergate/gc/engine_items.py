@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from tiergate.gc.common import (ARTIFACT_LABEL, BASE_PREFIX, DEVICE_CLASS_LABEL, GRACE, JOB_LABEL, OWN_PREFIX,
-                                 RUNNING, RUNTIME_IMAGE_LABEL, RUNTIME_LABEL, image_key, short, span)
+                                RUNNING, RUNTIME_IMAGE_LABEL, RUNTIME_LABEL, image_key, short, span)
 from tiergate.gc.items import ImageInfo, Inventory, Item
 from tiergate.gc.planner import Planner
 from tiergate.images import COMPILE_KEY_LABEL

@@ -92,7 +92,6 @@ def registry_needs(registry, keep_last: int = DEFAULT_KEEP_LAST) -> Needs:
     return needs
 
 
-
 @dataclass
 class Item:
     kind: str                  # image | run | decision | compiled | mlflow | container | volume

@@ -305,7 +305,6 @@ def _parse_build(path: Path, runtime: str, table: dict) -> RuntimeBuild:
     return RuntimeBuild(requirements=requirements, env=dict(env))
 
 
-
 def load_device_class_file(path: Path) -> DeviceClass:
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))

@@ -130,7 +130,7 @@ def test_evaluation_defaults_follow_the_execution(tmp_path, monkeypatch):
         targets.catalogue(tmp_path)
     (tmp_path / "cold.toml").unlink()
     assert fixed.evaluation.batch == 0 and fixed.evaluation.shards == 3
-    monkeypatch.setattr(targets, "available_cores", lambda: 8)
+    monkeypatch.setattr(targets.host, "available_cores", lambda: 8)
     # threads = 2: four containers fit in 8 cores, at most one per 64 samples; native: one
     assert [emu.evaluation.shard_count(emu, n) for n in (10, 64, 200, 1000)] == [1, 1, 3, 4]
     assert nat.evaluation.shard_count(nat, 1000) == 1 and nat.evaluation.shard_count(nat, 1000, 5) == 5
@@ -155,7 +155,7 @@ cost_per_hour = 0.01
 
 
 def _host(monkeypatch, *features, model="Test CPU"):
-    monkeypatch.setattr(targets, "host_cpu", lambda: (model, frozenset(features)))
+    monkeypatch.setattr(targets.host, "host_cpu", lambda: (model, frozenset(features)))
 
 
 def test_a_native_class_is_refused_on_a_host_whose_cpu_is_not_the_devices(tmp_path, monkeypatch):
@@ -203,7 +203,7 @@ def test_host_cpu_reads_proc_cpuinfo(tmp_path, monkeypatch):
     info = tmp_path / "cpuinfo"
     info.write_text("processor\t: 0\nmodel name\t: Some CPU\nflags\t\t: fpu sse2 avx2 fma\n\n"
                     "processor\t: 1\nmodel name\t: Some CPU\nflags\t\t: fpu sse2 avx2 fma\n")
-    monkeypatch.setattr(targets, "CPUINFO", info)
+    monkeypatch.setattr(targets.host, "CPUINFO", info)
     targets.host_cpu.cache_clear()
     try:
         assert targets.host_cpu() == ("Some CPU", frozenset({"fpu", "sse2", "avx2", "fma"}))

@@ -33,7 +33,7 @@ def test_a_required_feature_the_host_lacks_is_one_line_exit_2(tmp_path, capsys, 
     from tiergate import targets
 
     # the host's CPU pinned (an x86 feature name the harness reads; an arm64 one is refused at load: issue 42)
-    monkeypatch.setattr(targets, "host_cpu", lambda: ("Test CPU", frozenset({"sse2", "avx2", "fma"})))
+    monkeypatch.setattr(targets.host, "host_cpu", lambda: ("Test CPU", frozenset({"sse2", "avx2", "fma"})))
     folder = _catalogue(tmp_path, "fp16-box", '[cpu]\nrequires = ["avx2", "avx512_fp16"]')
     code, err = _gate(capsys, monkeypatch, folder, "fp16-box")
     assert code == 2 and len(err.strip().splitlines()) == 1, err

@@ -58,7 +58,7 @@ def test_a_killed_gates_lease_is_stale_and_removed(lease_dir):
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout.readline().strip() == "held"
-        assert "ab" * 6 in gc._image_key(next(iter(leases.leased())))   # another process's held lease is seen
+        assert "ab" * 6 in gc.image_key(next(iter(leases.leased())))   # another process's held lease is seen
     finally:
         proc.kill()
         proc.wait()

@@ -94,7 +94,7 @@ def test_a_failed_shard_fails_its_tier_and_the_rerun_runs_only_that_shard(case):
 
 
 def test_automatic_shards_only_on_emulated_classes(case, monkeypatch):
-    monkeypatch.setattr("tiergate.targets.available_cores", lambda: 4)
+    monkeypatch.setattr("tiergate.targets.host.available_cores", lambda: 4)
     run, backend = _gate(case, shards=None)
     by_class = {}
     for job in backend.jobs:
@@ -188,7 +188,7 @@ def test_a_tier_spreads_its_batched_calls_over_one_container_only_where_they_can
     from tiergate.artifact.model import TensorSpec
     from tiergate.orchestrator.spans import spread_workers
 
-    monkeypatch.setattr("tiergate.targets.available_cores", lambda: 4)
+    monkeypatch.setattr("tiergate.targets.host.available_cores", lambda: 4)
     (arm,), (x86,), (lite,) = resolve([ARM]), resolve([X86]), resolve(["arm64-cpu-tflite"])
     data = SimpleNamespace(n_samples=300, info={"x": None}, axis=lambda name: 0)
     spreads, plain = SimpleNamespace(spreads_calls=True), SimpleNamespace()

@@ -76,7 +76,7 @@ def test_batched_emulated_gate_equals_the_unbatched_path(case, tiergate_home, tm
     (catalogue / "arm64-unbatched.toml").write_text(text.replace("batch = 64", "batch = 0")
                                                     .replace("shards = 0", "shards = 1"))
     monkeypatch.setenv("TIERGATE_TARGETS_DIR", str(catalogue))
-    monkeypatch.setattr("tiergate.targets.available_cores", lambda: 2)
+    monkeypatch.setattr("tiergate.targets.host.available_cores", lambda: 2)
 
     batched = _gate(case, [ARM])
     plain = _gate(case, ["arm64-unbatched"])

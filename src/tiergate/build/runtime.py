@@ -125,7 +125,7 @@ def emulator_path(dc: DeviceClass) -> Path | None:
 def runtime_build_args(dc: DeviceClass, base: str) -> dict[str, str]:
     """The recipe's build arguments for a device class: the base image and the [build] env slots."""
     env = dc.build.env
-    if len(env) > MAX_BUILD_ENV:  # targets.py refuses this for catalogue files; a hand-made class may not
+    if len(env) > MAX_BUILD_ENV:  # targets/parsing.py refuses this for catalogue files; a hand-made class may not
         raise InputError(f"{dc.name}: build env has {len(env)} variables; the recipe takes at most {MAX_BUILD_ENV}")
     args = {"BASE_IMAGE": base}
     for n, (name, value) in enumerate(sorted(env.items()), start=1):

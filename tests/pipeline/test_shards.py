@@ -280,3 +280,31 @@ def test_more_slots_are_taken_as_they_come_free_and_all_given_back_with_the_firs
     mine.extra_thread.join(timeout=5)
     assert not mine.extra_thread.is_alive() and len(granted) == 1
     assert slots.running.acquire(blocking=False) and slots.running.acquire(blocking=False)   # both back
+
+
+def test_a_start_waiting_for_its_first_slot_goes_before_a_running_harness_s_further_slots():
+    """A native tier's harness start made ahead (its container filled) takes the free slot before an emulated
+    tier's running harness takes it for one more call at once: the native tier is never queued behind the
+    emulated one's spread calls (its REJECT, final, then stops the emulated tier early)."""
+    import time
+
+    from tiergate.orchestrator.spans import RunSlots, _Slot
+
+    slots = RunSlots(2)
+    emulated, granted = _Slot(slots), []
+    emulated.take()
+    native = _Slot(slots)
+    native.ahead()                                    # made and filled ahead: waiting for its first slot
+    emulated.more(1, lambda: granted.append(time.monotonic()))
+    time.sleep(0.4)
+    assert granted == [] and slots.queued == 1        # the free slot is kept for the waiting start
+    native.take()
+    assert slots.queued == 0 and native.held
+    native.give()                                     # the native run ends: the emulated harness gets its slot
+    deadline = time.monotonic() + 5
+    while not granted and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert len(granted) == 1
+    emulated.give()
+    emulated.extra_thread.join(timeout=5)
+    assert slots.running.acquire(blocking=False) and slots.running.acquire(blocking=False)   # both back

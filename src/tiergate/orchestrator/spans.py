@@ -331,6 +331,14 @@ class RunSlots:
     def __init__(self, n: int):
         self.running = threading.BoundedSemaphore(max(1, n))
         self.ahead = threading.BoundedSemaphore(max(1, n))
+        # harness starts made ahead and waiting for their first slot: a running harness's further slots (_Slot.more)
+        # go to them first (a native tier's start never waits behind an emulated tier's spread calls)
+        self.queued = 0
+        self.queue_lock = threading.Lock()
+
+    def enqueue(self, step: int) -> None:
+        with self.queue_lock:
+            self.queued += step
 
     def acquire(self) -> None:
         self.running.acquire()
@@ -367,9 +375,14 @@ class _Slot:
 
         def take_more():
             for _ in range(n):
-                while not self.slots.running.acquire(timeout=0.1):
+                while True:
                     if stop.is_set():
                         return
+                    if self.slots.queued == 0 and self.slots.running.acquire(timeout=0.1):
+                        if self.slots.queued == 0:
+                            break
+                        self.slots.release()        # a start came to wait meanwhile: its first slot goes first
+                    time.sleep(0.05)
                 with self.extra_lock:
                     if stop.is_set():
                         self.slots.release()
@@ -386,6 +399,7 @@ class _Slot:
         if self.slots is not None:
             self.slots.ahead.acquire()
             self.waiting = True
+            self.slots.enqueue(1)
 
     def take(self) -> None:
         if self.held:
@@ -416,6 +430,7 @@ class _Slot:
     def _leave_queue(self) -> None:
         if self.waiting:
             self.waiting = False
+            self.slots.enqueue(-1)
             self.slots.ahead.release()
 
 

@@ -9,23 +9,8 @@ Modules (each a home of its own; they share engine.py's public helpers):
 - engine.py: a docker build without network, the build lock, the base image and its Python, content digests.
 
 
-Two stages of caching:
-
-1. a runtime image per (recipe, build arguments, arch, pinned lock, base image,
-   harness folder, CA bundle, pip settings), built once from the one recipe
-   containers/runtime/Dockerfile with the device class's build arguments
-   (`[build]` in targets/*.toml: the lock containers/requirements/<name>.txt and
-   extra environment such as the NVIDIA variables);
-2. a thin artifact image `FROM` it (containers/artifact.Dockerfile) that copies
-   the artifact last and carries the labels.
-
-Each tag is a content hash of everything that went into the image, so an
-unchanged input gives the same tag and the image is reused without building
-(`BuiltImage.reused`). Python packages for the runtime image are, by default,
-downloaded on the host for the target platform (`pip download --platform ...
---only-binary=:all:`) and installed offline in the image; `pip_mode="image"`
-runs pip inside the build instead (with the CA bundle and pip.conf copied in).
-See docs/execution.md for the measurements behind that default.
+The two stages of caching (a runtime image per class's inputs, a thin artifact image FROM it, each tagged by a
+content hash) are described in runtime.py's docstring and docs/execution.md.
 """
 
 from __future__ import annotations

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tiergate.explain.pairs import QDQ_OPS
+
 RESHAPES = {"Identity", "Dropout", "Reshape", "Flatten", "Squeeze", "Unsqueeze"}
 # ops whose output describes its input instead of computing on it
 METADATA = {"Shape", "Size"}
@@ -220,3 +222,18 @@ def largest_weight(graph: Graph, node) -> np.ndarray | None:
     arrays = [graph.value(i) for i in node.input if i and i in graph.const]
     arrays = [a for a in arrays if a is not None and a.ndim >= 2 and a.dtype.kind == "f"]
     return max(arrays, key=lambda a: a.size) if arrays else None
+
+
+def readers_through_qdq(graph: Graph, tensor: str) -> list:
+    """The nodes that read `tensor`, directly or through Quantize/DequantizeLinear nodes (those passed through,
+    not returned), each once, in the order they are reached."""
+    found, todo, seen = [], [tensor], {tensor}
+    while todo:
+        for j in graph.readers.get(todo.pop(), []):
+            node = graph.nodes[j]
+            if node.op_type in QDQ_OPS:
+                todo += [o for o in node.output if o and o not in seen]
+                seen.update(node.output)
+            else:
+                found.append(node)
+    return found

@@ -45,7 +45,7 @@ import numpy as np
 
 from tiergate.errors import InputError
 from tiergate.explain.onnx_graph import (INTEGER_PASS, QLINEAR, RESHAPES, Graph, Meaning, QParams, convention,
-                                         data_inputs, family, node_axis, qparams)
+                                         data_inputs, family, node_axis, qparams, readers_through_qdq)
 from tiergate.explain.onnx_twins import Twins
 from tiergate.explain.pairs import QDQ_OPS, Plan, Source
 from tiergate.explain.recipe import name_nodes, quantized_nodes
@@ -210,15 +210,7 @@ def cand_nodes(walk: Pairing, tensor: str, quantized: set[str]) -> list[str]:
             names.append(node.name)
             break
         t = node.input[0]
-    todo, seen = [tensor], {tensor}
-    while todo:
-        for j in walk.c.readers.get(todo.pop(), []):
-            node = walk.c.nodes[j]
-            if node.op_type in QDQ_OPS:
-                todo += [o for o in node.output if o and o not in seen]
-                seen.update(node.output)
-            else:
-                names.append(node.name)
+    names += [node.name for node in readers_through_qdq(walk.c, tensor)]
     return [n for n in dict.fromkeys(names) if n and n in quantized]
 
 

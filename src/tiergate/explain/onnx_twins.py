@@ -9,8 +9,7 @@ from collections import Counter
 import numpy as np
 
 from tiergate.explain.onnx_graph import (ABSORBABLE, RESHAPES, Graph, data_inputs, dequantize, family,
-                                         largest_weight, name_score, qparams, same_weights)
-from tiergate.explain.pairs import QDQ_OPS
+                                         largest_weight, name_score, qparams, readers_through_qdq, same_weights)
 
 
 class Twins:
@@ -91,16 +90,7 @@ class Twins:
 
     def compute_after(self, out: str) -> set[tuple[str, int]]:
         """(family, number of activation inputs) of the candidate's compute nodes reading `out` through Q/DQ."""
-        found, todo, seen = set(), [out], {out}
-        while todo:
-            for j in self.c.readers.get(todo.pop(), []):
-                node = self.c.nodes[j]
-                if node.op_type in QDQ_OPS:
-                    todo += [o for o in node.output if o and o not in seen]
-                    seen.update(node.output)
-                else:
-                    found.add((family(node.op_type), len(data_inputs(self.c, node))))
-        return found
+        return {(family(node.op_type), len(data_inputs(self.c, node))) for node in readers_through_qdq(self.c, out)}
 
     def absorbable(self, j: int, t: str) -> bool:
         node = self.r.nodes[j]

@@ -169,4 +169,4 @@ class Look:
 
 
 SPENDING = ("obrien-fleming", "pocock")      # alpha-spending families of an early decision (tiergate.stats)
-AUTO_SPENDING = "auto"      # O'Brien-Fleming where its plan looks before the last, else Pocock (orchestrator/early)
+AUTO_SPENDING = "auto"      # O'Brien-Fleming; Pocock only by name (orchestrator/early._spending)

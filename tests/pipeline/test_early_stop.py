@@ -86,19 +86,21 @@ def test_too_few_samples_for_any_early_look_is_the_plain_gate(tmp_path, tiergate
     assert on.decision.dumps() == off.decision.dumps()
 
 
-def test_the_default_spending_takes_a_first_look_on_160_samples(tmp_path, tiergate_home):
-    """early_spending = "auto" (the default): O'Brien-Fleming where its plan looks before the last (400 samples:
-    look 1 at 99.44 % on 200), else Pocock (160 samples: O'Brien-Fleming's 99.44 % would need 179 at look 1), so a
-    clear verdict on 160 samples is decided on the first 80 (issue 46); a policy's own spending is kept."""
+def test_the_default_spending_is_o_brien_fleming_and_pocock_by_name_looks_first_on_160_samples(tmp_path,
+                                                                                            tiergate_home):
+    """early_spending = "auto" (the default) is O'Brien-Fleming: 400 samples look at 200 (99.44 %), 160 run as one
+    look another class's REJECT may stop (its last look nearly the plain gate's: an emulated tier judges as a
+    native one); "pocock" by name decides a clear verdict on 160 samples on the first 80."""
     from tiergate.orchestrator import early_settings
 
     policy, dcs = load_policy(None), resolve([X86, ARM])
     at = {n: early_settings(policy, dcs, None, n)[ARM] for n in (400, 160, 32)}
     assert (at[400].spending, at[400].looks) == ("obrien-fleming", 2)
-    assert (at[160].spending, at[160].looks) == ("pocock", 2)
+    assert (at[160].spending, at[160].looks) == ("obrien-fleming", 1)
     assert at[32].looks == 1                                           # no plan looks early: stoppable only
-    assert early_settings(_policy(tmp_path, '[defaults]\nearly_spending = "obrien-fleming"\n'), dcs, None,
-                          160)[ARM].looks == 1
+    policy = _policy(tmp_path, '[defaults]\nearly_spending = "pocock"\n')
+    assert (early_settings(policy, dcs, None, 160)[ARM].looks, early_settings(policy, dcs, None, 160)[ARM].spending) \
+        == (2, "pocock")
     run, backend = _gate(_case(tmp_path, 160, "random"), policy, targets=(ARM,))
     tier = run.decision.early_stop[ARM]
     assert run.decision.verdict == REJECT

@@ -84,7 +84,7 @@ def test_batched_emulated_gate_equals_the_unbatched_path(case, tiergate_home, tm
     p = results.load(plain.run_dirs[("candidate", "arm64-unbatched")])
     assert b.machine == p.machine == "aarch64"
     ev = b.extra["evaluation"]
-    assert ev["batched"] and ev["eval_calls"] == len(harness()._plugin("harness_batched").eval_schedule(300, 64, 2))
+    assert ev["batched"] and ev["eval_calls"] == len(harness()._plugin("harness_batched").eval_schedule(300, ev["eval_batch"], 2))
     assert ev["eval_workers"] == 2 and "shards" not in b.extra and len(b.latencies_ns) == 4   # one container
     assert ev["eval_at_once"] in (1, 2)      # the second run slot is granted once free (the gate's other runs)
     assert p.extra["evaluation"]["batched"] is False and len(p.latencies_ns) == 300 and "shards" not in p.extra

@@ -94,12 +94,15 @@ def test_batchnorm_float_islands_in_int8_made_without_preprocessing(real_model, 
 @pytest.mark.docker
 @pytest.mark.slow
 def test_mediapipe_custom_op_on_the_x86_litert_tier(real_model, realmodels_home):
-    """Convolution2DTransposeBias has no kernel in stock LiteRT: an error judged on the file; on the
+    """Convolution2DTransposeBias has no kernel in stock LiteRT: on the file a warning (the installed LiteRT
+    loads it only where its XNNPACK delegate takes that node: issue 45, never a file-level error); on the
     tier, LiteRT 2.3.0 loads the model only because its XNNPACK delegate takes that node (measured),
     which the finding says in the runtime's own words."""
     path = real_model("selfie_segmentation")
-    file_errors = [f for f in lint(load_artifact(path)) if f.severity == "error"]
-    assert [f.rule for f in file_errors] == ["unsupported-op"] and "Convolution2DTransposeBias" in file_errors[0].message
+    found = lint(load_artifact(path))
+    assert not [f for f in found if f.severity == "error"]
+    (file_level,) = [f for f in found if f.rule == "unsupported-op"]
+    assert file_level.severity == "warning" and "Convolution2DTransposeBias" in file_level.message
     report, _ = inspect_report(path, "x86_64-cpu-tflite")
     graph = report["runtime"]["x86_64-cpu-tflite"]
     assert graph["ok"] and graph["ops"]["Convolution2DTransposeBias"] == 1

@@ -115,11 +115,16 @@ def _gate(request, build, values: dict, progress, sources: dict | None = None):
     recorder = quickgate.Recorder(orchestrator.DockerBuilder(build))
     options = orchestrator.RunOptions(registry=registry, records=registry is not None,
                                       max_parallel=values["max_parallel"], shards=values["shards"], progress=progress)
-    run = orchestrator.gate(request, orchestrator.Seams(builder=recorder), options)
-    if registry is not None:
-        recorded, _ = orchestrator.record_or_reuse(registry, run)
-        return run, recorded
-    quickgate.remember(request, build, run, recorder)
+    from tiergate import leases
+
+    # the images the gate used stay leased until the fast path has saved what names them: a tiergate gc between
+    # the gate's end and the save (another user's, another test's) would leave nothing remembered
+    with leases.holding():
+        run = orchestrator.gate(request, orchestrator.Seams(builder=recorder), options)
+        if registry is not None:
+            recorded, _ = orchestrator.record_or_reuse(registry, run)
+            return run, recorded
+        quickgate.remember(request, build, run, recorder)
     return run, None
 
 

@@ -293,6 +293,9 @@ class GateRun:
     runtime_findings: dict[str, list] = field(default_factory=dict)   # device class -> lint on it
     report_files: dict = field(default_factory=dict)
     hashes: dict[str, str] = field(default_factory=dict)         # role -> content hash (the fast path's answer)
+    # the data decided on ("archive", its sha256) and the files it was read from ("data", "labels_file": evaldata's
+    # origin): what the fast path remembers the request by
+    data_origin: dict = field(default_factory=dict)
 
     def artifact_hashes(self) -> dict[str, str]:
         """role -> the artifact's content hash as intake computes it (ONNX external data included): the intakes'

@@ -83,6 +83,9 @@ class EvalData:
     output_axes: dict[str, int] = field(default_factory=dict)     # explicit sample axes of outputs
     source: str = ""                                              # the loader spec, when a loader made it
     labels_file: str = ""                                         # the side file the labels were read from
+    # what a rewritten archive (normalised) was made from: {"data": the .npz's sha256, "labels_file": its side
+    # file's sha256 or None}; the fast path keys a request by those files (quickgate.identity)
+    origin: dict = field(default_factory=dict)
 
     def axis(self, name: str) -> int | None:
         return self.axes.get(name, 0 if self.info[name].shape else None)
@@ -225,18 +228,25 @@ def needs_axes_member(data: EvalData) -> bool:
 
 def normalised(data: EvalData) -> EvalData:
     """The same data in an archive that carries its sample axes (content-hashed), when they are not all
-    leading; otherwise `data` itself (an unchanged file keeps its hash and its cached runs)."""
+    leading; otherwise `data` itself (an unchanged file keeps its hash and its cached runs). Either way its
+    `origin` names the files it came from."""
+    origin = {"data": data.sha256, "labels_file": file_sha256(data.labels_file) if data.labels_file else None}
     if data.labels_file:      # the labels come into the archive, so its hash covers them
         arrays = {name: data.arrays[name] for name in data.info} | labels_mod.members(data.labels)
         meta = {"inputs": data.axes, "outputs": data.output_axes} if needs_axes_member(data) else None
-        return load_eval_data(write_archive(arrays, meta))
+        return _with_origin(load_eval_data(write_archive(arrays, meta)), origin)
     if not needs_axes_member(data) or data.source or _has_meta(data.path):
-        return data
+        return _with_origin(data, origin)
     arrays = {name: data.arrays[name] for name in data.info}
     if data.labels is not None:
         arrays |= labels_mod.members(data.labels)
     path = write_archive(arrays, {"inputs": data.axes, "outputs": data.output_axes})
-    return load_eval_data(path)
+    return _with_origin(load_eval_data(path), origin)
+
+
+def _with_origin(data: EvalData, origin: dict) -> EvalData:
+    data.origin = origin
+    return data
 
 
 def validate_against(data: EvalData, inputs: list[TensorSpec], sample_axes: dict[str, int] | None = None) -> None:

@@ -12,8 +12,8 @@ importing no numpy, scipy, onnx, onnxruntime, docker, prefect or sqlalchemy:
   identities of everything the decision depends on (see `identity`); the answer is given
   only when the decision file still verifies (schema, key, the inputs it names), every run
   folder it names still has the same result.json and its outputs still hash to what the
-  result says, every artifact still hashes (with its ONNX external data) to what intake
-  found, and the Docker engine (asked over its unix socket with http.client, not the docker
+  result says (or every file of it is as it was when `remember` verified it: state.stamps),
+  every artifact still hashes (with its ONNX external data) to what intake found, and the Docker engine (asked over its unix socket with http.client, not the docker
   SDK) still has the artifact, runtime and base images with the same ids.
 
 Anything in doubt answers None and the normal path runs (it is always correct). There is no
@@ -25,22 +25,26 @@ than a unix socket). Options that do not change a decision (--max-parallel) are 
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import http.client
 import json
 import os
 import socket
+import zipfile
 from pathlib import Path
 from urllib.parse import quote
 
 from tiergate import state
+from tiergate.state import stamps
 from tiergate.decision import Decision, GateRun
 from tiergate.hashing import metric_code_sha256, read_external
 from tiergate.images import DESCRIBE_FILE, DESCRIBER, HOST_CA_BUNDLE, HOST_PIP_CONF, LABEL
 from tiergate.paths import containers_dir
 from tiergate.request import BuildSettings, GateRequest, candidate_class, is_loader
 
-SCHEMA = 2        # 2: every run the decision names is verified (an early decision's chunks too)
+SCHEMA = 3        # 2: every run the decision names is verified (an early decision's chunks too); 3: with its
+                  # folder's stamps, and the data by its side file
 DEFAULT_SOCKET = "/var/run/docker.sock"
 DOCKER_TIMEOUT_S = 5.0
 PACKAGE = Path(__file__).resolve().parent
@@ -86,33 +90,34 @@ class Recorder:
 # --- the request key ---------------------------------------------------------------------------
 
 
-def identity(request: GateRequest, build: BuildSettings) -> tuple[dict, dict[str, "hashlib._Hash"]]:
-    """(what the request key hashes, per role the sha256 state after the artifact file's bytes).
+def identity(request: GateRequest, build: BuildSettings) -> tuple[dict, dict[str, str]]:
+    """(what the request key hashes, per role the sha256 of the artifact file's own bytes).
 
-    Artifacts and data by content, device classes and policy by their dataclass content (as the
-    decision cache hashes them), --metric names (and FILE.py content), --sample-axis, --base-image,
-    the --ca-bundle content, --profile, the containers/ folder (recipe, locks, harness), the host's
-    pip.conf and CA bundle (both go into the runtime image tag), DOCKER_HOST and the source of the
-    whole tiergate package. NoFastPath when a part cannot be known cheaply.
+    Artifacts and data by content (a labels side file the archive names too), device classes and policy by their
+    dataclass content (as the decision cache hashes them), --metric names (and FILE.py content), --sample-axis,
+    --base-image, the --ca-bundle content, --profile, the containers/ folder (recipe, locks, harness), the host's
+    pip.conf and CA bundle (both go into the runtime image tag), DOCKER_HOST and the source of the whole tiergate
+    package. A file still since it was last hashed is known by its stamp (state.stamps), not read again.
+    NoFastPath when a part cannot be known cheaply.
     """
     _engine_socket(request.device_classes)
     if is_loader(request.data):
         raise NoFastPath("the data is a loader FILE.py:FUNCTION")
-    hashers = {}
+    known = stamps.KnownHashes()
+    files = {}
     for role, path in request.artifacts.items():
-        if not path.is_file():
-            raise NoFastPath(f"{path}: no such file")
-        with open(path, "rb") as stream:
-            hashers[role] = hashlib.file_digest(stream, "sha256")
+        files[role] = _file_sha(path, required=True, known=known)
     metrics = []
     for name in request.metrics:
         file = name.rpartition(":")[0] if is_loader(name) else ""
-        metrics.append([name, _file_sha(Path(file), required=True) if file else ""])
+        metrics.append([name, _file_sha(Path(file), required=True, known=known) if file else ""])
+    side = labels_side_file(Path(request.data))
     policy = request.policy
     doc = {
         "schema": SCHEMA,
-        "artifacts": {role: h.hexdigest() for role, h in hashers.items()},
-        "data": _file_sha(Path(request.data), required=True),
+        "artifacts": dict(files),
+        "data": _file_sha(Path(request.data), required=True, known=known),
+        "labels_file": None if side is None else _file_sha(side, required=True, known=known),
         "device_classes": state.classes_identity(request.device_classes),
         "policy": state.policy_identity(policy),          # the decision's own identities (state), and early stop's
         "policy_early": json.dumps(policy.early, sort_keys=True, default=str),
@@ -129,7 +134,8 @@ def identity(request: GateRequest, build: BuildSettings) -> tuple[dict, dict[str
         "docker_host": os.environ.get("DOCKER_HOST", ""),
         "code": tree_sha256(PACKAGE),
     }
-    return doc, hashers
+    known.save()
+    return doc, files
 
 
 def request_key(request: GateRequest, build: BuildSettings = BuildSettings()) -> str:
@@ -155,13 +161,43 @@ def tree_sha256(root: Path) -> str:
     return digest.hexdigest()
 
 
-def _file_sha(path: Path, *, required: bool = False) -> str | None:
+def _file_sha(path: Path, *, required: bool = False, known: stamps.KnownHashes | None = None) -> str | None:
     if not path.is_file():
         if required:
             raise NoFastPath(f"{path}: no such file")
         return None
+    if known is not None:
+        return known.sha256(path)
     with open(path, "rb") as stream:
         return hashlib.file_digest(stream, "sha256").hexdigest()
+
+
+def labels_side_file(archive: Path) -> Path | None:
+    """The labels side file an evaluation archive names (its `labels` member a 0-d string: tiergate.labels), read
+    from the .npz's zip without numpy; None when it names none. NoFastPath when the member cannot be read here."""
+    if not zipfile.is_zipfile(archive):
+        return None                 # not an .npz: intake says so (and the key has its bytes)
+    try:
+        with zipfile.ZipFile(archive) as npz:
+            if "labels.npy" not in npz.namelist():
+                return None
+            with npz.open("labels.npy") as member:
+                head = member.read(10)
+                if head[:6] != b"\x93NUMPY":
+                    raise NoFastPath(f"{archive}: its labels are not a .npy member")
+                size = int.from_bytes(head[8:10], "little") if head[6] == 1 else \
+                    int.from_bytes(head[8:10] + member.read(2), "little")
+                header = ast.literal_eval(member.read(size).decode("latin1"))
+                descr, shape = header["descr"], tuple(header["shape"])
+                if shape != () or not isinstance(descr, str) or descr[1:2] != "U":
+                    return None             # numbers or texts in the archive itself (its hash covers them)
+                name = member.read(4 * int(descr[2:])).decode("utf-32-le" if descr[0] != ">" else "utf-32-be")
+    except NoFastPath:
+        raise
+    except Exception as exc:  # noqa: BLE001 - intake reads it and says what is wrong; no fast path meanwhile
+        raise NoFastPath(f"{archive}: {exc}") from None
+    name = name.rstrip("\0")
+    return archive.parent / name if not Path(name).is_absolute() else Path(name)
 
 
 def _engine_socket(device_classes) -> str:
@@ -176,10 +212,14 @@ def _engine_socket(device_classes) -> str:
     raise NoFastPath(f"DOCKER_HOST={host} is not a unix socket")
 
 
-def artifact_sha256(digest: "hashlib._Hash", path: Path, external: list[str]) -> str:
-    """The artifact's sha256 as intake computes it: the file's bytes (already in `digest`), then every external
-    data file's location and bytes, sorted (hashing.read_external); a location intake refuses has no fast path."""
-    digest = digest.copy()
+def artifact_sha256(file_sha: str, path: Path, external: list[str]) -> str:
+    """The artifact's sha256 as intake computes it: the file's bytes (`file_sha` when it has no external data),
+    then every external data file's location and bytes, sorted (hashing.read_external); a location intake refuses
+    has no fast path."""
+    if not external:
+        return file_sha
+    with open(path, "rb") as stream:
+        digest = hashlib.file_digest(stream, "sha256")
     try:
         read_external(path, external, digest)
     except Exception as exc:  # noqa: BLE001 - InputError: intake refuses it, and says why
@@ -247,10 +287,12 @@ _MISSED: list = []
 
 def _file_stats(request: GateRequest) -> tuple:
     paths = [*request.artifacts.values(), Path(request.data)]
+    side = None if is_loader(request.data) else labels_side_file(Path(request.data))
+    paths += [side] if side is not None else []
     try:
-        return tuple((str(p), st.st_size, st.st_mtime_ns, st.st_ino) for p in paths for st in [os.stat(p)])
-    except OSError as exc:
-        raise NoFastPath(str(exc)) from None
+        return tuple((str(p), *stamps.stamp(p)) for p in paths)
+    except TypeError:
+        raise NoFastPath("a file the request names is not a regular file") from None
 
 
 def _identity_once(request: GateRequest, build: BuildSettings) -> tuple[dict, dict, tuple]:
@@ -265,7 +307,7 @@ def _identity_once(request: GateRequest, build: BuildSettings) -> tuple[dict, di
 
 
 def _missed(request: GateRequest, build: BuildSettings, doc: dict, hashers: dict, stats: tuple) -> None:
-    _MISSED[:] = [request, build, doc, {role: h.copy() for role, h in hashers.items()}, stats]
+    _MISSED[:] = [request, build, doc, dict(hashers), stats]
 
 
 def _lookup(request: GateRequest, build: BuildSettings) -> GateRun | None:
@@ -296,10 +338,10 @@ def _answer(request: GateRequest, build: BuildSettings, doc: dict, hashers: dict
     if decision is None:
         return None
     runs = {(role, dc): Path(folder) for role, dc, folder in entry["runs"]}
-    named = {label: Path(folder) for label, folder in entry["verify"]}
+    named = {label: (Path(folder), seen) for label, folder, seen in entry["verify"]}
     if set(named) != set(inputs["runs"]) or not set(f"{role}/{dc}" for role, dc in runs) <= set(named):
         return None
-    if not all(state.run_matches(folder, inputs, label) for label, folder in named.items()):
+    if not all(_still_verified(folder, seen, inputs, label) for label, (folder, seen) in named.items()):
         return None
     wanted = entry["images"]
     current = image_ids(wanted, _engine_socket(request.device_classes))
@@ -312,6 +354,14 @@ def _answer(request: GateRequest, build: BuildSettings, doc: dict, hashers: dict
     return GateRun(decision, runs, cache_hits=entry["cache_hits"], decision_cached=True,
                    decision_key=entry["decision_key"],
                    runtime=entry["runtime"], runtime_findings=findings, hashes=hashes)
+
+
+def _still_verified(folder: Path, seen: dict | None, inputs: dict, label: str) -> bool:
+    """The run the decision names is still in its folder and verifies: every file as it was when `remember`
+    verified it in full (its stamps, state.stamps), else verified in full again (its outputs hashed, its seal)."""
+    if seen is not None and folder.parent == state.runs_root() and stamps.folder_stamp(folder) == seen:
+        return True
+    return state.run_matches(folder, inputs, label)
 
 
 def _inputs_match_request(inputs: dict, request: GateRequest) -> bool:
@@ -373,8 +423,10 @@ def _remember(request: GateRequest, build: BuildSettings, gate_run, recorder: Re
     doc, hashers, _ = _identity_once(request, build)      # its lookup hashed the files already
     key = _key_of(doc)
     inputs = json.loads(state.decision_path(gate_run.decision_key).read_text())["inputs"]
-    if inputs.get("data", doc["data"]) != doc["data"]:
-        return None          # the data file changed while the gate ran: its key would name other data
+    origin = gate_run.data_origin
+    if inputs.get("data") != origin.get("archive") or origin.get("data") != doc["data"] \
+            or origin.get("labels_file") != doc["labels_file"]:
+        return None          # a file changed while the gate ran: its key would name other data
     decision = _saved_decision(gate_run.decision_key, inputs)
     if decision is None or decision.dumps() != gate_run.decision.dumps():
         return None
@@ -416,14 +468,16 @@ def _runs_and_images(gate_run, inputs: dict, recorder: Recorder) -> tuple[list, 
         dc = where.split("/", 1)[0]
         folder = state.runs_root() / text.rpartition(":")[0]
         image = recorder.images.get((dc, gate_run.intakes[role].sha256)) if role in gate_run.intakes else None
+        before = stamps.folder_stamp(folder)
         if image is None or not state.run_matches(folder, inputs, label) \
                 or inputs["images"].get(label) != image.image_id:
             raise NoFastPath(f"the run {label} cannot be verified later")
-        named.append([label, str(folder)])
+        after = stamps.folder_stamp(folder)
+        named.append([label, str(folder), before if before == after and stamps.folder_settled(before) else None])
         wanted[image.tag] = image.image_id
         wanted[image.runtime_tag] = None
         wanted[image.labels[f"{LABEL}.base_image"]] = None
-    if not {f"{role}/{dc}" for role, dc, _ in runs} <= {label for label, _ in named}:
+    if not {f"{role}/{dc}" for role, dc, _ in runs} <= {label for label, *_ in named}:
         raise NoFastPath("the decision names other runs")
     return runs, named, wanted
 

@@ -193,6 +193,25 @@ def test_no_fast_path_for_a_loader_or_another_engine(files, monkeypatch):
     assert quickgate.lookup(_request(files)) is None
 
 
+def test_the_key_names_a_labels_side_file_by_content(files):
+    """The archive's `labels` a 0-d string naming a side file (read from the zip without numpy): the file's
+    bytes are in the key; numbers or texts in the archive itself are the archive's own bytes."""
+    data = files / "with-side.npz"
+    np.savez(data, x=np.zeros((4, 2), np.float32), labels=np.array("boxes.json"))
+    (files / "boxes.json").write_text('{"images": []}')
+    key = _key(files, data=str(data))
+    assert quickgate.labels_side_file(data) == files / "boxes.json"
+    (files / "boxes.json").write_text('{"images": [] }')
+    assert _key(files, data=str(data)) != key
+    (files / "boxes.json").unlink()
+    with pytest.raises(quickgate.NoFastPath):
+        quickgate.identity(_request(files, data=str(data)), BuildSettings())
+    np.savez(data, x=np.zeros((4, 2), np.float32), labels=np.array(["a", "b", "c", "d"]))
+    assert quickgate.labels_side_file(data) is None
+    np.savez(data, x=np.zeros((4, 2), np.float32), labels=np.array(str(files / "abs.txt")))
+    assert quickgate.labels_side_file(data) == files / "abs.txt"
+
+
 def test_artifact_hash_is_intakes_external_data_included(tmp_path):
     from tiergate.artifact import load_artifact
 
@@ -202,6 +221,7 @@ def test_artifact_hash_is_intakes_external_data_included(tmp_path):
     doc, hashers = quickgate.identity(_request(tmp_path / "x", candidate=path, reference=path, data=str(path)),
                                       BuildSettings())
     assert quickgate.artifact_sha256(hashers["candidate"], path, list(artifact.external_data)) == artifact.sha256
+    assert quickgate.artifact_sha256(hashers["candidate"], path, []) == hashers["candidate"]
     assert doc["artifacts"]["candidate"] != artifact.sha256          # the key's part is the file's bytes alone
 
 
@@ -349,6 +369,46 @@ def test_an_unchanged_gate_with_an_emulated_tier_answers_from_the_cache(models, 
     assert fast["cache_hits"] == first["cache_hits"] + first["containers_started"]
     assert _sans_provenance(fast) == _sans_provenance(first)
     _fast_as_normal(capsys, tiergate_home, tmp_path, args, code)
+
+
+@pytest.mark.docker
+def test_labels_in_a_side_file_are_answered_from_the_cache_and_their_edits_are_not(capsys, tiergate_home, tmp_path,
+                                                                                  monkeypatch):
+    """A detector's boxes in a COCO side file (the archive names it: the decision is made on a rewritten archive
+    that holds them): an unchanged re-run answers from the fast path, its run folders known by their stamps (not
+    hashed again); an edited box file is a new request, decided by the normal path (issue 46)."""
+    import onnx
+
+    import taskkit
+
+    fp32 = tmp_path / "yolo.onnx"
+    onnx.save(taskkit.yolo_like(), str(fp32))
+    copy = taskkit.resaved(fp32, tmp_path / "copy.onnx")
+    coco = {"images": [{"id": i} for i in range(40)],
+            "annotations": [{"image_id": i, "bbox": [8.0 * (i % 10), 16.0, 96.0, 64.0], "category_id": i % 3}
+                            for i in range(40)]}
+    (tmp_path / "boxes.json").write_text(json.dumps(coco))
+    np.savez(tmp_path / "scenes.npz", images=taskkit.scenes(40, 1), labels=np.array("boxes.json"))
+    args = ["gate", "-c", str(copy), "-r", str(fp32), "-d", str(tmp_path / "scenes.npz"), "-t", X86]
+    code, out, err = _cli(capsys, args + ["--json"])
+    first = json.loads(out)
+    assert code == 0 and first["verdict"] == "PROMOTE", err
+    assert quickgate.labels_side_file(tmp_path / "scenes.npz") == tmp_path / "boxes.json"
+
+    def never(*_):
+        raise AssertionError("a run folder with its stamps unchanged was verified in full again")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(state, "run_matches", never)
+        fast, code_now, out_now = _fast(capsys, args + ["--json"])
+    assert fast and code_now == code
+    assert _sans_provenance(json.loads(out_now)) == _sans_provenance(first)
+
+    coco["annotations"][0]["bbox"] = [0.0, 0.0, 32.0, 32.0]
+    (tmp_path / "boxes.json").write_text(json.dumps(coco))
+    fast, code_now, out_now = _fast(capsys, args + ["--json"])
+    assert not fast and code_now == 0 and json.loads(out_now)["decision_cached"] is False
+    assert _fast(capsys, args + ["--json"])[:2] == (True, 0)       # remembered in its turn
 
 
 @pytest.mark.docker

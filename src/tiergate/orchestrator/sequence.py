@@ -71,6 +71,7 @@ def gate(request: GateRequest, seams: Seams | None = None, options: RunOptions |
         item = how.describe.done.get(dc.name)
         if item is not None:
             run.runtime[dc.name], run.runtime_findings[dc.name] = item
+    run.data_origin = {**basis.data.origin, "archive": basis.data.sha256}
     return run
 
 

@@ -5,6 +5,7 @@ Layout under `home()`:
   runs/<run key>.shards/A-B/      finished shards of a run whose other shards are missing, until merged
   decisions/<key>.json            a decision with the hashes of every input it was made from (sealed)
   quick/<request key>.json        the fast path's entry for an unchanged `tiergate gate` (sealed)
+  quick/known-files               files' sha256 by their stat, so an unchanged file is not read again (sealed)
   runtime-graphs/<key>/           the describe cache (a tier's runtime graph of an artifact)
   compiled/<key>/                 the compile cache: an artifact compiled for a class (tiergate.build.compiling: model.so,
                                   tvm-meta.json), sealed like the describe cache
@@ -34,6 +35,7 @@ Modules (each a home of its own; this package re-exports their public names, `fr
 - runs.py: saved runs, written whole, sealed and verified (`writing_folder`, `replace_dir`, `verified`);
 - cached.py: cache folders with a sealed manifest (`publish_folder`, `cached_folder`);
 - decisions.py: decisions and fast-path entries (`read_decision`, `save_decision`, `read_quick_entry`);
+- stamps.py: files known by their stat (`KnownHashes`, `folder_stamp`): what the fast path need not read again;
 - saved.py: what gc reads of the home (`Saved`, `saved_runs`, ...) and its removals under a key's lock.
 """
 

@@ -1,0 +1,116 @@
+"""Files known by their stat: what the fast path does not read again while nothing about a file changed.
+
+A stamp is a file's (device, inode, size, mtime ns, ctime ns). Any write to a file moves its ctime, which no user
+call can set back, so an equal stamp means the same bytes; as git does for its index, a stamp is only believed of
+a file that had been still for longer than its file system's clock tick when it was taken (`RACY_S`; `COARSE_S`
+where the times are whole seconds), since a write in the same tick could keep every field; and it is taken before
+and after the file was read, and kept only when both agree.
+
+- `KnownHashes`: a file's sha256 by its stamp, kept sealed in `quick/known-files` (the fast path's hashes of
+  artifacts, evaluation data and side files: a 200 MB archive is read once, not at every unchanged re-run);
+- `folder_stamp`: the stamps of every file in a folder (a run folder the fast path verified in full once: an
+  equal folder stamp is the same verified run, not 700 MB of outputs hashed twice again).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from pathlib import Path
+
+from tiergate.paths import home
+from tiergate.state.names import QUICK
+from tiergate.state.seal import read_sealed, write_sealed
+
+RACY_S = 0.2                  # a file still for less than this is read every time (its stamp could repeat)
+COARSE_S = 2.0                # the same where the file system keeps whole seconds
+MAX_KNOWN = 256               # files remembered; the oldest are forgotten first
+KNOWN_FILE = "known-files"
+
+
+def stamp(path: Path) -> list[int] | None:
+    """The file's stamp, or None when it is not a regular file (or cannot be stat'ed)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    if not os.path.isfile(path):
+        return None
+    return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+
+
+def settled(found: list[int] | None, now_ns: int | None = None) -> bool:
+    """The file had not changed for longer than a clock tick of its file system: its stamp cannot repeat after a
+    write."""
+    if found is None:
+        return False
+    now_ns = time.time_ns() if now_ns is None else now_ns
+    coarse = found[3] % 1_000_000_000 == 0 and found[4] % 1_000_000_000 == 0
+    return now_ns - max(found[3], found[4]) > (COARSE_S if coarse else RACY_S) * 1e9
+
+
+def folder_stamp(folder: Path) -> dict[str, list[int]] | None:
+    """relative path -> stamp of every file under `folder`; None when it holds a link or anything but files and
+    folders, or is not a folder."""
+    folder = Path(folder)
+    if folder.is_symlink() or not folder.is_dir():
+        return None
+    found = {}
+    try:
+        for path in sorted(folder.rglob("*")):
+            if path.is_symlink():
+                return None
+            if path.is_dir():
+                continue
+            one = stamp(path)
+            if one is None:
+                return None
+            found[path.relative_to(folder).as_posix()] = one
+    except OSError:
+        return None
+    return found
+
+
+def folder_settled(found: dict[str, list[int]] | None) -> bool:
+    now = time.time_ns()
+    return found is not None and all(settled(one, now) for one in found.values())
+
+
+class KnownHashes:
+    """sha256 of files by their stamp, sealed under this machine's cache key (read once, saved by `save`)."""
+
+    def __init__(self, where: Path | None = None):
+        self.path = where or home() / QUICK / KNOWN_FILE
+        doc, _ = read_sealed(self.path)
+        files = (doc or {}).get("files")
+        self.files: dict[str, list] = files if isinstance(files, dict) else {}
+        self.changed = False
+
+    def sha256(self, path: Path) -> str:
+        """The file's sha256: from its stamp when it is known and unchanged, else read (and remembered when the
+        file is settled and did not change while it was read). OSError as open() raises it."""
+        name = os.path.abspath(path)
+        before = stamp(path)
+        known = self.files.get(name)
+        if before is not None and isinstance(known, list) and known[:-1] == before and settled(before):
+            return known[-1]
+        with open(path, "rb") as stream:
+            sha = hashlib.file_digest(stream, "sha256").hexdigest()
+        if before is not None and settled(before) and stamp(path) == before:
+            self.files.pop(name, None)
+            self.files[name] = [*before, sha]
+            self.changed = True
+        return sha
+
+    def save(self) -> None:
+        """Write the record back when it learned a file (the newest MAX_KNOWN); nothing is lost but speed when two
+        processes save at once (the last one's record stays)."""
+        if not self.changed:
+            return
+        kept = dict(list(self.files.items())[-MAX_KNOWN:])
+        try:
+            write_sealed(self.path, {"files": kept})
+        except OSError:
+            return
+        self.changed = False

@@ -1,0 +1,89 @@
+"""Files known by their stat (tiergate.state.stamps): an unchanged file is not read again, any write is seen, and
+a file written in the last clock tick is never believed by its stamp."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+
+import pytest
+
+from tiergate.state import stamps
+
+
+def _aged(path, seconds=10.0):
+    """Set the file's times `seconds` back (its ctime moves to now: it must be still for a tick after)."""
+    then = time.time_ns() - int(seconds * 1e9)
+    os.utime(path, ns=(then, then))
+
+
+def _still(path):
+    """Wait until the file is settled (its ctime, moved by utime, is older than a tick)."""
+    deadline = time.time() + 5
+    while not stamps.settled(stamps.stamp(path)):
+        assert time.time() < deadline
+        time.sleep(0.05)
+
+
+def test_a_settled_file_is_read_once_and_any_write_is_seen(tmp_path, tiergate_home, monkeypatch):
+    path = tmp_path / "data.bin"
+    path.write_bytes(b"a" * 4096)
+    _still(path)
+    known = stamps.KnownHashes()
+    assert known.sha256(path) == hashlib.sha256(b"a" * 4096).hexdigest()
+    known.save()
+
+    reads = []
+    real = hashlib.file_digest
+    monkeypatch.setattr(hashlib, "file_digest", lambda *a, **k: reads.append(1) or real(*a, **k))
+    again = stamps.KnownHashes()                      # a new process: the sealed record
+    assert again.sha256(path) == hashlib.sha256(b"a" * 4096).hexdigest() and not reads
+
+    path.write_bytes(b"b" * 4096)                     # same size; mtime set back: ctime still moves
+    _aged(path)
+    _still(path)
+    assert again.sha256(path) == hashlib.sha256(b"b" * 4096).hexdigest() and reads
+
+
+def test_a_file_written_within_a_tick_is_read_every_time(tmp_path, tiergate_home, monkeypatch):
+    path = tmp_path / "fresh.bin"
+    path.write_bytes(b"x")
+    known = stamps.KnownHashes()
+    known.sha256(path)
+    assert not known.changed                          # not remembered: its stamp could repeat after a write
+    assert not stamps.settled(stamps.stamp(path))
+
+
+def test_an_edited_record_is_not_believed(tmp_path, tiergate_home):
+    path = tmp_path / "m.bin"
+    path.write_bytes(b"model")
+    _still(path)
+    known = stamps.KnownHashes()
+    known.sha256(path)
+    known.save()
+    record = tiergate_home / "quick" / stamps.KNOWN_FILE
+    text = record.read_text().replace(hashlib.sha256(b"model").hexdigest(), "0" * 64)
+    record.write_text(text)
+    assert stamps.KnownHashes().files == {}           # its seal no longer verifies
+
+
+def test_a_folder_stamp_names_every_file_and_refuses_links(tmp_path):
+    folder = tmp_path / "run"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "result.json").write_text("{}")
+    (folder / "sub" / "outputs.npz").write_bytes(b"0")
+    found = stamps.folder_stamp(folder)
+    assert set(found) == {"result.json", "sub/outputs.npz"}
+    (folder / "sub" / "outputs.npz").write_bytes(b"1")
+    assert stamps.folder_stamp(folder) != found
+    (folder / "link").symlink_to(folder / "result.json")
+    assert stamps.folder_stamp(folder) is None
+    assert stamps.folder_stamp(tmp_path / "absent") is None
+
+
+@pytest.mark.parametrize("ns,coarse", [(1_700_000_000_123_456_789, False), (1_700_000_000_000_000_000, True)])
+def test_whole_second_file_systems_wait_longer(ns, coarse):
+    found = [1, 2, 3, ns, ns]
+    assert stamps.settled(found, ns + int(1.0e9)) is not coarse
+    assert stamps.settled(found, ns + int(3.0e9))

@@ -184,9 +184,26 @@ def _print_runtime(console, run) -> None:
         if item.get("npu"):
             console.print(f"{name}: {npu_line(item['npu'])}", highlight=False)
     for name, found in run.runtime_findings.items():
-        for f in found:
-            if f.severity != "info":
-                console.print(f"[yellow]{f.severity}[/] {name}: {f.rule}: {escape(f.message)}", highlight=False)
+        for (severity, rule, message), nodes in _grouped_findings(found):
+            console.print(f"[yellow]{severity}[/] {name}: {rule}: {escape(message)}{escape(nodes)}", highlight=False)
+
+
+def _grouped_findings(found) -> list[tuple[tuple[str, str, str], str]]:
+    """A tier's warnings and errors, one line per message: findings that say the same of different nodes (13
+    float islands of one Div each) are one line that counts them and names their first nodes."""
+    groups: dict[tuple[str, str, str], list] = {}
+    for f in found:
+        if f.severity != "info":
+            groups.setdefault((f.severity, f.rule, f.message), []).append(f)
+    lines = []
+    for key, same in groups.items():
+        if len(same) == 1:
+            lines.append((key, ""))
+            continue
+        names = [(f.node_names or ("?",))[0] for f in same]
+        shown = ", ".join(names[:4]) + (", ..." if len(names) > 4 else "")
+        lines.append((key, f" ({len(same)} times: {shown})"))
+    return lines
 
 
 def npu_line(npu: dict) -> str:

@@ -87,6 +87,26 @@ def gate_batches(home: Path) -> dict[tuple[str, str], int]:
     return found
 
 
+def gate_runs(home: Path, shas: dict[str, str]) -> list[dict]:
+    """Each run the warm gate made, in start order: tier, role, start (s after the first), wall, the batched calls'
+    own time per sample (one thread's), the batch and the calls at once (extra.evaluation)."""
+    from datetime import datetime
+
+    roles = {sha: role for role, sha in shas.items()}
+    found = []
+    for result in (home / "runs").glob("*/result.json"):
+        doc = json.loads(result.read_text())
+        ev = (doc.get("extra") or {}).get("evaluation") or {}
+        found.append({"tier": doc["device_class"], "role": roles.get(doc["artifact_sha256"], "?"),
+                      "started": datetime.fromisoformat(doc["started_at"]).timestamp(), "wall_s": doc.get("wall_s"),
+                      "ms_per_sample": ev.get("eval_ms_per_sample"), "batch": ev.get("eval_batch"),
+                      "at_once": ev.get("eval_at_once"), "n": doc.get("n_samples")})
+    first = min((r["started"] for r in found), default=0.0)
+    for r in found:
+        r["started"] -= first
+    return sorted(found, key=lambda r: r["started"])
+
+
 def case(kind: str, samples: int, repeats: int, tmp: Path, classes) -> dict:
     from tiergate.hashing import file_sha256
 
@@ -109,6 +129,7 @@ def case(kind: str, samples: int, repeats: int, tmp: Path, classes) -> dict:
                    failing=sorted(paddle._verdicts(doc)), early_failing=sorted(paddle._verdicts(early_doc)))
     batches = gate_batches(tmp / f"{kind}-home")
     shas = {role: file_sha256(files[role]) for role in ("reference", "candidate")}
+    figures["runs"] = gate_runs(tmp / f"{kind}-home", shas)
     tiers = {}
     for dc in classes:
         image = images[dc.name]["runtime_tag"]
@@ -145,6 +166,9 @@ def report(kind: str, samples: int, f: dict) -> None:
           f"{f['alone_verdict']} ({f['alone_looks']})")
     print(f"  cache hit (the warm command again, median of {len(f['hits_s'])})          {f['hit_s']:8.3f} s   "
           f"({', '.join(f'{h:.3f}' for h in f['hits_s'])})")
+    for r in f["runs"]:
+        print(f"    run {r['role']:<9} on {r['tier']:<26} from {r['started']:6.1f} s, {r['wall_s'] or 0:7.1f} s wall; "
+              f"calls {r['ms_per_sample'] or 0:8.1f} ms a sample at batch {r['batch']}, {r['at_once']} at once")
     for dc, t in f["tiers"].items():
         parts = ", ".join(f"{role} load {m['load_s']:.2f} + {m['infer_s']:.2f} s at batch {m['batch']}"
                           for role, m in t["models"].items())

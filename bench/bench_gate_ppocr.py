@@ -18,6 +18,8 @@ Each case, x86_64 + emulated arm64, --samples of them (160), images built first,
      tier's runtime image, at the batch the gate's harness used: read from its runs), session creation and one
      container start included; floor = the native tiers' + the emulated tiers' / the cores (bench_gate_paddleocr);
   5. the per-sample cost on each tier (bare, seconds a sample) and the emulated / native ratio.
+  6. each run of the warm gate (from its home's result.json): tier, wall, the batched calls' own time per sample (one
+     thread's), their batch and how many ran at once: where the warm gate sits above its floor.
 
     PYTHONPATH=src .venv/bin/python bench/bench_gate_ppocr.py [--samples 160] [--models det,rec] [--repeats 3]
         [--json OUT]

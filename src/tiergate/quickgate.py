@@ -404,45 +404,57 @@ def _saved_decision(key: str, inputs: dict) -> Decision | None:
     return None if doc is None else Decision.from_json(doc)
 
 
+# Why the last `remember` saved nothing (one line, or empty): for a person or a test asking why a gate was not
+# remembered; the gate itself never depends on it.
+DECLINED: list[str] = []
+
+
 def remember(request: GateRequest, build: BuildSettings, gate_run, recorder: Recorder) -> Path | None:
     """After the normal path: save what `lookup` needs to answer this request next time (or nothing, when
     some part cannot be verified later). `recorder`: the Recorder that wrapped this gate's builder."""
+    DECLINED[:] = []
     try:
-        return _remember(request, build, gate_run, recorder)
-    except NoFastPath:
+        saved = _remember(request, build, gate_run, recorder)
+    except NoFastPath as exc:
+        DECLINED[:] = [str(exc)]
         return None
-    except Exception:  # noqa: BLE001 - the gate has answered; a fast path is only an optimisation
+    except Exception as exc:  # noqa: BLE001 - the gate has answered; a fast path is only an optimisation
         if os.environ.get("TIERGATE_DEBUG"):
             raise
+        DECLINED[:] = [f"{type(exc).__name__}: {exc}"]
         return None
+    if saved is None:
+        DECLINED[:] = ["no usable cache key: nothing is sealed"]
+    return saved
 
 
 def _remember(request: GateRequest, build: BuildSettings, gate_run, recorder: Recorder) -> Path | None:
     if not gate_run.decision_key or not gate_run.run_dirs:
-        return None          # e.g. a signature difference: decided before anything ran, never cached
+        raise NoFastPath("decided before anything ran (never cached)")     # e.g. a signature difference
     doc, hashers, _ = _identity_once(request, build)      # its lookup hashed the files already
     key = _key_of(doc)
     inputs = json.loads(state.decision_path(gate_run.decision_key).read_text())["inputs"]
     origin = gate_run.data_origin
     if inputs.get("data") != origin.get("archive") or origin.get("data") != doc["data"] \
             or origin.get("labels_file") != doc["labels_file"]:
-        return None          # a file changed while the gate ran: its key would name other data
+        raise NoFastPath("the data changed while the gate ran")     # its key would name other data
     decision = _saved_decision(gate_run.decision_key, inputs)
     if decision is None or decision.dumps() != gate_run.decision.dumps():
-        return None
+        raise NoFastPath("the saved decision is not the gate's" if decision is not None else
+                         "the decision cache file does not verify")
     artifacts = {}
     for role, path in request.artifacts.items():
         intake = gate_run.intakes[role]
         external = list(intake.artifact.external_data or ())
         sha = artifact_sha256(hashers[role], path, external)
         if sha != intake.sha256 or inputs.get(role) != sha:
-            return None
+            raise NoFastPath(f"the {role} changed while the gate ran")
         artifacts[role] = {"sha256": sha, "external": external}
     runs, named, wanted = _runs_and_images(gate_run, inputs, recorder)
     current = image_ids(wanted, _engine_socket(request.device_classes))
     for name, image_id in wanted.items():
         if current.get(name) is None or (image_id is not None and current[name] != image_id):
-            return None
+            raise NoFastPath(f"the image {name} is gone or changed on the engine")
     runtime, findings, graphs = _runtime_as_cached(request, gate_run, recorder)
     entry = {
         "schema": SCHEMA, "key": key, "created_at": state.now_iso(),
@@ -468,7 +480,7 @@ def _runs_and_images(gate_run, inputs: dict, recorder: Recorder) -> tuple[list, 
         dc = where.split("/", 1)[0]
         folder = state.runs_root() / text.rpartition(":")[0]
         image = recorder.images.get((dc, gate_run.intakes[role].sha256)) if role in gate_run.intakes else None
-        before = stamps.folder_stamp(folder)
+        before = stamps.settled_folder_stamp(folder)
         if image is None or not state.run_matches(folder, inputs, label) \
                 or inputs["images"].get(label) != image.image_id:
             raise NoFastPath(f"the run {label} cannot be verified later")

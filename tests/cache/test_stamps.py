@@ -87,3 +87,12 @@ def test_whole_second_file_systems_wait_longer(ns, coarse):
     found = [1, 2, 3, ns, ns]
     assert stamps.settled(found, ns + int(1.0e9)) is not coarse
     assert stamps.settled(found, ns + int(3.0e9))
+
+
+def test_a_folder_written_a_moment_ago_is_stamped_once_it_can_be_believed(tmp_path):
+    folder = tmp_path / "run"
+    folder.mkdir()
+    (folder / "outputs.npz").write_bytes(b"0" * 64)
+    assert not stamps.folder_settled(stamps.folder_stamp(folder))
+    found = stamps.settled_folder_stamp(folder)
+    assert stamps.folder_settled(found) and found == stamps.folder_stamp(folder)

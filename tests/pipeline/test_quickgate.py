@@ -293,7 +293,7 @@ def test_unchanged_rerun_imports_nothing_heavy_and_answers_as_the_cache_hit(mode
     code, out, err = _cli(capsys, args + ["--report-dir", str(tmp_path / "first")])
     assert code == 0, err
     first = json.loads(out)
-    assert list((tiergate_home / state.QUICK).glob("*.json"))          # remembered
+    assert list((tiergate_home / state.QUICK).glob("*.json")), quickgate.DECLINED          # remembered
 
     proc, imported = _subprocess_gate(tiergate_home, args + ["--report-dir", str(tmp_path / "fast")])
     assert proc.returncode == code, proc.stderr[-2000:]
@@ -359,7 +359,7 @@ def test_an_unchanged_gate_with_an_emulated_tier_answers_from_the_cache(models, 
         assert early[ARM]["looks"] == 2 and early[ARM]["samples_used"] == 400
     else:
         assert early[ARM]["stopped_by"] == X86
-    assert list((tiergate_home / state.QUICK).glob("*.json"))          # remembered
+    assert list((tiergate_home / state.QUICK).glob("*.json")), quickgate.DECLINED          # remembered
 
     proc, imported = _subprocess_gate(tiergate_home, args("--json"))
     assert proc.returncode == code, proc.stderr[-2000:]

@@ -77,6 +77,21 @@ def folder_settled(found: dict[str, list[int]] | None) -> bool:
     return found is not None and all(settled(one, now) for one in found.values())
 
 
+def settled_folder_stamp(folder: Path) -> dict[str, list[int]] | None:
+    """folder_stamp, once every file in it has been still for a clock tick (waiting for that, at most COARSE_S:
+    a run folder written a moment ago is stamped once it can be believed)."""
+    found = folder_stamp(folder)
+    if found is None or not found:
+        return found
+    newest = max(max(one[3], one[4]) for one in found.values())
+    coarse = all(one[3] % 1_000_000_000 == 0 and one[4] % 1_000_000_000 == 0 for one in found.values())
+    wait = newest + (COARSE_S if coarse else RACY_S) * 1e9 - time.time_ns()
+    if wait > 0:
+        time.sleep(min(wait / 1e9 + 0.01, COARSE_S + 0.1))
+        found = folder_stamp(folder)
+    return found
+
+
 class KnownHashes:
     """sha256 of files by their stamp, sealed under this machine's cache key (read once, saved by `save`)."""
 

@@ -520,7 +520,7 @@ def test_the_normal_path_hashes_the_request_once_and_remembers_only_the_data_it_
     code, _, err = _cli(capsys, _args(models, "--json", data=data))
     assert code == 0, err
     assert len(calls) == 1                          # the lookup's; remember reused it
-    assert len(list((tiergate_home / state.QUICK).glob("*.json"))) == 1
+    assert len(list((tiergate_home / state.QUICK).glob("*.json"))) == 1, quickgate.DECLINED
     assert _fast(capsys, _args(models, "--json", data=data))[0]
 
     # the data changes between the lookup and the decision: the entry would name the old bytes

@@ -13,8 +13,9 @@ importing no numpy, scipy, onnx, onnxruntime, docker, prefect or sqlalchemy:
   only when the decision file still verifies (schema, key, the inputs it names), every run
   folder it names still has the same result.json and its outputs still hash to what the
   result says (or every file of it is as it was when `remember` verified it: state.stamps),
-  every artifact still hashes (with its ONNX external data) to what intake found, and the Docker engine (asked over its unix socket with http.client, not the docker
-  SDK) still has the artifact, runtime and base images with the same ids.
+  every artifact still hashes (with its ONNX external data) to what intake found, and the
+  Docker engine (asked over its unix socket with http.client, not the docker SDK) still has
+  the artifact, runtime and base images with the same ids.
 
 Anything in doubt answers None and the normal path runs (it is always correct). There is no
 fast path for a loader FILE.py:FUNCTION as --data (its output is only known by running it),
@@ -26,6 +27,7 @@ than a unix socket). Options that do not change a decision (--max-parallel) are 
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 import http.client
 import json
@@ -174,7 +176,13 @@ def _file_sha(path: Path, *, required: bool = False, known: stamps.KnownHashes |
 
 def labels_side_file(archive: Path) -> Path | None:
     """The labels side file an evaluation archive names (its `labels` member a 0-d string: tiergate.labels), read
-    from the .npz's zip without numpy; None when it names none. NoFastPath when the member cannot be read here."""
+    from the .npz's zip without numpy; None when it names none. NoFastPath when the member cannot be read here.
+    Read once per archive and stamp (a lookup asks for it twice: the key, and the files it watches)."""
+    return _side_file(archive, tuple(stamps.stamp(archive) or ()))
+
+
+@functools.lru_cache(maxsize=8)
+def _side_file(archive: Path, _stamp: tuple) -> Path | None:
     if not zipfile.is_zipfile(archive):
         return None                 # not an .npz: intake says so (and the key has its bytes)
     try:

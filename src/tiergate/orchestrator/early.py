@@ -52,14 +52,14 @@ def early_settings(policy: Policy, device_classes, early_stop: bool | None,
         settings = {name: dataclasses.replace(e, enabled=early_stop) for name, e in settings.items()}
     if n_samples is not None:
         for dc in device_classes:
-            e = settings[dc.name] = _spending(policy, dc, settings[dc.name], n_samples)
+            e = settings[dc.name] = _spending(settings[dc.name])
             if e.enabled and not any(look.taken for look in _plan(policy, dc, e, n_samples)[:-1]):
                 settings[dc.name] = dataclasses.replace(e, looks=1) if len(device_classes) > 1 else \
                     dataclasses.replace(e, enabled=False)
     return settings if any(e.enabled for e in settings.values()) else {}
 
 
-def _spending(policy: Policy, dc: DeviceClass, setting: EarlyStop, n: int) -> EarlyStop:
+def _spending(setting: EarlyStop) -> EarlyStop:
     """The class's spending made concrete ("auto", the default): O'Brien-Fleming, which spends almost nothing early,
     so that its last look is nearly the plain gate's and an emulated tier judges the evidence a native tier judges
     alike. Pocock only where a policy names it: its last look is stricter (on 96 or 160 samples a clear AVX2 loss

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 import time
 from pathlib import Path
 
@@ -32,12 +33,22 @@ KNOWN_FILE = "known-files"
 def stamp(path: Path) -> list[int] | None:
     """The file's stamp, or None when it is not a regular file (or cannot be stat'ed)."""
     try:
-        st = os.stat(path)
+        return _of(os.stat(path))
     except OSError:
         return None
-    if not os.path.isfile(path):
+
+
+def _of(st: os.stat_result) -> list[int] | None:
+    if not stat.S_ISREG(st.st_mode):
         return None
     return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+
+
+def _still_from_ns(found: list[int]) -> int:
+    """When a stamp can be believed: its last change plus a clock tick of its file system (COARSE_S where the times
+    are whole seconds, else RACY_S)."""
+    coarse = found[3] % 1_000_000_000 == 0 and found[4] % 1_000_000_000 == 0
+    return max(found[3], found[4]) + int((COARSE_S if coarse else RACY_S) * 1e9)
 
 
 def settled(found: list[int] | None, now_ns: int | None = None) -> bool:
@@ -45,25 +56,22 @@ def settled(found: list[int] | None, now_ns: int | None = None) -> bool:
     write."""
     if found is None:
         return False
-    now_ns = time.time_ns() if now_ns is None else now_ns
-    coarse = found[3] % 1_000_000_000 == 0 and found[4] % 1_000_000_000 == 0
-    return now_ns - max(found[3], found[4]) > (COARSE_S if coarse else RACY_S) * 1e9
+    return (time.time_ns() if now_ns is None else now_ns) > _still_from_ns(found)
 
 
 def folder_stamp(folder: Path) -> dict[str, list[int]] | None:
     """relative path -> stamp of every file under `folder`; None when it holds a link or anything but files and
-    folders, or is not a folder."""
+    folders, or is not a folder (one lstat per entry)."""
     folder = Path(folder)
-    if folder.is_symlink() or not folder.is_dir():
-        return None
-    found = {}
+    found: dict[str, list[int]] = {}
     try:
+        if not stat.S_ISDIR(os.lstat(folder).st_mode):
+            return None
         for path in sorted(folder.rglob("*")):
-            if path.is_symlink():
-                return None
-            if path.is_dir():
+            st = os.lstat(path)
+            if stat.S_ISDIR(st.st_mode):
                 continue
-            one = stamp(path)
+            one = _of(st)           # None for a link, a FIFO, a socket...
             if one is None:
                 return None
             found[path.relative_to(folder).as_posix()] = one
@@ -78,16 +86,15 @@ def folder_settled(found: dict[str, list[int]] | None) -> bool:
 
 
 def settled_folder_stamp(folder: Path) -> dict[str, list[int]] | None:
-    """folder_stamp, once every file in it has been still for a clock tick (waiting for that, at most COARSE_S:
-    a run folder written a moment ago is stamped once it can be believed)."""
+    """folder_stamp, once every file in it has been still for a clock tick: a run folder written a moment ago is
+    stamped after waiting out the rest of RACY_S (never longer: on a file system of whole seconds it is stamped as
+    it is, and not believed until a later look finds it settled)."""
     found = folder_stamp(folder)
-    if found is None or not found:
+    if not found:
         return found
-    newest = max(max(one[3], one[4]) for one in found.values())
-    coarse = all(one[3] % 1_000_000_000 == 0 and one[4] % 1_000_000_000 == 0 for one in found.values())
-    wait = newest + (COARSE_S if coarse else RACY_S) * 1e9 - time.time_ns()
-    if wait > 0:
-        time.sleep(min(wait / 1e9 + 0.01, COARSE_S + 0.1))
+    wait = max(_still_from_ns(one) for one in found.values()) - time.time_ns()
+    if 0 < wait <= RACY_S * 1e9:
+        time.sleep(wait / 1e9 + 0.01)
         found = folder_stamp(folder)
     return found
 
@@ -108,8 +115,8 @@ class KnownHashes:
         name = os.path.abspath(path)
         before = stamp(path)
         known = self.files.get(name)
-        if before is not None and isinstance(known, list) and known[:-1] == before and settled(before):
-            return known[-1]
+        if before is not None and isinstance(known, list) and known[:-1] == before:
+            return known[-1]           # recorded settled: an equal stamp now is the same bytes
         with open(path, "rb") as stream:
             sha = hashlib.file_digest(stream, "sha256").hexdigest()
         if before is not None and settled(before) and stamp(path) == before:

@@ -49,6 +49,7 @@ def test_a_settled_file_is_read_once_and_any_write_is_seen(tmp_path, tiergate_ho
 def test_a_file_written_within_a_tick_is_read_every_time(tmp_path, tiergate_home, monkeypatch):
     path = tmp_path / "fresh.bin"
     path.write_bytes(b"x")
+    _aged(path, -60.0)                                # its last change ahead of the clock: within a tick, however slow
     known = stamps.KnownHashes()
     known.sha256(path)
     assert not known.changed                          # not remembered: its stamp could repeat after a write
@@ -89,10 +90,31 @@ def test_whole_second_file_systems_wait_longer(ns, coarse):
     assert stamps.settled(found, ns + int(3.0e9))
 
 
-def test_a_folder_written_a_moment_ago_is_stamped_once_it_can_be_believed(tmp_path):
+class _Clock:
+    """stamps' clock, moved only by its own sleep: the order of write, stamp and wait is certain by construction."""
+
+    def __init__(self, now_ns: int):
+        self.now, self.slept = now_ns, []
+
+    def time_ns(self) -> int:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += int(seconds * 1e9)
+
+
+def test_a_folder_written_a_moment_ago_is_stamped_once_it_can_be_believed(tmp_path, monkeypatch):
     folder = tmp_path / "run"
     folder.mkdir()
     (folder / "outputs.npz").write_bytes(b"0" * 64)
+    newest = max(max(one[3], one[4]) for one in stamps.folder_stamp(folder).values())
+    clock = _Clock(newest)                            # the moment of the last write
+    monkeypatch.setattr(stamps, "time", clock)
     assert not stamps.folder_settled(stamps.folder_stamp(folder))
     found = stamps.settled_folder_stamp(folder)
+    assert clock.slept and 0 < clock.slept[0] <= stamps.RACY_S + 0.02          # waited out the rest of a tick
     assert stamps.folder_settled(found) and found == stamps.folder_stamp(folder)
+    clock.now = newest - int(10e9)                    # written "10 s from now" (a clock set back): no long wait
+    clock.slept.clear()
+    assert not stamps.folder_settled(stamps.settled_folder_stamp(folder)) and not clock.slept

@@ -15,6 +15,10 @@ HOST_PIP_CONF = Path("/etc/pip.conf")                         # pip's index sett
 DESCRIBER = "harness/tiergate_describe.py"                    # the runtime-graph describer, under containers/
 DESCRIBE_FILE = "describe.json"                               # what it writes (in a describe folder or a run's)
 
+# how long one call to a Docker engine waits for its answer: the docker SDK's clients (execution.engine) and the
+# fast path's own socket (quickgate) alike; a busy engine is as slow for both, so neither gives up before the other
+ENGINE_TIMEOUT_S = 120
+
 LABEL = "org.tiergate"
 COMPILE_KEY_LABEL = f"{LABEL}.compile.key"   # an artifact image built from a compile: its cache key
 

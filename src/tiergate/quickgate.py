@@ -41,14 +41,13 @@ from tiergate import state
 from tiergate.state import stamps
 from tiergate.decision import Decision, GateRun
 from tiergate.hashing import metric_code_sha256, read_external
-from tiergate.images import DESCRIBE_FILE, DESCRIBER, HOST_CA_BUNDLE, HOST_PIP_CONF, LABEL
+from tiergate.images import DESCRIBE_FILE, DESCRIBER, ENGINE_TIMEOUT_S, HOST_CA_BUNDLE, HOST_PIP_CONF, LABEL
 from tiergate.paths import containers_dir
 from tiergate.request import BuildSettings, GateRequest, candidate_class, is_loader
 
 SCHEMA = 3        # 2: every run the decision names is verified (an early decision's chunks too); 3: with its
                   # folder's stamps, and the data by its side file
 DEFAULT_SOCKET = "/var/run/docker.sock"
-DOCKER_TIMEOUT_S = 5.0
 PACKAGE = Path(__file__).resolve().parent
 
 
@@ -253,7 +252,7 @@ class _UnixConnection(http.client.HTTPConnection):
 def image_ids(names, socket_path: str, *, labels: bool = False) -> dict[str, object]:
     """name -> its image id on the engine (None when it has none); with labels: name -> (id, labels)."""
     found: dict[str, object] = {}
-    conn = _UnixConnection(socket_path, DOCKER_TIMEOUT_S)
+    conn = _UnixConnection(socket_path, ENGINE_TIMEOUT_S)
     try:
         for name in dict.fromkeys(names):
             conn.request("GET", f"/images/{quote(name, safe='/:@')}/json")
@@ -276,14 +275,22 @@ def image_ids(names, socket_path: str, *, labels: bool = False) -> dict[str, obj
 
 def lookup(request: GateRequest, build: BuildSettings = BuildSettings()) -> GateRun | None:
     """The decision of an unchanged request, verified, or None (the normal path then runs)."""
+    MISSED_WHY[:] = []
     try:
         return _lookup(request, build)
-    except NoFastPath:
+    except NoFastPath as exc:
+        MISSED_WHY[:] = [str(exc)]
         return None
-    except Exception:  # noqa: BLE001 - any doubt: the normal path answers (and is always right)
+    except Exception as exc:  # noqa: BLE001 - any doubt: the normal path answers (and is always right)
         if os.environ.get("TIERGATE_DEBUG"):
             raise
+        MISSED_WHY[:] = [f"{type(exc).__name__}: {exc}"]
         return None
+
+
+# Why the last `lookup` did not answer (one line, or empty), as DECLINED for `remember`: for a person or a test
+# asking why a gate took the normal path; the gate itself never depends on it.
+MISSED_WHY: list[str] = []
 
 
 # The identity a lookup that missed computed, handed to the same request's next step: the typer command's lookup
@@ -318,45 +325,47 @@ def _missed(request: GateRequest, build: BuildSettings, doc: dict, hashers: dict
     _MISSED[:] = [request, build, doc, dict(hashers), stats]
 
 
-def _lookup(request: GateRequest, build: BuildSettings) -> GateRun | None:
+def _lookup(request: GateRequest, build: BuildSettings) -> GateRun:
     doc, hashers, stats = _identity_once(request, build)
     _missed(request, build, doc, hashers, stats)     # until it answers below
     run = _answer(request, build, doc, hashers)
-    if run is not None:
-        _MISSED[:] = []
+    _MISSED[:] = []
     return run
 
 
-def _answer(request: GateRequest, build: BuildSettings, doc: dict, hashers: dict) -> GateRun | None:
+def _answer(request: GateRequest, build: BuildSettings, doc: dict, hashers: dict) -> GateRun:
     key = _key_of(doc)
     entry = state.read_quick_entry(key)         # sealed: an edited or foreign entry is never believed
     if entry is None or entry.get("schema") != SCHEMA or entry.get("key") != key:
-        return None
+        raise NoFastPath("no entry for this request" if entry is None else "the entry is of another schema or key")
     inputs = entry["decision_inputs"]
     if not _inputs_match_request(inputs, request):
-        return None
+        raise NoFastPath("the classes, policy or metrics differ from the decision's")
     if set(entry["artifacts"]) != set(request.artifacts):
-        return None
+        raise NoFastPath("the request names other artifacts")
     for role, path in request.artifacts.items():
         known = entry["artifacts"][role]
         if artifact_sha256(hashers[role], path, known["external"]) != known["sha256"] \
                 or inputs.get(role) != known["sha256"]:
-            return None
+            raise NoFastPath(f"the {role} changed")
     decision = _saved_decision(entry["decision_key"], inputs)
     if decision is None:
-        return None
+        raise NoFastPath("the decision cache file does not verify")
     runs = {(role, dc): Path(folder) for role, dc, folder in entry["runs"]}
     named = {label: (Path(folder), seen) for label, folder, seen in entry["verify"]}
     if set(named) != set(inputs["runs"]) or not set(f"{role}/{dc}" for role, dc in runs) <= set(named):
-        return None
-    if not all(_still_verified(folder, seen, inputs, label) for label, (folder, seen) in named.items()):
-        return None
+        raise NoFastPath("the entry names other runs than the decision")
+    for label, (folder, seen) in named.items():
+        if not _still_verified(folder, seen, inputs, label):
+            raise NoFastPath(f"the run {label} no longer verifies")
     wanted = entry["images"]
     current = image_ids(wanted, _engine_socket(request.device_classes))
-    if any(current.get(name) != image_id for name, image_id in wanted.items()):
-        return None
+    for name, image_id in wanted.items():
+        if current.get(name) != image_id:
+            raise NoFastPath(f"the image {name} is gone or changed on the engine")
     if not all(state.folder_verifies(Path(folder)) for folder in entry["runtime_graph_folders"]):
-        return None          # the normal path would describe again: its runtime section would differ
+        # the normal path would describe again: its runtime section would differ
+        raise NoFastPath("a runtime graph is no longer in the describe cache")
     findings = {dc: [StoredFinding(f) for f in found] for dc, found in entry["findings"].items()}
     hashes = {role: entry["artifacts"][role]["sha256"] for role in request.artifacts}
     return GateRun(decision, runs, cache_hits=entry["cache_hits"], decision_cached=True,

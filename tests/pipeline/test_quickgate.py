@@ -252,6 +252,9 @@ def _cli(capsys, args):
     return code, out, err
 
 
+WHY: list[str] = []        # why the last _fast was not answered fast, for assertion messages
+
+
 def _fast(capsys, args) -> tuple[bool, int, str]:
     """(whether the fast path answered this gate, its exit code, its stdout)."""
     answers = []
@@ -262,11 +265,13 @@ def _fast(capsys, args) -> tuple[bool, int, str]:
         return answers[-1]
 
     quickgate.lookup = spy
+    declined = list(quickgate.DECLINED)       # why the gate before this one saved nothing, if it did not
     try:
         code, out, err = _cli(capsys, args)
     finally:
         quickgate.lookup = lookup
     fast = bool(answers) and answers[-1] is not None
+    WHY[:] = [f"missed: {quickgate.MISSED_WHY}; the last gate before it declined to remember: {declined}"]
     assert fast == ("unchanged: the decision from the cache" in err) or "--json" in args
     return fast, code, out
 
@@ -326,7 +331,7 @@ def _fast_as_normal(capsys, home: Path, tmp_path: Path, args, code: int) -> str:
             folder = tmp_path / f"{way}-{as_json}"
             answered_fast, code_now, out_now = _fast(capsys, args(*extra, "--report-dir", str(folder),
                                                                   "--junit", str(folder / "junit.xml")))
-            assert answered_fast == (way == "fast") and code_now == code
+            assert answered_fast == (way == "fast") and code_now == code, (way, as_json, WHY)
             outputs[way] = (out_now.replace(str(folder), "FOLDER"),
                             {p.name: p.read_bytes() for p in sorted(folder.iterdir())})
         assert outputs["fast"][0] == outputs["normal"][0]
@@ -401,14 +406,14 @@ def test_labels_in_a_side_file_are_answered_from_the_cache_and_their_edits_are_n
     with monkeypatch.context() as patched:
         patched.setattr(state, "run_matches", never)
         fast, code_now, out_now = _fast(capsys, args + ["--json"])
-    assert fast and code_now == code
+    assert fast and code_now == code, WHY
     assert _sans_provenance(json.loads(out_now)) == _sans_provenance(first)
 
     coco["annotations"][0]["bbox"] = [0.0, 0.0, 32.0, 32.0]
     (tmp_path / "boxes.json").write_text(json.dumps(coco))
     fast, code_now, out_now = _fast(capsys, args + ["--json"])
     assert not fast and code_now == 0 and json.loads(out_now)["decision_cached"] is False
-    assert _fast(capsys, args + ["--json"])[:2] == (True, 0)       # remembered in its turn
+    assert _fast(capsys, args + ["--json"])[:2] == (True, 0), WHY       # remembered in its turn
 
 
 @pytest.mark.docker
@@ -418,14 +423,14 @@ def test_anything_changed_falls_back_to_the_normal_path(models, capsys, tiergate
     args = _args(models)
     code, out, err = _cli(capsys, args)
     assert code == 0, err
-    assert _fast(capsys, args)[:2] == (True, 0)
+    assert _fast(capsys, args)[:2] == (True, 0), WHY
 
     # a changed policy: the normal path decides (a stricter policy that 400 samples cannot resolve)
     policy = tmp_path / "policy.toml"
     policy.write_text("[defaults]\nmin_accuracy_ratio = 1.0\n")
     fast, code, out = _fast(capsys, args + ["--policy", str(policy)])
     assert not fast and code == 3 and "accuracy_ratio" in out, out
-    assert _fast(capsys, args + ["--policy", str(policy)])[:2] == (True, 3)   # then remembered in its turn
+    assert _fast(capsys, args + ["--policy", str(policy)])[:2] == (True, 3), WHY   # then remembered in its turn
 
     # a changed data file
     data = np.load(models["data"])
@@ -442,7 +447,7 @@ def test_anything_changed_falls_back_to_the_normal_path(models, capsys, tiergate
     for name in ("ref.onnx", "good.onnx"):
         (folder / name).write_bytes((models["folder"] / name).read_bytes())
     touched = dict(models, ref=folder / "ref.onnx", good=folder / "good.onnx")
-    assert _fast(capsys, _args(touched))[:2] == (True, 0)          # same bytes elsewhere: the same request
+    assert _fast(capsys, _args(touched))[:2] == (True, 0), WHY          # same bytes elsewhere: the same request
     model = onnx.load(str(folder / "good.onnx"))
     model.doc_string = "touched"
     onnx.save(model, str(folder / "good.onnx"))
@@ -462,7 +467,7 @@ def test_anything_changed_falls_back_to_the_normal_path(models, capsys, tiergate
     _remove_image(docker.from_env(), tag)
     fast, code, _ = _fast(capsys, args)
     assert not fast and code == 0                                   # rebuilt by the normal path
-    assert _fast(capsys, args)[:2] == (True, 0)
+    assert _fast(capsys, args)[:2] == (True, 0), WHY
 
 
 def _remove_image(client, tag: str, wait_s: float = 10.0) -> None:
@@ -498,7 +503,7 @@ def test_a_registry_takes_the_normal_path(models, capsys, tiergate_home, tmp_pat
                  "--registry", url]) == 0
     fast, code, _ = _fast(capsys, args + ["--registry", url])
     assert not fast and code == 0                   # recorded: the registry holds the decision now
-    assert _fast(capsys, args)[:2] == (True, 0)
+    assert _fast(capsys, args)[:2] == (True, 0), WHY
 
 
 @pytest.mark.docker
@@ -521,7 +526,7 @@ def test_the_normal_path_hashes_the_request_once_and_remembers_only_the_data_it_
     assert code == 0, err
     assert len(calls) == 1                          # the lookup's; remember reused it
     assert len(list((tiergate_home / state.QUICK).glob("*.json"))) == 1, quickgate.DECLINED
-    assert _fast(capsys, _args(models, "--json", data=data))[0]
+    assert _fast(capsys, _args(models, "--json", data=data))[0], WHY
 
     # the data changes between the lookup and the decision: the entry would name the old bytes
     for entry in (tiergate_home / state.QUICK).glob("*.json"):

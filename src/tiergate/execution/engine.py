@@ -14,11 +14,12 @@ import docker
 import requests
 
 from tiergate.errors import InfrastructureFault
+from tiergate.images import ENGINE_TIMEOUT_S
 
 T = TypeVar("T")
 DEFAULT_ATTEMPTS = 3
 DEFAULT_BACKOFF_S = 0.5
-API_TIMEOUT_S = 120
+API_TIMEOUT_S = ENGINE_TIMEOUT_S
 
 
 def connect(docker_host: str = "local", *, use_ssh_client: bool = False) -> docker.DockerClient:

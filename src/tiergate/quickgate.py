@@ -362,7 +362,7 @@ def _answer(request: GateRequest, build: BuildSettings, doc: dict, hashers: dict
     current = image_ids(wanted, _engine_socket(request.device_classes))
     for name, image_id in wanted.items():
         if current.get(name) != image_id:
-            raise NoFastPath(f"the image {name} is gone or changed on the engine")
+            raise NoFastPath(f"the image {name} ({image_id[:19]}) is now {current.get(name) or 'gone'} on the engine")
     if not all(state.folder_verifies(Path(folder)) for folder in entry["runtime_graph_folders"]):
         # the normal path would describe again: its runtime section would differ
         raise NoFastPath("a runtime graph is no longer in the describe cache")
@@ -471,7 +471,8 @@ def _remember(request: GateRequest, build: BuildSettings, gate_run, recorder: Re
     current = image_ids(wanted, _engine_socket(request.device_classes))
     for name, image_id in wanted.items():
         if current.get(name) is None or (image_id is not None and current[name] != image_id):
-            raise NoFastPath(f"the image {name} is gone or changed on the engine")
+            now = "gone" if current.get(name) is None else f"now {current[name][:19]}"
+            raise NoFastPath(f"the image {name} the gate ran ({image_id or 'any'}) is {now} on the engine")
     runtime, findings, graphs = _runtime_as_cached(request, gate_run, recorder)
     entry = {
         "schema": SCHEMA, "key": key, "created_at": state.now_iso(),

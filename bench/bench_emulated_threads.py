@@ -13,7 +13,7 @@ the container's memory limit as the class's), three ways:
 Printed: each way's wall time and the calls' own time per page (what one thread spends, as the harness's
 `eval_ms_per_sample`), and the ratios B / A and C / A.
 
-    PYTHONPATH=src .venv/bin/python bench/bench_emulated_threads.py [--samples 48] [--batch 8]
+    PYTHONPATH=src .venv/bin/python bench/bench_emulated_threads.py [--samples 48] [--batch 8[,16...]]
 """
 
 from __future__ import annotations
@@ -81,13 +81,16 @@ def loop(image: str, work: Path, dc, start: int, stop: int, threads: int, batch:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=48)
-    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--batch", default="8", help="calls of this many pages; several, comma-separated (8,16), "
+                                                     "are measured side by side in the one run")
     args = parser.parse_args()
     from realmodels import kit, taskdata
     from tiergate.targets import resolve
 
     dc = resolve(CLASS)[0]
     n, half = args.samples, args.samples // 2
+    batches = [int(b) for b in str(args.batch).split(",")]
+    rows = []
     with tempfile.TemporaryDirectory(prefix="tiergate-bench-threads-") as tmp:
         work = Path(tmp)
         source = kit.fetch("ppocr_det")
@@ -100,24 +103,32 @@ def main() -> None:
         for path in work.iterdir():
             path.chmod(0o644)
         image = paddle.build((work / "model.onnx",), work / "model.onnx", [dc])[dc.name]["runtime_tag"]
-        a = loop(image, work, dc, 0, n, 1, args.batch)
-        b = loop(image, work, dc, 0, n, 2, args.batch)
-        both: list[dict] = [{}, {}]
-        runs = [threading.Thread(target=lambda k=k: both.__setitem__(k, loop(image, work, dc, k * half,
-                                                                             (k + 1) * half, 1, args.batch)))
-                for k in range(2)]
-        for run in runs:
-            run.start()
-        for run in runs:
-            run.join()
-    c_call = sum(r["call_s"] * r["pages"] for r in both) / sum(r["pages"] for r in both)
-    print(f"PP-OCRv4 det INT8 under QEMU ({CLASS}, {dc.container_env}), {n} pages, calls of {args.batch}")
-    print(f"  A one process, one thread     wall {a['wall_s']:7.2f} s   calls {a['call_s']:.4f} s a page")
-    print(f"  B one process, two threads    wall {b['wall_s']:7.2f} s   calls {b['call_s']:.4f} s a page")
-    print(f"  C two processes, {half} pages each wall {max(r['wall_s'] for r in both):7.2f} s   calls {c_call:.4f} s "
-          "a page")
-    print(f"  ratio B / A (per page, per thread): {b['call_s'] / a['call_s']:.3f}")
-    print(f"  ratio C / A (per page, per thread): {c_call / a['call_s']:.3f}")
+        for batch in batches:
+            a = loop(image, work, dc, 0, n, 1, batch)
+            b = loop(image, work, dc, 0, n, 2, batch)
+            both: list[dict] = [{}, {}]
+            runs = [threading.Thread(target=lambda k=k: both.__setitem__(k, loop(image, work, dc, k * half,
+                                                                                 (k + 1) * half, 1, batch)))
+                    for k in range(2)]
+            for run in runs:
+                run.start()
+            for run in runs:
+                run.join()
+            c_call = sum(r["call_s"] * r["pages"] for r in both) / sum(r["pages"] for r in both)
+            rows.append((batch, a, b, max(r["wall_s"] for r in both), c_call))
+    print(f"PP-OCRv4 det INT8 under QEMU ({CLASS}, {dc.container_env}, memory {dc.limits.memory}), {n} pages")
+    for batch, a, b, c_wall, c_call in rows:
+        print(f" calls of {batch}")
+        print(f"  A one process, one thread     wall {a['wall_s']:7.2f} s   calls {a['call_s']:.4f} s a page")
+        print(f"  B one process, two threads    wall {b['wall_s']:7.2f} s   calls {b['call_s']:.4f} s a page")
+        print(f"  C two processes, {half} pages each wall {c_wall:7.2f} s   calls {c_call:.4f} s a page")
+        print(f"  ratio B / A (per page, per thread): {b['call_s'] / a['call_s']:.3f}")
+        print(f"  ratio C / A (per page, per thread): {c_call / a['call_s']:.3f}")
+    if len(rows) > 1:
+        first = rows[0]
+        for batch, a, b, _, _ in rows[1:]:
+            print(f" calls of {batch} against calls of {first[0]}: one thread {a['call_s'] / first[1]['call_s']:.3f}, "
+                  f"two threads {b['call_s'] / first[2]['call_s']:.3f} (per page)")
 
 
 if __name__ == "__main__":

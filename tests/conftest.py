@@ -33,6 +33,41 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ.setdefault("PREFECT_HOME", tempfile.mkdtemp(prefix=f"tiergate-test-prefect-"
                                                                   f"{os.environ['PYTEST_XDIST_WORKER']}-"))
 RELAX_HINT = "set TIERGATE_ALLOW_SKIP=1 to skip these tests instead"
+
+
+def _thread_start_survives_coverage() -> None:
+    """Python 3.11 under coverage (make test): two threads starting at once both install coverage's trace hook,
+    and the loser dies in threading's bootstrap before running anything ("Cannot install a trace function while
+    another trace function is being installed": a process-wide guard in CPython's _PyEval_SetTrace,
+    python/cpython#98257). Seen here as a test's socket proxy whose pipe thread never ran (the engine call then
+    waited out its 120 s). In the test processes only, the bootstrap's install retries instead of raising;
+    Python 3.12 and later (coverage on sys.monitoring) need nothing."""
+    import sys
+    import threading
+    import time
+
+    if sys.version_info >= (3, 12) or getattr(threading, "_sys", None) is not sys:
+        return
+
+    class _Sys:
+        def __getattr__(self, name):
+            return getattr(sys, name)
+
+        @staticmethod
+        def settrace(func):
+            for _ in range(2000):
+                try:
+                    return sys.settrace(func)
+                except RuntimeError as exc:
+                    if "another trace function" not in str(exc):
+                        raise
+                    time.sleep(0.0005)
+            return sys.settrace(func)
+
+    threading._sys = _Sys()
+
+
+_thread_start_survives_coverage()
 SSHD = "/usr/sbin/sshd"
 EXIT_MISSING_PART = 2   # the run stops at the first test that needs a missing part
 
@@ -200,6 +235,12 @@ def _unit(item: pytest.Item) -> str:
 
 
 def _grouped(config: pytest.Config) -> bool:
+    """Whether the run hands out units (--dist loadgroup). The items are collected in the xdist workers, where
+    xdist has reset `dist` to "no" and `numprocesses` to None and kept the choice as `loadgroup`: asked only of
+    those two options, every worker answered no, no test had a group, and each test went to whichever worker was
+    free (a module's tests in both at once: one removed an image another was running)."""
+    if hasattr(config, "workerinput"):
+        return bool(config.getoption("loadgroup", False))
     return bool(getattr(config.option, "numprocesses", None)) and getattr(config.option, "dist", "no") == "loadgroup"
 
 
@@ -217,6 +258,13 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     if not _grouped(session.config):
         return
     items = session.items
+    ungrouped = [item.nodeid for item in items if not item.nodeid.endswith("@" + _unit(item))]
+    if ungrouped:
+        # xdist reads a test's unit from the "@unit" it appends to the test's id; an id without it is scheduled
+        # alone, and the tests of one unit would run in both workers at once (pytest 9.2 with xdist 3.8:
+        # pytest-dev/pytest-xdist#1386)
+        raise pytest.UsageError(f"--dist loadgroup does not group here: {ungrouped[0]} has no unit in its id "
+                                f"(pytest {pytest.__version__}); run with PYTEST_WORKERS= or pin a pytest it works with")
     first = {}
     for i, item in enumerate(items):
         first.setdefault(_unit(item), i)

@@ -93,7 +93,9 @@ def main() -> None:
         return run
 
     alone = timed("one machine")
-    evaluation = results.load(alone.run_dirs[("candidate", ARM)]).extra.get("evaluation", {})
+    evaluations = {role: results.load(alone.run_dirs[(role, ARM)]).extra.get("evaluation", {})
+                   for role in ("candidate", "reference")}
+    evaluation = evaluations["candidate"]
     engine = kit.SecondEngine(Path(f"/tmp/tg-dockerd-{os.getpid()}-bench"))
     engine.folder.mkdir(exist_ok=True)
     workers = []
@@ -109,24 +111,42 @@ def main() -> None:
             from prefect.settings import PREFECT_API_URL, temporary_settings
 
             with temporary_settings(updates={PREFECT_API_URL: api_url}):
-                registry_url, store = f"sqlite:///{folder / 'registry.db'}", folder / "store"
-                with Registry(registry_url, store) as registry:
-                    register_artifact(registry, folder / "candidate.onnx", model="rec", reference=folder / "reference.onnx")
                 deploy_run_target(POOL)
-                remote = Remote({ARM: POOL}, str(data), registry_url, str(store))
+
+                def pool_gate(name: str, shares: int) -> None:
+                    """One pool gate with a registry and store of its own: a registry that holds the earlier
+                    gate's decision would answer this one without running anything."""
+                    where = folder / f"registry-{shares}"
+                    where.mkdir()
+                    registry_url, store = f"sqlite:///{where / 'registry.db'}", where / "store"
+                    with Registry(registry_url, store) as registry:
+                        register_artifact(registry, folder / "candidate.onnx", model="rec",
+                                          reference=folder / "reference.onnx")
+                    remote = Remote({ARM: POOL}, str(data), registry_url, str(store))
+                    seams = contextvars.copy_context().run(flow_seams, remote, None, ThreadSteps())
+                    timed(name, seams, shares)
+                    started = docs[name].containers_started if hasattr(docs[name], "containers_started") else "?"
+                    print(f"  ({name}: {started} containers started)", flush=True)
+
                 workers.append(worker("a", env, engine.host, folder))
-                seams = contextvars.copy_context().run(flow_seams, remote, None, ThreadSteps())
-                timed("pool, 1 share (worker A)", seams, 1)
-                workers.append(worker("b", env, None, folder))
+                pool_gate("pool, 1 share (worker A)", 1)
+                # fresh workers (homes of their own) for the 2 shares: worker A's home holds the 1-share gate's
+                # runs, which would answer both shares without running anything
+                kit.stop(workers.pop())
+                workers.append(worker("a2", env, engine.host, folder))
+                workers.append(worker("b2", env, None, folder))
                 time.sleep(3)
-                timed("pool, 2 shares (workers A and B)", seams, 2)
+                pool_gate("pool, 2 shares (workers A and B)", 2)
     finally:
         for proc in workers:
             kit.stop(proc)
         engine.stop()
         subprocess.run(["rm", "-rf", str(engine.folder)], check=False)
     base = times["one machine"]
-    cost = evaluation.get("eval_ms_per_sample", float("nan")) / 1000
+    # a sample's cost: both models' calls (one thread's seconds), as each share runs both
+    costs = {role: ev.get("eval_ms_per_sample", float("nan")) / 1000 for role, ev in evaluations.items()}
+    cost = sum(costs.values())
+    at_once = max(1, evaluation.get("eval_workers", 1) or 1)
     cores = os.cpu_count() or 1
     print(f"PP-OCRv4 rec per-tensor INT8 vs FP32, {args.samples} lines, {ARM} alone, --no-early-stop, fresh homes; "
           f"{cores} cores")
@@ -134,10 +154,11 @@ def main() -> None:
         run = docs[name]
         print(f"  {name:<36} {seconds:8.2f} s   ratio to one machine {seconds / base:6.3f}   verdict "
               f"{run.decision.verdict}")
-    fixed = times["pool, 1 share (worker A)"] - 2 * args.samples * cost / max(1, evaluation.get("eval_workers", 1))
-    print(f"  per-sample cost on {ARM} (the one-machine run's calls, one thread): {cost:.3f} s a sample per model")
-    print(f"  extrapolation T(N workers of C cores) = {fixed:.1f} s + {2 * args.samples} x {cost:.3f} s / (N x C): "
-          + ", ".join(f"N={n}: {fixed + 2 * args.samples * cost / (n * cores):.0f} s" for n in (1, 2, 4, 8)))
+    fixed = times["pool, 1 share (worker A)"] - args.samples * cost / at_once
+    print(f"  per-sample cost on {ARM} (the one-machine run's calls, one thread): "
+          + ", ".join(f"{role} {c:.3f} s" for role, c in costs.items()) + f", {cost:.3f} s a sample in all")
+    print(f"  extrapolation T(N workers of C cores) = {fixed:.1f} s + {args.samples} x {cost:.3f} s / (N x C): "
+          + ", ".join(f"N={n}: {fixed + args.samples * cost / (n * cores):.0f} s" for n in (1, 2, 4, 8)))
     print(json.dumps({"times_s": times, "per_sample_s": cost, "fixed_s": fixed}))
     shutil.rmtree(folder, ignore_errors=True)
 

@@ -125,8 +125,7 @@ def main() -> None:
                     remote = Remote({ARM: POOL}, str(data), registry_url, str(store))
                     seams = contextvars.copy_context().run(flow_seams, remote, None, ThreadSteps())
                     timed(name, seams, shares)
-                    started = docs[name].containers_started if hasattr(docs[name], "containers_started") else "?"
-                    print(f"  ({name}: {started} containers started)", flush=True)
+                    print(f"  ({name}: {docs[name].containers_started} containers started)", flush=True)
 
                 workers.append(worker("a", env, engine.host, folder))
                 pool_gate("pool, 1 share (worker A)", 1)

@@ -273,6 +273,18 @@ def image_ids(names, socket_path: str, *, labels: bool = False) -> dict[str, obj
 # --- lookup and remember -------------------------------------------------------------------------
 
 
+def _images_unchanged(wanted: dict[str, str | None], request: GateRequest) -> dict[str, str]:
+    """name -> id of every wanted image on the engine, each with the id wanted (None: any id); NoFastPath naming
+    the first that is gone or now another image."""
+    current = image_ids(wanted, _engine_socket(request.device_classes))
+    for name, image_id in wanted.items():
+        now = current.get(name)
+        if now is None or (image_id is not None and now != image_id):
+            raise NoFastPath(f"the image {name} ({(image_id or 'any id')[:19]}) is "
+                             f"{'gone' if now is None else 'now ' + now[:19]} on the engine")
+    return current
+
+
 def lookup(request: GateRequest, build: BuildSettings = BuildSettings()) -> GateRun | None:
     """The decision of an unchanged request, verified, or None (the normal path then runs)."""
     MISSED_WHY[:] = []
@@ -358,11 +370,7 @@ def _answer(request: GateRequest, build: BuildSettings, doc: dict, hashers: dict
     for label, (folder, seen) in named.items():
         if not _still_verified(folder, seen, inputs, label):
             raise NoFastPath(f"the run {label} no longer verifies")
-    wanted = entry["images"]
-    current = image_ids(wanted, _engine_socket(request.device_classes))
-    for name, image_id in wanted.items():
-        if current.get(name) != image_id:
-            raise NoFastPath(f"the image {name} ({image_id[:19]}) is now {current.get(name) or 'gone'} on the engine")
+    _images_unchanged(entry["images"], request)
     if not all(state.folder_verifies(Path(folder)) for folder in entry["runtime_graph_folders"]):
         # the normal path would describe again: its runtime section would differ
         raise NoFastPath("a runtime graph is no longer in the describe cache")
@@ -468,11 +476,7 @@ def _remember(request: GateRequest, build: BuildSettings, gate_run, recorder: Re
             raise NoFastPath(f"the {role} changed while the gate ran")
         artifacts[role] = {"sha256": sha, "external": external}
     runs, named, wanted = _runs_and_images(gate_run, inputs, recorder)
-    current = image_ids(wanted, _engine_socket(request.device_classes))
-    for name, image_id in wanted.items():
-        if current.get(name) is None or (image_id is not None and current[name] != image_id):
-            now = "gone" if current.get(name) is None else f"now {current[name][:19]}"
-            raise NoFastPath(f"the image {name} the gate ran ({image_id or 'any'}) is {now} on the engine")
+    current = _images_unchanged(wanted, request)
     runtime, findings, graphs = _runtime_as_cached(request, gate_run, recorder)
     entry = {
         "schema": SCHEMA, "key": key, "created_at": state.now_iso(),

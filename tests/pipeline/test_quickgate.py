@@ -470,24 +470,17 @@ def test_anything_changed_falls_back_to_the_normal_path(models, capsys, tiergate
     assert _fast(capsys, args)[:2] == (True, 0), WHY
 
 
-def _remove_image(client, tag: str, wait_s: float = 10.0) -> None:
-    """Remove an image; a container that still holds it (removed by its owner a moment later: once, on a busy
-    host, the other test worker's) gets `wait_s` to go, then the conflict is the test's failure, naming it."""
-    import time
-
+def _remove_image(client, tag: str) -> None:
+    """Remove an image; a container that still holds it is the test's failure, naming it (the gate removes its
+    containers before it returns, and no other module runs this module's images: units of work, tests/conftest)."""
     import docker
 
-    deadline = time.monotonic() + wait_s
-    while True:
-        try:
-            client.images.remove(tag)
-            return
-        except docker.errors.APIError as exc:
-            if exc.status_code != 409 or time.monotonic() > deadline:
-                users = [(c.short_id, c.status, c.labels) for c in client.containers.list(all=True)
-                         if c.image.tags and tag in c.image.tags]
-                raise AssertionError(f"{tag} is still in use: {users}") from exc
-            time.sleep(0.5)
+    try:
+        client.images.remove(tag)
+    except docker.errors.APIError as exc:
+        users = [(c.short_id, c.status, c.labels) for c in client.containers.list(all=True)
+                 if c.image.tags and tag in c.image.tags]
+        raise AssertionError(f"{tag} is still in use: {users}") from exc
 
 
 def _request_of(m) -> GateRequest:

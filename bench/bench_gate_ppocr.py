@@ -12,8 +12,8 @@ Each case, x86_64 + emulated arm64, --samples of them (160), images built first,
   2. EARLY: the same gate as by default (early decision on the emulated tier): x86 rejects in seconds and its final
      REJECT stops arm64;
   3. CACHE HIT: the warm gate's command again, unchanged (the fast path), median of --repeats; and the emulated
-     tier alone as by default (early_spending "auto", O'Brien-Fleming: one look on 160 samples; a policy's
-     "pocock" decides a clear case at its first look, 80 of 160);
+     tier alone as by default (early_spending "auto": on 160 samples Kim-DeMets' alpha t^2, 2 looks, a clear case
+     decided at the first, on 80 of 160);
   4. FLOOR, per tier: the bare runtime's time for the inferences the gate makes (both models, every sample, in the
      tier's runtime image, at the batch the gate's harness used: read from its runs), session creation and one
      container start included; floor = the native tiers' + the emulated tiers' / the cores (bench_gate_paddleocr);

@@ -168,5 +168,5 @@ class Look:
     confidence: float | None = None  # 1 - the alpha spent at this look (taken looks only)
 
 
-SPENDING = ("obrien-fleming", "pocock")      # alpha-spending families of an early decision (tiergate.stats)
-AUTO_SPENDING = "auto"      # O'Brien-Fleming; Pocock only by name (orchestrator/early._spending)
+SPENDING = ("obrien-fleming", "pocock", "kim-demets")      # alpha-spending families of an early decision (stats)
+AUTO_SPENDING = "auto"      # O'Brien-Fleming, else Kim-DeMets; Pocock only by name (orchestrator/early._spending)

@@ -436,7 +436,9 @@ def alpha_spent(t: float, alpha: float, spending: str = "obrien-fleming") -> flo
     """Lan-DeMets alpha spending: the share of the two-sided error `alpha` spent by information fraction t.
 
     "obrien-fleming": 2 - 2 Phi(z_{1-alpha/2} / sqrt(t)) (almost nothing early, nearly all of alpha at the end);
-    "pocock": alpha ln(1 + (e - 1) t) (spread evenly). Both are 0 at t = 0 and alpha at t = 1.
+    "pocock": alpha ln(1 + (e - 1) t) (spread evenly);
+    "kim-demets": alpha t^2 (Kim and DeMets' power family at rho = 2: between the two, rho = 3 being close to
+    O'Brien-Fleming and rho = 1 to Pocock). Each is 0 at t = 0 and alpha at t = 1.
     """
     if t <= 0:
         return 0.0
@@ -447,6 +449,8 @@ def alpha_spent(t: float, alpha: float, spending: str = "obrien-fleming") -> flo
         return float(2.0 * norm.sf(norm.isf(alpha / 2.0) / math.sqrt(t)))    # 2 - 2 Phi(z / sqrt t), exact tail
     if spending == "pocock":
         return float(alpha * math.log(1.0 + (math.e - 1.0) * t))
+    if spending == "kim-demets":
+        return float(alpha * t * t)
     raise ValueError(f"unknown alpha spending {spending!r} (known: {', '.join(SPENDING)})")
 
 

@@ -26,6 +26,10 @@ def test_obrien_fleming_spending_is_the_lan_demets_formula():
     assert stats.alpha_spent(0.5, 0.05) == pytest.approx(2 - 2 * norm.cdf(norm.ppf(0.975) / math.sqrt(0.5)))
     assert stats.alpha_spent(0.25, 0.05) == pytest.approx(8.85e-5, rel=1e-2)       # almost nothing early
     assert stats.alpha_spent(0.5, 0.05, "pocock") == pytest.approx(0.05 * math.log(1 + (math.e - 1) / 2))
+    assert stats.alpha_spent(0.5, 0.05, "kim-demets") == pytest.approx(0.05 / 4)            # alpha t^2
+    for t in (0.25, 0.5, 0.75):          # between the two: more than O'Brien-Fleming spends early, less than Pocock
+        assert stats.alpha_spent(t, 0.05) < stats.alpha_spent(t, 0.05, "kim-demets") < stats.alpha_spent(t, 0.05,
+                                                                                                        "pocock")
 
 
 @pytest.mark.parametrize("spending", stats.SPENDING)

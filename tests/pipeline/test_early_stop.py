@@ -86,21 +86,32 @@ def test_too_few_samples_for_any_early_look_is_the_plain_gate(tmp_path, tiergate
     assert on.decision.dumps() == off.decision.dumps()
 
 
-def test_the_default_spending_is_o_brien_fleming_and_pocock_by_name_looks_first_on_160_samples(tmp_path,
-                                                                                            tiergate_home):
-    """early_spending = "auto" (the default) is O'Brien-Fleming: 400 samples look at 200 (99.44 %), 160 run as one
-    look another class's REJECT may stop (its last look nearly the plain gate's: an emulated tier judges as a
-    native one); "pocock" by name decides a clear verdict on 160 samples on the first 80."""
+def test_the_default_spending_is_o_brien_fleming_else_kim_demets_and_pocock_by_name(tmp_path, tiergate_home,
+                                                                                    monkeypatch):
+    """early_spending = "auto" (the default) is O'Brien-Fleming where it looks early: 400 samples look at 200
+    (99.44 %); below that Kim-DeMets' alpha t^2 where it does: 160 samples look at 80 (98.75 %) and end at 96.25 %
+    (nearer the plain gate's 95 % than Pocock's 98.10 %); 96 run as one look another class's REJECT may stop.
+    A clear verdict on 160 samples of an emulated tier alone is decided on the first 80; "pocock" by name too."""
     from tiergate.orchestrator import early_settings
 
     policy, dcs = load_policy(None), resolve([X86, ARM])
-    at = {n: early_settings(policy, dcs, None, n)[ARM] for n in (400, 160, 32)}
+    at = {n: early_settings(policy, dcs, None, n)[ARM] for n in (400, 160, 96, 32)}
     assert (at[400].spending, at[400].looks) == ("obrien-fleming", 2)
-    assert (at[160].spending, at[160].looks) == ("obrien-fleming", 1)
-    assert at[32].looks == 1                                           # no plan looks early: stoppable only
+    assert (at[160].spending, at[160].looks) == ("kim-demets", 2)
+    assert (at[96].spending, at[96].looks) == ("obrien-fleming", 1)    # no plan looks early: stoppable only
+    assert at[32].looks == 1
+    assert early_settings(policy, resolve([ARM]), None, 96) == {}      # alone, nothing to stop it: the plain gate
+    run, backend = _gate(_case(tmp_path, 160, "random"), policy, targets=(ARM,))
+    tier = run.decision.early_stop[ARM]
+    assert run.decision.verdict == REJECT
+    assert (tier.look, tier.looks, tier.samples_used, tier.spending) == (1, 2, 80, "kim-demets")
+    assert tier.confidence == pytest.approx(1 - 0.05 * 0.5 ** 2)
+    assert [look.confidence for look in tier.plan] == pytest.approx([0.9875, 0.9625])
+    assert len({j.data_sha256 for j in backend.jobs}) == 1             # only the first chunk ran
     policy = _policy(tmp_path, '[defaults]\nearly_spending = "pocock"\n')
     assert (early_settings(policy, dcs, None, 160)[ARM].looks, early_settings(policy, dcs, None, 160)[ARM].spending) \
         == (2, "pocock")
+    monkeypatch.setenv("TIERGATE_HOME", str(tmp_path / "home-pocock"))
     run, backend = _gate(_case(tmp_path, 160, "random"), policy, targets=(ARM,))
     tier = run.decision.early_stop[ARM]
     assert run.decision.verdict == REJECT

@@ -21,6 +21,7 @@ says) if any was inconclusive; else PROMOTE.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -81,18 +82,24 @@ def evaluate(candidate: dict[str, RunOutcome], reference: dict[str, RunOutcome],
     specs = list(metrics) if metrics is not None else resolve([], policy)
     checks, notes, warnings, per_class = [], [], [], {}
     on_inconclusive = set()
-    for name in candidate:
-        thresholds = policy.for_target(device_classes[name])
-        target = TierEval(device_classes[name], thresholds, quantized, seed, specs, carried, kinds)
-        per_class[name] = target.run(candidate[name], reference[name], incumbent.get(name), labels, label_output)
-        checks += target.checks
-        notes += target.notes
-        warnings += target.warnings
-        on_inconclusive.add(thresholds.on_inconclusive)
+    # the tiers' drift matrices (read-only work on the loaded outputs, numpy's loops without the GIL) beside the
+    # tiers' checks: on a real-size model's maps they are seconds of one core at the gate's end
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="tiergate-drift") as pool:
+        drift_job = pool.submit(lambda: {"candidate": cross_tier_drift(candidate),
+                                         "reference": cross_tier_drift(reference)})
+        for name in candidate:
+            thresholds = policy.for_target(device_classes[name])
+            target = TierEval(device_classes[name], thresholds, quantized, seed, specs, carried, kinds)
+            per_class[name] = target.run(candidate[name], reference[name], incumbent.get(name), labels,
+                                         label_output)
+            checks += target.checks
+            notes += target.notes
+            warnings += target.warnings
+            on_inconclusive.add(thresholds.on_inconclusive)
+        drift = drift_job.result()
     for name in incumbent:
         if name not in candidate:
             notes.append(f"incumbent result for {name} ignored: the candidate did not run there")
-    drift = {"candidate": cross_tier_drift(candidate), "reference": cross_tier_drift(reference)}
     verdict = verdict_of(checks, on_inconclusive)
     if verdict != INCONCLUSIVE and any(c.inconclusive for c in checks) and not any(
             not c.passed and not c.inconclusive for c in checks):

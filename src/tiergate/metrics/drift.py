@@ -66,8 +66,9 @@ def sqnr_db(ref: np.ndarray, out: np.ndarray) -> float:
 def cosine_per_sample(ref: np.ndarray, out: np.ndarray) -> np.ndarray:
     """Cosine of each sample's flattened vectors; two zero vectors agree (1), one zero vector does not (0)."""
     a, b = per_sample(ref), per_sample(out)
-    norms = np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1)
-    both_zero = (np.linalg.norm(a, axis=1) == 0) & (np.linalg.norm(b, axis=1) == 0)
+    norm_a, norm_b = np.linalg.norm(a, axis=1), np.linalg.norm(b, axis=1)
+    norms = norm_a * norm_b
+    both_zero = (norm_a == 0) & (norm_b == 0)
     with np.errstate(invalid="ignore", divide="ignore"):
         cos = np.einsum("ij,ij->i", a, b) / norms
     return np.where(both_zero, 1.0, np.where(norms == 0, 0.0, cos))
@@ -114,11 +115,13 @@ def compare_outputs(ref: np.ndarray, out: np.ndarray) -> OutputDrift:
 
 
 def _compare(ref: np.ndarray, out: np.ndarray) -> OutputDrift:
+    non_finite = non_finite_count(out)
+    ref, out = as_float64(ref), as_float64(out)     # once: each helper below would convert its own copy
     errors = abs_errors(ref, out)
     cos = cosine_per_sample(ref, out)
     return OutputDrift(
         n_samples=len(ref),
-        non_finite=non_finite_count(out),
+        non_finite=non_finite,
         max_abs_error=float(errors.max()) if errors.size else 0.0,
         p99_abs_error=float(np.percentile(errors, 99)) if errors.size else 0.0,
         relative_l2=relative_l2(ref, out),

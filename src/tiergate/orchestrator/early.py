@@ -52,23 +52,35 @@ def early_settings(policy: Policy, device_classes, early_stop: bool | None,
         settings = {name: dataclasses.replace(e, enabled=early_stop) for name, e in settings.items()}
     if n_samples is not None:
         for dc in device_classes:
-            e = settings[dc.name] = _spending(settings[dc.name])
-            if e.enabled and not any(look.taken for look in _plan(policy, dc, e, n_samples)[:-1]):
+            e = settings[dc.name] = _spending(policy, dc, settings[dc.name], n_samples)
+            if e.enabled and not _looks_early(policy, dc, e, n_samples):
                 settings[dc.name] = dataclasses.replace(e, looks=1) if len(device_classes) > 1 else \
                     dataclasses.replace(e, enabled=False)
     return settings if any(e.enabled for e in settings.values()) else {}
 
 
-def _spending(setting: EarlyStop) -> EarlyStop:
-    """The class's spending made concrete ("auto", the default): O'Brien-Fleming, which spends almost nothing early,
-    so that its last look is nearly the plain gate's and an emulated tier judges the evidence a native tier judges
-    alike. Pocock only where a policy names it: its last look is stricter (on 96 or 160 samples a clear AVX2 loss
-    and an INT8 equal to FP32 both became INCONCLUSIVE on the emulated tiers while the native tier decided them).
-    Where O'Brien-Fleming takes no look before the last (fewer than about 180 samples), the class runs as one look
-    that another class's final REJECT still stops. A choice made from the design, never the data."""
+def _spending(policy: Policy, dc: DeviceClass, setting: EarlyStop, n: int) -> EarlyStop:
+    """The class's spending made concrete for n samples ("auto", the default): O'Brien-Fleming, which spends almost
+    nothing early, so that its last look is nearly the plain gate's and an emulated tier judges the evidence a
+    native tier judges alike. Where O'Brien-Fleming takes no look before the last (with 2 looks, below about 360
+    samples: its first look at 0.9944 needs 179 or so), Kim-DeMets' alpha t^2, if that takes one (with 2 looks, from 160
+    samples: look 1 at 0.9875 on half of them, the last at 0.9625); else O'Brien-Fleming's one look, which another
+    class's final REJECT still stops. Pocock only where a policy names it: its last look is stricter still (0.9810
+    on 160 samples: there a clear AVX2 loss and an INT8 equal to FP32 became INCONCLUSIVE on the emulated tiers
+    while the native tier decided them). A choice made from the design (the looks, the confidence, the resamples,
+    n), never the data."""
     if setting.spending != AUTO_SPENDING:
         return setting
+    for spending in ("obrien-fleming", "kim-demets"):
+        concrete = dataclasses.replace(setting, spending=spending)
+        if _looks_early(policy, dc, concrete, n):
+            return concrete
     return dataclasses.replace(setting, spending=SPENDING[0])
+
+
+def _looks_early(policy: Policy, dc: DeviceClass, setting: EarlyStop, n: int) -> bool:
+    """Whether the class's plan on n samples takes a look before its last."""
+    return any(look.taken for look in _plan(policy, dc, setting, n)[:-1])
 
 
 def _plan(policy: Policy, dc: DeviceClass, setting: EarlyStop, n: int) -> list[Look]:

@@ -102,3 +102,21 @@ def test_batched_emulated_gate_equals_the_unbatched_path(case, tiergate_home, tm
         if isinstance(check.value, float):
             assert got[name].value == pytest.approx(check.value, rel=1e-4, abs=1e-6), name
     assert batched.decision.metrics[ARM].accuracy == plain.decision.metrics["arm64-unbatched"].accuracy
+
+
+def test_an_emulated_tier_s_artifacts_run_costliest_first(tmp_path):
+    """One start with calls at once runs its artifacts one after another: the largest file first (an FP32 before
+    its INT8, whose single-threaded start then fits beside the FP32's last calls); on a tie, the specs' order."""
+    from types import SimpleNamespace
+
+    from tiergate.orchestrator.spans import costliest_first
+
+    def spec(name: str, size: int):
+        path = tmp_path / name
+        path.write_bytes(b"\0" * size)
+        return SimpleNamespace(intake=SimpleNamespace(artifact=SimpleNamespace(path=path)))
+
+    pending = {"int8": spec("int8.onnx", 100), "fp32": spec("fp32.onnx", 400), "other": spec("other.onnx", 100),
+               "gone": SimpleNamespace(intake=SimpleNamespace(artifact=SimpleNamespace(path=tmp_path / "no")))}
+    assert costliest_first(["int8", "fp32", "other", "gone"], pending) == ["fp32", "int8", "other", "gone"]
+    assert costliest_first(["other", "int8"], pending) == ["other", "int8"]

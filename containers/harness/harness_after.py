@@ -1,6 +1,7 @@
 """After an artifact's result is written (tiergate_harness.py): its runtime graph described (--describe N,
-tiergate_describe.py) and its calls interleaved with --pair-model's (harness_paired.py), each in its own files or
-result.json's extra.paired, so no figure of the run changes; a step that fails says why and the run stays a result.
+tiergate_describe.py; where its batched calls run at once, in a process of its own beside them: DescribeBeside)
+and its calls interleaved with --pair-model's (harness_paired.py), each in its own files or result.json's
+extra.paired, so no figure of the run changes; a step that fails says why and the run stays a result.
 """
 
 from __future__ import annotations
@@ -31,6 +32,70 @@ def describe_after(args, wanted):
             os.remove(os.path.join(args.out, "describe.json"))
         except OSError:
             pass
+
+
+def describe_beside(args, wanted):
+    """A DescribeBeside hook for an artifact whose describe may run beside its own batched calls (call slots: its
+    container makes batched calls at once), else None (the describe comes after the result: describe_after). The
+    harness asks for none under the counting QEMU, whose figures are the artifact's process's alone."""
+    if not wanted or getattr(args, "slots", None) is None:
+        return None
+    return DescribeBeside(args)
+
+
+class DescribeBeside:
+    """The describe in a process of its own, forked once the artifact's timed calls are done (`after_timed_loop`: no
+    timed call runs beside it) and holding one call slot while it runs, like one more batched call: a core the
+    batched calls leave free at their end is no longer idle while the describe runs alone after the result (under
+    QEMU an INT8's describe takes a second or more). Its files are the same; `finish()`, after the result is
+    written, waits for it. A process that never started (nothing was timed) describes there instead; one that
+    died leaves no describe.json (the host then describes the artifact apart)."""
+
+    def __init__(self, args):
+        self.args, self.pid = args, None
+
+    def after_timed_loop(self, runner, feeds):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            code = 0
+            try:
+                _die_with_parent()
+                fd = self.args.slots.take()         # given back when this process ends (the kernel's flock)
+                describe_after(self.args, True)
+                os.close(fd)
+            except BaseException:  # noqa: BLE001 - the run goes on; finish() sees the exit code
+                code = 1
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code)
+        self.pid = pid
+
+    def finish(self):
+        if self.pid is None:
+            describe_after(self.args, True)
+            return
+        code = os.waitstatus_to_exitcode(os.waitpid(self.pid, 0)[1])
+        if code != 0:
+            print(f"harness: describing {self.args.model} beside its calls ended with "
+                  f"{'signal ' + str(-code) if code < 0 else 'code ' + str(code)}", file=sys.stderr)
+            try:
+                os.remove(os.path.join(self.args.out, "describe.json"))
+            except OSError:
+                pass
+
+
+def _die_with_parent():
+    """The describe's process ends with the artifact's (one killed past its time leaves no describe running)."""
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None).prctl(1, int(signal.SIGKILL))        # PR_SET_PDEATHSIG
+    except Exception:  # noqa: BLE001 - not every libc has it: the describe then ends on its own
+        pass
 
 
 def pair_after(args, loaded, wanted):

@@ -50,8 +50,8 @@ process claim the batched calls in order from a schedule fixed by (samples, --ev
 threads end together. At most `allowed` calls run at once in the whole container (CallSlots: flock'ed files,
 an int shared with the children): --eval-slots at the start (0: W), one more per SIGUSR1 the host sends (after
 this harness prints READY_MARK) as it takes another run slot. With several artifacts, the next one's child
-starts once this one has handed out its last batched call: its load and single calls run beside that call and
-this one's describe. extra.evaluation then says eval_workers, eval_at_once (the most calls that ran at once)
+starts once this one has handed out its last batched call: its load and single calls run beside that call. An
+artifact's describe (--describe) then runs in a process of its own beside its batched calls, holding a slot. extra.evaluation then says eval_workers, eval_at_once (the most calls that ran at once)
 and eval_slots (the slots granted by the end); eval_ms_per_sample is the calls' own time per sample.
 
 Load time (session / interpreter creation, EP and delegate set-up included; the
@@ -133,7 +133,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 if HERE not in sys.path:          # its modules beside it, also where this file is loaded by path (tests/fakes.py)
     sys.path.insert(0, HERE)
 
-from harness_after import describe_after, pair_after  # noqa: E402
+from harness_after import describe_after, describe_beside, pair_after  # noqa: E402
 from harness_batched import batched_outputs, call_slots  # noqa: E402
 from harness_children import run_each  # noqa: E402
 from harness_data import Outputs, load_data, sample_axes, slices  # noqa: E402
@@ -279,11 +279,17 @@ def run(args, hooks=(), loaded_data=None):
 
 def run_artifact(args, loaded, describe, pair):
     """One artifact: its run, written to its --out and said, then what was asked after it (harness_after.py)."""
-    runner, batch, n, outputs, latencies = run(args, load_hooks(args), loaded)
+    hooks, beside = load_hooks(args), describe_beside(args, describe and not os.environ.get(INSN_ENV))
+    if beside is not None:                  # forked once the timed calls are done, beside the batched calls
+        hooks.append(beside)
+    runner, batch, n, outputs, latencies = run(args, hooks, loaded)
     write(args, runner, batch, n, outputs, latencies)
     say(runner, n, latencies)
     del runner, outputs
-    describe_after(args, describe)
+    if beside is not None:
+        beside.finish()
+    else:
+        describe_after(args, describe)
     pair_after(args, loaded, pair)
 
 

@@ -283,3 +283,92 @@ def test_a_call_runs_beside_another_only_where_its_memory_fits_under_the_limit(m
         at_once = h.concurrent_calls(_Runner(), [(i, i + 1) for i in range(9)], call, 3, h.CallSlots(3, 3),
                                      room=lambda: fits)
         assert at_once == most[0] == want
+
+
+def test_a_describe_beside_the_batched_calls_gives_the_describe_after_the_run(models, tmp_path):
+    """--describe with batched calls at once (--eval-workers): the candidate's describe runs in a process of its own
+    beside its batched calls (harness_after.DescribeBeside), and writes the same description as the describe after
+    the result (one worker: no call slots), with the run's figures and outputs those of a run without it."""
+    import json
+
+    data = kit.eval_data(tmp_path / "eval.npz", n=150)
+    described = {}
+    for workers in (1, 2):
+        jobs = [_job(models["mlp_v2"], data, tmp_path / f"ref-{workers}", role="reference", eval_batch=16,
+                     latency_calls=4, eval_workers=workers),
+                _job(models["mlp"], data, tmp_path / f"cand-{workers}", role="candidate", eval_batch=16,
+                     latency_calls=4, eval_workers=workers, describe=True)]
+        ran = execute_group(jobs, LocalProcessBackend())
+        assert all(r.ok for r in ran), [r.reason for r in ran]
+        assert not (tmp_path / f"ref-{workers}" / "describe.json").exists()
+        described[workers] = json.loads((tmp_path / f"cand-{workers}" / "describe.json").read_text())
+        assert ran[1].extra["evaluation"].get("eval_workers", 1) == workers
+    after, beside = described[1], described[2]
+    assert after["ok"] and beside["ok"]
+    level = after["default_level"]
+    for field in ("default_level", "providers", "machine", "versions", "transformers"):
+        assert beside[field] == after[field], field
+    assert beside["levels"][level]["nodes"] == after["levels"][level]["nodes"]
+    assert beside["levels"][level]["placement"] == after["levels"][level]["placement"]
+    np.testing.assert_allclose(results.load_outputs(tmp_path / "cand-2")["y"],
+                               results.load_outputs(tmp_path / "cand-1")["y"], rtol=1e-5, atol=1e-6)
+
+
+def _hold_slot(slots):
+    """One of `slots` held by a process of its own until the returned function is called (a slot held in this
+    process would be inherited, and held, by every process forked from it meanwhile)."""
+    import os
+
+    taken_r, taken_w = os.pipe()
+    go_r, go_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        slots.take()
+        os.write(taken_w, b"t")
+        os.read(go_r, 1)
+        os._exit(0)
+    assert os.read(taken_r, 1) == b"t"
+
+    def release():
+        os.write(go_w, b"g")
+        os.waitpid(pid, 0)
+        for fd in (taken_r, taken_w, go_r, go_w):
+            os.close(fd)
+    return release
+
+
+def test_a_describe_beside_waits_for_a_call_slot_and_one_that_dies_leaves_no_description(models, tmp_path):
+    """DescribeBeside holds a call slot like a batched call: while the container's only slot is held, it does not
+    describe; given the slot, it does. A describe process killed mid-way leaves no describe.json (the host then
+    describes the artifact in a container of its own)."""
+    import argparse
+    import json
+    import os
+    import signal
+    import time
+
+    from fakes import harness
+
+    after = harness()._plugin("harness_after")
+    slots = harness()._plugin("harness_batched").CallSlots(1, 1)
+    args = argparse.Namespace(runtime="onnxruntime", model=str(models["mlp"]), out=str(tmp_path / "out"), threads=1,
+                              disabled_passes=[], slots=slots)
+    os.makedirs(args.out)
+    assert after.describe_beside(args, False) is None
+    assert after.describe_beside(argparse.Namespace(**{**vars(args), "slots": None}), True) is None
+    release = _hold_slot(slots)
+    beside = after.describe_beside(args, True)
+    beside.after_timed_loop(None, None)
+    time.sleep(1.0)
+    assert not os.path.exists(os.path.join(args.out, "describe.json"))      # waiting for the slot
+    release()
+    beside.finish()
+    assert json.loads((tmp_path / "out" / "describe.json").read_text())["ok"]
+
+    release = _hold_slot(slots)                # the next one waits for the slot: killed there, it described nothing
+    killed = after.describe_beside(args, True)
+    killed.after_timed_loop(None, None)
+    os.kill(killed.pid, signal.SIGKILL)
+    killed.finish()
+    release()
+    assert not (tmp_path / "out" / "describe.json").exists()

@@ -20,8 +20,11 @@ Usage:
   python tiergate_harness.py --runtime onnxruntime --model M.onnx --out DIR [--model M2 --out DIR2 ...]
       --data D.npz [--samples START:STOP] [--threads 1] [--batch-size 1] [--warmup 3]
       [--eval-batch 0] [--latency-calls 16] [--eval-workers 1 [--eval-slots 0]] [--compare-rounds 0] [--profile]
-      [--timeout 0] [--describe N]
+      [--timeout 0] [--describe N] [--data-ready FILE]
       [--pair-index N --pair-model P [--pair-model P2] --pairs 200 --pairs-seconds 30]
+
+`--data-ready FILE`: the data (and the models after the first) are read once FILE exists: the host copies them
+into the container's data volume while it starts, the runtime imported meanwhile (a second under QEMU).
 
 Several artifacts, one process start: `--model`/`--out` pairs run in order over the same
 data. The runtime library is imported and the data read once; each artifact then runs in
@@ -173,6 +176,9 @@ def parse_args(argv=None):
     p.add_argument("--disabled", action="append", default=[], metavar="N=PASS,PASS",
                    help="artifact N's optimizer passes switched off (repeatable): onnxruntime graph transformers "
                         "(disabled_optimizers), XNNPACK for LiteRT's default delegate")
+    p.add_argument("--data-ready", default="",
+                   help="a file to wait for before the data is read (the host copies the data in while this starts; "
+                        "the runtime is imported meanwhile)")
     p.add_argument("--pair-model", action="append", default=[],
                    help="after artifact --pair-index's run, interleave its calls with this model's (repeatable; "
                         "harness_paired.py: result.json's extra.paired)")
@@ -293,17 +299,34 @@ def run_artifact(args, loaded, describe, pair):
     pair_after(args, loaded, pair)
 
 
+DATA_WAIT_S = 600       # --data-ready: how long the copy may take before the harness gives up
+
+
+def wait_for(path, limit_s=DATA_WAIT_S):
+    """Return once `path` exists (none given: at once); exit 2, saying so, after `limit_s` without it."""
+    if not path:
+        return
+    deadline = time.monotonic() + limit_s
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            print(f"harness: {path} did not appear within {limit_s:g} s: the data was not copied in", file=sys.stderr)
+            raise SystemExit(2)
+        time.sleep(0.01)
+
+
 def main(argv=None):
     faulthandler.enable()
     args = parse_args(argv)
     args.slots = call_slots(args)
     if len(args.models) == 1:
+        wait_for(args.data_ready)
         run_artifact(args, load_data(args.data, args.samples), 0 in args.describe,
                      args.pair_model and args.pair_index == 0)
         return 0
-    loaded = load_data(args.data, args.samples)          # once for every artifact
     os.environ[_plugin("harness_memory").SHARED_ENV] = "1"     # the cgroup's peak is no one artifact's
     importlib.import_module(_plugin("harness_memory").RUNTIME_MODULE[args.runtime])  # once, before the children
+    wait_for(args.data_ready)                            # imported while the data was copied in
+    loaded = load_data(args.data, args.samples)          # once for every artifact
     run_each(args, lambda child: run_artifact(child, loaded, child.describe_it, child.pair_it))   # harness_children
     return 0
 

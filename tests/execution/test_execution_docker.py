@@ -296,3 +296,44 @@ def test_an_emulated_run_makes_its_batched_calls_two_at_once_once_the_host_grant
             np.testing.assert_allclose(results.load_outputs(tmp_path / folder / role)["y"], want, rtol=1e-5,
                                        atol=1e-5)
 
+
+
+def test_the_files_copied_in_while_the_container_starts_are_waited_for_and_a_failed_copy_is_retried(
+        images, models, data, tmp_path, monkeypatch):
+    """The job's files go into its data volume on a thread while its container starts (docker_backend._Copying):
+    a copy slower than the start is waited for (the harness reads the data once the copy's last file is there),
+    and a copy that fails fails its attempt, whose container and volumes go, and the next attempt runs."""
+    import time
+
+    import docker
+
+    from tiergate.errors import InfrastructureFault
+    from tiergate.execution import docker_backend, janitor
+
+    image = images.get("x86_64-cpu-onnxruntime", models["mlp"])
+    real, calls = docker_backend.upload, []
+
+    def slow_then_real(client, image_ref, volume, files, mount="/data", ready=None):
+        calls.append(ready)
+        if len(calls) == 1:
+            raise InfrastructureFault("the copy failed (test)")
+        time.sleep(3.0)                     # the container has started and waits for the data
+        real(client, image_ref, volume, files, mount, ready)
+    monkeypatch.setattr(docker_backend, "upload", slow_then_real)
+    backend = DockerBackend(attempts=2, backoff_s=0.05)
+    result = backend.run(Job(kit.device_class("x86_64-cpu-onnxruntime"), data, tmp_path / "out", image=image))
+    assert result.ok, f"{result.reason}\n{result.log_tail}"
+    assert calls == [docker_backend.READY_NAME] * 2
+    np.testing.assert_allclose(results.load_outputs(tmp_path / "out")["y"], kit.host_onnx(models["mlp"], data)["y"],
+                               rtol=1e-5, atol=1e-5)
+    client = docker.from_env()
+    filters = {"label": [f"{k}={v}" for k, v in janitor.owner_labels().items()]}
+    assert not client.containers.list(all=True, filters=filters)       # the failed attempt's container went too
+    assert not client.volumes.list(filters=filters)
+
+    calls.clear()
+    monkeypatch.setattr(docker_backend, "upload", lambda *a, **k: (_ for _ in ()).throw(
+        InfrastructureFault("the copy failed (test)")))
+    failed = backend.run(Job(kit.device_class("x86_64-cpu-onnxruntime"), data, tmp_path / "out2", image=image))
+    assert not failed.ok and "the copy failed (test)" in failed.reason
+    assert not client.containers.list(all=True, filters=filters) and not client.volumes.list(filters=filters)

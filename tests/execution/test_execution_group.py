@@ -372,3 +372,38 @@ def test_a_describe_beside_waits_for_a_call_slot_and_one_that_dies_leaves_no_des
     killed.finish()
     release()
     assert not (tmp_path / "out" / "describe.json").exists()
+
+
+def test_the_harness_waits_for_its_data_ready_file_and_gives_up_saying_so(tmp_path, capsys):
+    """--data-ready FILE (the Docker backend copies the data in while the harness starts): the harness returns once
+    FILE exists, and after its limit without it exits 2 with one line naming the file."""
+    import threading
+    import time
+
+    import pytest
+
+    from fakes import harness
+
+    ready = tmp_path / ".ready"
+    timer = threading.Timer(0.5, ready.touch)
+    timer.start()
+    t0 = time.monotonic()
+    harness().wait_for(str(ready), limit_s=30)
+    assert ready.exists() and time.monotonic() - t0 >= 0.4
+    harness().wait_for("")                                  # none asked for: at once
+    with pytest.raises(SystemExit) as exc:
+        harness().wait_for(str(tmp_path / "never"), limit_s=0.2)
+    assert exc.value.code == 2 and "never did not appear within 0.2 s" in capsys.readouterr().err
+
+
+def test_a_tar_for_a_volume_is_readable_by_anyone_and_ends_with_its_ready_file(models, tmp_path):
+    import io
+    import tarfile
+
+    from tiergate.execution.docker_backend import readonly_tar
+
+    tar = tarfile.open(fileobj=io.BytesIO(readonly_tar([(models["mlp"], "m/model.onnx")], ".ready")))
+    members = tar.getmembers()
+    assert [m.name for m in members] == ["m/model.onnx", ".ready"] and members[1].size == 0
+    assert all(m.mode == 0o444 and m.uid == 0 for m in members)
+    assert tar.extractfile(members[0]).read() == models["mlp"].read_bytes()

@@ -112,11 +112,14 @@ class DockerBackend:
             info = client.info()
             engine_machine = info.get("Architecture", "")
             with _job_volumes(client) as (data_volume, out_volume):
-                models, partners = _upload_job(client, _image_ref(first), data_volume, jobs)
+                files, models, partners = _job_files(jobs)
                 janitor.check_stop()
                 container = client.containers.create(**self.spec(first, data_volume, out_volume,
                                                                  engine_cpus=info.get("NCPU"), models=models,
-                                                                 partners=partners))
+                                                                 partners=partners, ready=READY_NAME))
+                # the files go in while the container waits for its run slot, and while its harness imports the
+                # runtime (a second under QEMU); the harness reads them once READY_NAME, the last, is there
+                copying = _Copying(client, _image_ref(first), data_volume, files)
                 container_id = container.id[:12]
                 collected: dict[int, TargetResult] = {}
 
@@ -137,11 +140,12 @@ class DockerBackend:
 
                 try:                       # a stop before the start (_run checks): the finally removes it
                     reason, log_tail, oom = _run(container, first, runs=len(jobs),
-                                                 poll=collect if len(jobs) > 1 else None)
+                                                 poll=collect if len(jobs) > 1 else None, started=copying.result)
                     if reason is None or len(jobs) > 1:   # what finished before a failure is kept
                         _download(container, [job for n, job in enumerate(jobs) if n not in collected],
                                   [n for n in range(len(jobs)) if n not in collected])
                 finally:
+                    copying.wait()         # its helper container leaves the volume before the volume goes
                     try:
                         container.remove(force=True)
                     except docker.errors.NotFound:    # removed already: a stop's sweep (janitor.remove_own)
@@ -163,9 +167,11 @@ class DockerBackend:
         return done
 
     def spec(self, job: Job, data_volume: str, out_volume: str, *, engine_cpus: int | None = None,
-             models: list[tuple[Job, str]] | None = None, partners: list[list[str]] | None = None) -> dict:
+             models: list[tuple[Job, str]] | None = None, partners: list[list[str]] | None = None,
+             ready: str | None = None) -> dict:
         """The container's create() arguments: the confinement lives here. `models`: (job, model path in the
-        container) per job run in it (default: the job alone, its artifact in its image)."""
+        container) per job run in it (default: the job alone, its artifact in its image); `ready`: the file of the
+        data volume the harness waits for before it reads the data (copied in while it starts: _Copying)."""
         dc = job.device_class
         cpus = dc.threads * max(1, job.eval_workers)       # the batched calls' threads at once, each the class's
         cpus = min(cpus, engine_cpus) if engine_cpus else cpus
@@ -173,7 +179,8 @@ class DockerBackend:
         spec = dict(
             image=_image_ref(job),
             command=harness_command([j for j, _ in models], [m for _, m in models], f"/data/{DATA_NAME}",
-                                    [f"/out/{n}" for n in range(len(models))], partners),
+                                    [f"/out/{n}" for n in range(len(models))], partners)
+            + (["--data-ready", f"/data/{ready}"] if ready else []),
             user=USER, read_only=True, tmpfs={"/tmp": TMPFS}, network_mode="none",
             cap_drop=["ALL"], security_opt=["no-new-privileges"],
             # an init as PID 1: a harness (or QEMU) that dies of its own signal cannot as PID 1,
@@ -202,10 +209,10 @@ HARNESS_IN_IMAGE = "/opt/tiergate/harness/tiergate_harness.py"   # the runtime i
 POLL_S = 1.0      # how often a container of several artifacts is asked which it finished
 
 
-def _run(container, job: Job, runs: int = 1, poll=None) -> tuple[str | None, str, bool]:
+def _run(container, job: Job, runs: int = 1, poll=None, started=None) -> tuple[str | None, str, bool]:
     """Start, wait with the start's timeout (base.start_timeout: each artifact's own is the harness's): (why it
-    failed or None, log tail, killed out of memory). `poll()` is called every POLL_S while it runs (and once at
-    the end)."""
+    failed or None, log tail, killed out of memory). `started()` is called once it runs (it raises when the
+    container's files could not be copied in); `poll()` every POLL_S while it runs (and once at the end)."""
     dc = job.device_class
     timeout_s = start_timeout([job] * runs)
     if job.on_start is not None:
@@ -219,6 +226,8 @@ def _run(container, job: Job, runs: int = 1, poll=None) -> tuple[str | None, str
     forget = job.cancel.on_cancel(container.kill) if job.cancel is not None else (lambda: None)
     timed_out = False
     try:
+        if started is not None:
+            started()
         code = _wait(container, timeout_s, poll)
     except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError):
         container.reload()  # an engine that is gone raises here, and the attempt is retried
@@ -324,29 +333,36 @@ def _image_ref(job: Job) -> str:
     return job.image.image_id or job.image.tag
 
 
-def upload(client, image: str, volume: str, files: list[tuple[Path, str]], mount: str = "/data") -> None:
-    """Copy files (host path, name in the volume) into a job volume through a container that never starts."""
+def upload(client, image: str, volume: str, files: list[tuple[Path, str]], mount: str = "/data",
+           ready: str | None = None) -> None:
+    """Copy files (host path, name in the volume) into a job volume through a container that never starts; `ready`:
+    an empty file written after them (a harness started meanwhile waits for it)."""
     helper = client.containers.create(image, entrypoint=["true"], command=[], network_mode="none",
                                       labels=janitor.owner_labels(), volumes={volume: {"bind": mount, "mode": "rw"}})
     try:
-        if not helper.put_archive(mount, readonly_tar(files)):
+        if not helper.put_archive(mount, readonly_tar(files, ready)):
             raise InfrastructureFault(f"could not copy {', '.join(n for _, n in files)} into the job's volume")
     finally:
         helper.remove(force=True)
 
 
-def readonly_tar(files: list[tuple[Path, str]]) -> bytes:
+def readonly_tar(files: list[tuple[Path, str]], last: str | None = None) -> bytes:
     """A tar of files (host path, name in it) owned by root and readable by anyone (0444), whatever their owner and
-    modes on the host: what a container's unprivileged user reads."""
+    modes on the host: what a container's unprivileged user reads; `last`: an empty file after them (extracted in
+    order, it is there once the others are)."""
+    def readable(info: tarfile.TarInfo) -> tarfile.TarInfo:
+        info.uid = info.gid = 0
+        info.uname = info.gname = "root"
+        info.mode = 0o444
+        return info
+
     with tempfile.TemporaryFile() as buf:
         with tarfile.open(fileobj=buf, mode="w") as tar:
             for path, name in files:
-                info = tar.gettarinfo(str(path), arcname=name)
-                info.uid = info.gid = 0
-                info.uname = info.gname = "root"
-                info.mode = 0o444
                 with open(path, "rb") as fh:
-                    tar.addfile(info, fh)
+                    tar.addfile(readable(tar.gettarinfo(str(path), arcname=name)), fh)
+            if last is not None:
+                tar.addfile(readable(tarfile.TarInfo(last)))
         buf.seek(0)
         return buf.read()
 
@@ -360,11 +376,11 @@ def _shareable(jobs: list[Job]) -> bool:
                                                        Path(job.artifact_path).is_file() for job in jobs[1:])
 
 
-def _upload_job(client, image: str, volume: str,
-                jobs: list[Job]) -> tuple[list[tuple[Job, str]], list[list[str]]]:
-    """The evaluation .npz, the files of every artifact after the first (its own image holds the first), and of
-    the artifacts a job's calls are interleaved with (Job.pair_with), into the data volume; ((job, model path in
-    the container) per job, the partners' paths in the container per job)."""
+def _job_files(jobs: list[Job]) -> tuple[list[tuple[Path, str]], list[tuple[Job, str]], list[list[str]]]:
+    """What goes into the data volume: the evaluation .npz, the files of every artifact after the first (its own
+    image holds the first), and of the artifacts a job's calls are interleaved with (Job.pair_with); (those files
+    (host path, name in the volume), (job, model path in the container) per job, the partners' paths in the
+    container per job)."""
     from tiergate.artifact.files import artifact_files
 
     files, models, partners = [(jobs[0].data_npz, DATA_NAME)], [(jobs[0], jobs[0].image.model_path)], []
@@ -378,8 +394,37 @@ def _upload_job(client, image: str, volume: str,
             paths = artifact_files(job.device_class, Path(partner))
             files += [(path, f"p{n}-{k}/{path.name}") for path in paths]
             partners[-1].append(f"/data/p{n}-{k}/{paths[0].name}")
-    upload(client, image, volume, files)
-    return models, partners
+    return files, models, partners
+
+
+READY_NAME = ".tiergate-ready"     # the data volume's last file: the harness (--data-ready) reads the data after it
+
+
+class _Copying:
+    """The job's files copied into its data volume on a thread of its own (upload, READY_NAME last), while its
+    container waits for a run slot and starts: `result()` re-raises what stopped the copy (the attempt fails, its
+    container is removed and the engine's fault retried); `wait()` returns once the copy has ended, whatever it
+    did."""
+
+    def __init__(self, client, image: str, volume: str, files: list[tuple[Path, str]]):
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._copy, args=(client, image, volume, files),
+                                       name="tiergate-copy", daemon=True)
+        self.thread.start()
+
+    def _copy(self, client, image, volume, files) -> None:
+        try:
+            upload(client, image, volume, files, ready=READY_NAME)
+        except BaseException as exc:  # noqa: BLE001 - raised on the attempt's thread (result)
+            self.error = exc
+
+    def result(self) -> None:
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
+
+    def wait(self) -> None:
+        self.thread.join()
 
 
 def download(container, out_dir: Path, wanted, folders: dict[str, Path] | None = None, path: str = "/out") -> None:

@@ -95,8 +95,9 @@ def concurrent_calls(runner, spans, call, workers, slots=None, last_claimed=None
     """call(i, span) for every span, on up to `workers` threads of this process claiming the spans in order (a
     runtime whose calls may run at once: onnxruntime's session.run; each call uses the device class's threads as
     before), each call holding one of `slots` (CallSlots) while it runs, and a call beside another only while
-    `room()` says one more fits in memory. `last_claimed()` is called once the last span is handed out (the next
-    artifact may start). -> the most calls that ran at once. The first error raised ends the evaluation."""
+    `room()` says one more fits in memory. `last_claimed()` is called once the workers' last round begins (the
+    first of the last `workers` spans is handed out; one worker: the last): the next artifact may start, its load
+    and single calls beside those last calls. -> the most calls that ran at once. The first error raised ends the evaluation."""
     workers = min(workers, len(spans)) if getattr(runner, "concurrent", False) else 1
     if workers <= 1 or slots is None:
         for i, span in enumerate(spans):
@@ -123,7 +124,7 @@ def concurrent_calls(runner, spans, call, workers, slots=None, last_claimed=None
                         at_once[1] = max(at_once)
                 if i is None:
                     return
-                if i == len(spans) - 1 and last_claimed is not None:
+                if i == len(spans) - workers and last_claimed is not None:    # the first of the last rounds'
                     last_claimed()
                 try:
                     call(i, spans[i])

@@ -5,8 +5,8 @@ a child forked from there (`start_child`), so its memory figures, and a crash, a
 leaves failed.json with the reason in its folder (harness_output.fail), and the next artifact runs. --timeout S:
 each child has S seconds (its load, warm-up and every call); one still running then is killed, its failed.json
 says "timed out after S s" (`timed_out`: true). With call slots (--eval-workers), the next artifact's child starts
-once this one has handed out its last batched call. DONE_MARK + an artifact's index on stdout: its folder is
-complete (the host may collect it).
+once this one's workers began their last round of batched calls (or sooner, where more call slots are granted than
+artifacts started). DONE_MARK + an artifact's index on stdout: its folder is complete (the host may collect it).
 """
 
 from __future__ import annotations
@@ -25,8 +25,9 @@ DONE_MARK = "harness: finished artifact "     # + its index: its folder is compl
 def run_each(args, work):
     """Every artifact of `args` (--model/--out pairs), each in its own child that calls work(its args): the
     args with its own model, out, describe_it, pair_it and disabled_passes."""
-    # with call slots, the next artifact starts once this one has handed out its last batched call (its load and
-    # single calls then run beside that call and this one's describe); otherwise once this one has ended
+    # with call slots, the next artifact starts once this one's workers began their last round of batched calls
+    # (its load and single calls then run beside those calls), or sooner where more call slots are granted than
+    # artifacts started (the host's other tiers have ended: a core for its start); otherwise once this one has ended
     running = []       # (index, its args, pid, deadline), oldest first
 
     def reap():        # the oldest artifacts that have ended: their folders are complete
@@ -36,11 +37,15 @@ def run_each(args, work):
                 return
             finish(*running.pop(0)[:2], status)
 
+    def room():        # more call slots granted than artifacts started: the next one's start need not wait
+        return args.slots.allowed() > len(running) + 1
+
     for n, (model, out) in enumerate(zip(args.models, args.outs)):
         child = argparse.Namespace(**{**vars(args), "model": model, "out": out, "describe_it": n in args.describe,
                                       "disabled_passes": args.disabled_of.get(n, []),
                                       "pair_it": bool(args.pair_model) and n == args.pair_index})
-        running.append((n, child, *start_child(child, work, overlap=args.slots is not None, meanwhile=reap)))
+        running.append((n, child, *start_child(child, work, overlap=args.slots is not None, meanwhile=reap,
+                                                early=room)))
         if args.slots is None:
             n, child, pid, deadline = running.pop()
             finish(n, child, wait_child(pid, deadline))
@@ -54,11 +59,12 @@ def finish(n, args, status):
     print(f"{DONE_MARK}{n}", flush=True)      # the host may collect this artifact's folder now
 
 
-def start_child(args, work, overlap=False, meanwhile=None):
+def start_child(args, work, overlap=False, meanwhile=None, early=None):
     """One artifact in a forked child, which calls work(args): its own peak memory, and its crash is its own
     (failed.json says why).
-    -> (pid, deadline: its --timeout from now, or None). With `overlap`, returns once the child has handed out its
-    last batched call (or ended, or run out of time), calling `meanwhile()` every 0.2 s until then; else at once."""
+    -> (pid, deadline: its --timeout from now, or None). With `overlap`, returns once the child's workers began their
+    last round of batched calls (or it ended, or run out of time, or `early()` says so), calling `meanwhile()` every
+    0.2 s until then; else at once."""
     os.makedirs(args.out, exist_ok=True)
     sys.stdout.flush()
     sys.stderr.flush()
@@ -98,6 +104,8 @@ def start_child(args, work, overlap=False, meanwhile=None):
                 break
             if meanwhile is not None:
                 meanwhile()
+            if early is not None and early():
+                break
         os.close(ready_r)
     return pid, deadline
 

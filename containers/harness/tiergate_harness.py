@@ -53,9 +53,10 @@ process claim the batched calls in order from a schedule fixed by (samples, --ev
 threads end together. At most `allowed` calls run at once in the whole container (CallSlots: flock'ed files,
 an int shared with the children): --eval-slots at the start (0: W), one more per SIGUSR1 the host sends (after
 this harness prints READY_MARK) as it takes another run slot. With several artifacts, the next one's child
-starts once this one has handed out its last batched call: its load and single calls run beside that call. An
-artifact's describe (--describe) then runs in a process of its own beside its batched calls, holding a slot. extra.evaluation then says eval_workers, eval_at_once (the most calls that ran at once)
-and eval_slots (the slots granted by the end); eval_ms_per_sample is the calls' own time per sample.
+starts once this one's workers began their last round of batched calls: its load and single calls run beside
+those calls. An artifact's describe (--describe) runs in a process of its own beside its batched calls, holding
+a slot. extra.evaluation then says eval_workers, eval_at_once (the most calls that ran at once) and eval_slots
+(the slots granted by the end); eval_ms_per_sample is the calls' own time per sample.
 
 Load time (session / interpreter creation, EP and delegate set-up included; the
 runtime library's import is not in it) and the cold first call are timed here,

@@ -407,3 +407,29 @@ def test_a_tar_for_a_volume_is_readable_by_anyone_and_ends_with_its_ready_file(m
     assert [m.name for m in members] == ["m/model.onnx", ".ready"] and members[1].size == 0
     assert all(m.mode == 0o444 and m.uid == 0 for m in members)
     assert tar.extractfile(members[0]).read() == models["mlp"].read_bytes()
+
+
+def test_the_next_artifact_starts_beside_the_first_where_a_call_slot_is_free_else_after_it(tmp_path):
+    """harness_children.run_each with call slots: the next artifact's child waits for the previous one's last round
+    of calls (here it never says so: it ends) unless more call slots are granted than artifacts started, where its
+    start (load, single calls) takes the free core at once."""
+    import argparse
+    import os
+    import time
+
+    from fakes import harness
+
+    children, slots_of = harness()._plugin("harness_children"), harness()._plugin("harness_batched").CallSlots
+
+    def work(args):
+        with open(os.path.join(args.out, "started"), "w") as fh:
+            fh.write(repr(time.monotonic()))
+        time.sleep(3.0)
+
+    for granted, beside in ((2, True), (1, False)):
+        outs = [str(tmp_path / f"{granted}-{n}") for n in range(2)]
+        args = argparse.Namespace(models=["a", "b"], outs=outs, describe=[], disabled_of={}, pair_model=[],
+                                  pair_index=0, timeout=0, slots=slots_of(granted, 2))
+        children.run_each(args, work)
+        started = [float(open(os.path.join(out, "started")).read()) for out in outs]
+        assert (started[1] - started[0] < 1.5) is beside, (granted, started)

@@ -140,9 +140,14 @@ def test_runtime_image_holds_the_whole_harness_folder_and_the_env(client):
     try:
         env = client.images.get(runtime.tag).attrs["Config"]["Env"]
         assert "TIERGATE_TEST_ENV=a b,c" in env and "PYTHONPATH=/opt/tiergate/site-packages" in env
-        out = client.containers.run(runtime.tag, ["-c", "import os; print(sorted(os.listdir('/opt/tiergate/harness')))"],
-                                    entrypoint=["python3"], network_mode="none", remove=True)
-        assert out.decode().strip() == str(sorted(p.name for p in harness_files()))
+        listing = ("import os, json; h = '/opt/tiergate/harness'; print(json.dumps([sorted(os.listdir(h)), "
+                   "sorted(n.split('.')[0] for n in os.listdir(h + '/__pycache__'))]))")
+        out = client.containers.run(runtime.tag, ["-c", listing], entrypoint=["python3"], network_mode="none",
+                                    remove=True)
+        files, compiled = json.loads(out.decode().strip().splitlines()[-1])
+        assert files == sorted([p.name for p in harness_files()] + ["__pycache__"])
+        # every module compiled once, in the image (a run's read-only image would compile it at each start)
+        assert compiled == sorted(p.stem for p in harness_files() if p.suffix == ".py")
     finally:
         if not runtime.reused:
             client.images.remove(runtime.tag)

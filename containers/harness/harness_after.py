@@ -28,10 +28,15 @@ def describe_after(args, wanted):
                                    disabled=getattr(args, "disabled_passes", []))
     except Exception as exc:  # noqa: BLE001 - the run is done and stays a result; the host describes it apart
         print(f"harness: describing {args.model} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
-        try:
-            os.remove(os.path.join(args.out, "describe.json"))
-        except OSError:
-            pass
+        _drop_description(args.out)
+
+
+def _drop_description(out):
+    """No describe.json in `out`: the host then describes the artifact in a container of its own."""
+    try:
+        os.remove(os.path.join(out, "describe.json"))
+    except OSError:
+        pass
 
 
 def describe_beside(args, wanted):
@@ -81,10 +86,7 @@ class DescribeBeside:
         if code != 0:
             print(f"harness: describing {self.args.model} beside its calls ended with "
                   f"{'signal ' + str(-code) if code < 0 else 'code ' + str(code)}", file=sys.stderr)
-            try:
-                os.remove(os.path.join(self.args.out, "describe.json"))
-            except OSError:
-                pass
+            _drop_description(self.args.out)
 
 
 def _die_with_parent():

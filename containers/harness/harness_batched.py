@@ -97,7 +97,8 @@ def concurrent_calls(runner, spans, call, workers, slots=None, last_claimed=None
     before), each call holding one of `slots` (CallSlots) while it runs, and a call beside another only while
     `room()` says one more fits in memory. `last_claimed()` is called once the workers' last round begins (the
     first of the last `workers` spans is handed out; one worker: the last): the next artifact may start, its load
-    and single calls beside those last calls. -> the most calls that ran at once. The first error raised ends the evaluation."""
+    and single calls beside those last calls. -> the most calls that ran at once. The first error raised ends the
+    evaluation."""
     workers = min(workers, len(spans)) if getattr(runner, "concurrent", False) else 1
     if workers <= 1 or slots is None:
         for i, span in enumerate(spans):

@@ -300,9 +300,10 @@ def test_an_emulated_run_makes_its_batched_calls_two_at_once_once_the_host_grant
 
 def test_the_files_copied_in_while_the_container_starts_are_waited_for_and_a_failed_copy_is_retried(
         images, models, data, tmp_path, monkeypatch):
-    """The job's files go into its data volume on a thread while its container starts (docker_backend._Copying):
-    a copy slower than the start is waited for (the harness reads the data once the copy's last file is there),
-    and a copy that fails fails its attempt, whose container and volumes go, and the next attempt runs."""
+    """The job's files go into its data volume on a thread while its container starts (docker_backend._copy_beside):
+    a copy that begins only once the container runs is waited for (the harness reads the data once the copy's last
+    file is there), and a copy that fails fails its attempt, whose container and volumes go, and the next attempt
+    runs."""
     import time
 
     import docker
@@ -313,13 +314,16 @@ def test_the_files_copied_in_while_the_container_starts_are_waited_for_and_a_fai
     image = images.get("x86_64-cpu-onnxruntime", models["mlp"])
     real, calls = docker_backend.upload, []
 
-    def slow_then_real(client, image_ref, volume, files, mount="/data", ready=None):
+    def started_then_real(client, image_ref, volume, files, mount="/data", ready=None):
         calls.append(ready)
         if len(calls) == 1:
             raise InfrastructureFault("the copy failed (test)")
-        time.sleep(3.0)                     # the container has started and waits for the data
+        deadline = time.monotonic() + 120   # the copy begins once the harness's container runs: it waits for the data
+        while not client.containers.list(filters={"status": "running", "volume": volume}):
+            assert time.monotonic() < deadline, "the run's container never started"
+            time.sleep(0.05)
         real(client, image_ref, volume, files, mount, ready)
-    monkeypatch.setattr(docker_backend, "upload", slow_then_real)
+    monkeypatch.setattr(docker_backend, "upload", started_then_real)
     backend = DockerBackend(attempts=2, backoff_s=0.05)
     result = backend.run(Job(kit.device_class("x86_64-cpu-onnxruntime"), data, tmp_path / "out", image=image))
     assert result.ok, f"{result.reason}\n{result.log_tail}"

@@ -412,7 +412,8 @@ def test_a_tar_for_a_volume_is_readable_by_anyone_and_ends_with_its_ready_file(m
 def test_the_next_artifact_starts_beside_the_first_where_a_call_slot_is_free_else_after_it(tmp_path):
     """harness_children.run_each with call slots: the next artifact's child waits for the previous one's last round
     of calls (here it never says so: it ends) unless more call slots are granted than artifacts started, where its
-    start (load, single calls) takes the free core at once."""
+    start (load, single calls) takes the free core at once. The first child waits for the second's start: with
+    a free slot it sees it (it waits up to a minute), with none the second cannot start before the first ends."""
     import argparse
     import os
     import time
@@ -421,15 +422,21 @@ def test_the_next_artifact_starts_beside_the_first_where_a_call_slot_is_free_els
 
     children, slots_of = harness()._plugin("harness_children"), harness()._plugin("harness_batched").CallSlots
 
-    def work(args):
-        with open(os.path.join(args.out, "started"), "w") as fh:
-            fh.write(repr(time.monotonic()))
-        time.sleep(3.0)
-
-    for granted, beside in ((2, True), (1, False)):
+    for granted, beside, patience in ((2, True, 60.0), (1, False, 2.0)):
         outs = [str(tmp_path / f"{granted}-{n}") for n in range(2)]
+
+        def work(args, outs=outs, patience=patience):
+            if args.out == outs[1]:
+                open(os.path.join(args.out, "started"), "w").close()
+                return
+            deadline, other = time.monotonic() + patience, os.path.join(outs[1], "started")
+            while not os.path.exists(other) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            with open(os.path.join(args.out, "saw"), "w") as fh:
+                fh.write(str(os.path.exists(other)))
+
         args = argparse.Namespace(models=["a", "b"], outs=outs, describe=[], disabled_of={}, pair_model=[],
                                   pair_index=0, timeout=0, slots=slots_of(granted, 2))
         children.run_each(args, work)
-        started = [float(open(os.path.join(out, "started")).read()) for out in outs]
-        assert (started[1] - started[0] < 1.5) is beside, (granted, started)
+        assert open(os.path.join(outs[0], "saw")).read() == str(beside), granted
+        assert os.path.exists(os.path.join(outs[1], "started"))

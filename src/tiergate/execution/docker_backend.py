@@ -33,6 +33,7 @@ import time
 import tarfile
 import tempfile
 import uuid
+from concurrent import futures
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -119,7 +120,7 @@ class DockerBackend:
                                                                  partners=partners, ready=READY_NAME))
                 # the files go in while the container waits for its run slot, and while its harness imports the
                 # runtime (a second under QEMU); the harness reads them once READY_NAME, the last, is there
-                copying = _Copying(client, _image_ref(first), data_volume, files)
+                copying = _copy_beside(client, _image_ref(first), data_volume, files)
                 container_id = container.id[:12]
                 collected: dict[int, TargetResult] = {}
 
@@ -145,7 +146,7 @@ class DockerBackend:
                         _download(container, [job for n, job in enumerate(jobs) if n not in collected],
                                   [n for n in range(len(jobs)) if n not in collected])
                 finally:
-                    copying.wait()         # its helper container leaves the volume before the volume goes
+                    futures.wait([copying])     # its helper container leaves the volume before the volume goes
                     try:
                         container.remove(force=True)
                     except docker.errors.NotFound:    # removed already: a stop's sweep (janitor.remove_own)
@@ -171,7 +172,7 @@ class DockerBackend:
              ready: str | None = None) -> dict:
         """The container's create() arguments: the confinement lives here. `models`: (job, model path in the
         container) per job run in it (default: the job alone, its artifact in its image); `ready`: the file of the
-        data volume the harness waits for before it reads the data (copied in while it starts: _Copying)."""
+        data volume the harness waits for before it reads the data (copied in while it starts: _copy_beside)."""
         dc = job.device_class
         cpus = dc.threads * max(1, job.eval_workers)       # the batched calls' threads at once, each the class's
         cpus = min(cpus, engine_cpus) if engine_cpus else cpus
@@ -212,7 +213,8 @@ POLL_S = 1.0      # how often a container of several artifacts is asked which it
 def _run(container, job: Job, runs: int = 1, poll=None, started=None) -> tuple[str | None, str, bool]:
     """Start, wait with the start's timeout (base.start_timeout: each artifact's own is the harness's): (why it
     failed or None, log tail, killed out of memory). `started()` is called once it runs (it raises when the
-    container's files could not be copied in); `poll()` every POLL_S while it runs (and once at the end)."""
+    container's files could not be copied in: _copy_beside); `poll()` every POLL_S while it runs (and once at the
+    end)."""
     dc = job.device_class
     timeout_s = start_timeout([job] * runs)
     if job.on_start is not None:
@@ -223,11 +225,11 @@ def _run(container, job: Job, runs: int = 1, poll=None, started=None) -> tuple[s
     container.start()
     if job.on_running is not None and job.eval_workers > 1:
         job.on_running(_granter(container))
+    if started is not None:
+        started()               # raised here (not as the wait's engine faults below): the attempt fails
     forget = job.cancel.on_cancel(container.kill) if job.cancel is not None else (lambda: None)
     timed_out = False
     try:
-        if started is not None:
-            started()
         code = _wait(container, timeout_s, poll)
     except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError):
         container.reload()  # an engine that is gone raises here, and the attempt is retried
@@ -400,31 +402,15 @@ def _job_files(jobs: list[Job]) -> tuple[list[tuple[Path, str]], list[tuple[Job,
 READY_NAME = ".tiergate-ready"     # the data volume's last file: the harness (--data-ready) reads the data after it
 
 
-class _Copying:
-    """The job's files copied into its data volume on a thread of its own (upload, READY_NAME last), while its
-    container waits for a run slot and starts: `result()` re-raises what stopped the copy (the attempt fails, its
-    container is removed and the engine's fault retried); `wait()` returns once the copy has ended, whatever it
-    did."""
-
-    def __init__(self, client, image: str, volume: str, files: list[tuple[Path, str]]):
-        self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._copy, args=(client, image, volume, files),
-                                       name="tiergate-copy", daemon=True)
-        self.thread.start()
-
-    def _copy(self, client, image, volume, files) -> None:
-        try:
-            upload(client, image, volume, files, ready=READY_NAME)
-        except BaseException as exc:  # noqa: BLE001 - raised on the attempt's thread (result)
-            self.error = exc
-
-    def result(self) -> None:
-        self.thread.join()
-        if self.error is not None:
-            raise self.error
-
-    def wait(self) -> None:
-        self.thread.join()
+def _copy_beside(client, image: str, volume: str, files: list[tuple[Path, str]]) -> futures.Future:
+    """The job's files copied into its data volume (upload, READY_NAME last) on a thread of its own, while its
+    container waits for a run slot and starts: the future's result() re-raises what stopped the copy (the attempt
+    fails, its container is removed and the engine's fault retried)."""
+    pool = futures.ThreadPoolExecutor(1, thread_name_prefix="tiergate-copy")
+    try:
+        return pool.submit(upload, client, image, volume, files, ready=READY_NAME)
+    finally:
+        pool.shutdown(wait=False)
 
 
 def download(container, out_dir: Path, wanted, folders: dict[str, Path] | None = None, path: str = "/out") -> None:

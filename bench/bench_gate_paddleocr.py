@@ -261,7 +261,8 @@ def main() -> None:
                            baseline_top1={dc.name: dict(zip(("candidate", "reference"), top1(base_doc, dc.name)))
                                           for dc in classes})
         # the floor right before and right after the warm gate: this host's speed drifts by several per cent
-        # within minutes (the same bare loop 104 and 112 ms a sample), so the warm gate is set against their mean
+        # within minutes (arm64's bare loop: 65.6 s before a warm gate, 68.9 s after it), so the gate is set
+        # against their mean
         before = floor_tiers(classes, images, work, args)
         home = Path(tmp) / "home"
         warm, doc = gate(home, candidate, reference, data, args.targets)

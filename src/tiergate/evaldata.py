@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import stat
+import threading
 import zipfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -50,11 +52,62 @@ class ArrayInfo:
     dtype: str
 
 
-class _LazyArrays(Mapping):
-    """Arrays by name, read from the archive on first access and kept."""
+class ReadAhead:
+    """An evaluation archive read on a thread of its own while the models are taken in (the gate starts it before
+    its intake): the file's hash, its input arrays and which float ones are all finite. `load_eval_data` takes them
+    only where its file is the one read, unchanged since (device, inode, size, modification and change times),
+    else it reads the file itself. Nothing raises here: a file that cannot be read is load_eval_data's to refuse."""
 
-    def __init__(self, path: Path, names: list[str]):
-        self._path, self._names, self._cache = path, names, {}
+    def __init__(self, source: str | Path):
+        self.path, self.key, self.sha256 = Path(source), None, ""
+        self.arrays: dict[str, np.ndarray] = {}
+        self.finite: set[str] = set()
+        self._done = threading.Event()
+        threading.Thread(target=self._read, name="tiergate-data-ahead", daemon=True).start()
+
+    def _read(self) -> None:
+        try:
+            if not stat.S_ISREG(self.path.stat().st_mode):     # a FIFO or a device: never opened here
+                return
+            key, sha256, arrays, finite = _file_key(self.path), file_sha256(self.path), {}, set()
+            with np.load(self.path, allow_pickle=False) as npz:
+                for name in npz.files:
+                    if name in (LABELS, AXES_MEMBER, labels_mod.RAGGED_MEMBER):
+                        continue
+                    arrays[name] = npz[name]
+                    if arrays[name].dtype.kind in "fc" and bool(np.isfinite(arrays[name]).all()):
+                        finite.add(name)
+            if _file_key(self.path) == key:
+                self.key, self.sha256, self.arrays, self.finite = key, sha256, arrays, finite
+        except Exception:  # noqa: BLE001 - read again, and refused with its reason, by load_eval_data
+            pass
+        finally:
+            self._done.set()
+
+    def of(self, path: Path) -> ReadAhead | None:
+        """Itself, once read, where `path` is its file unchanged; else None."""
+        if path != self.path:
+            return None
+        self._done.wait()
+        try:
+            return self if self.key is not None and _file_key(path) == self.key else None
+        except OSError:
+            return None
+
+
+def _file_key(path: Path) -> tuple[int, ...]:
+    info = path.stat()
+    return info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns
+
+
+class _LazyArrays(Mapping):
+    """Arrays by name, read from the archive on first access and kept (or read ahead: `finite`, the float ones
+    known to be finite)."""
+
+    def __init__(self, path: Path, names: list[str], ahead: ReadAhead | None = None):
+        self._path, self._names = path, names
+        self._cache = {name: array for name, array in (ahead.arrays if ahead else {}).items() if name in names}
+        self.finite = frozenset(ahead.finite & set(names)) if ahead else frozenset()
 
     def __getitem__(self, name: str) -> np.ndarray:
         if name not in self._names:
@@ -160,13 +213,15 @@ def model_sample_axis(spec: TensorSpec, shape: tuple[int, ...] | None = None) ->
 
 
 def load_eval_data(path: str | Path, inputs: list[TensorSpec] | None = None,
-                   sample_axes: dict[str, int] | None = None) -> EvalData:
-    """Open an evaluation `.npz`; every problem is an InputError naming the file.
+                   sample_axes: dict[str, int] | None = None, ahead: ReadAhead | None = None) -> EvalData:
+    """Open an evaluation `.npz`; every problem is an InputError naming the file. `ahead`: the file read
+    beforehand (ReadAhead), taken where it is this file, unchanged.
 
     Sample axes: explicit (`sample_axes`), else the archive's own (`__tiergate_axes__`), else the
     model's (`inputs`), else the leading axis; a 0-d array is a constant.
     """
     path = Path(path)
+    ahead = ahead.of(path) if ahead is not None else None
     infos = _read_headers(path)
     label_info, boxes_info = infos.pop(LABELS, None), infos.pop(labels_mod.RAGGED_MEMBER, None)
     meta = _read_meta(path, infos.pop(AXES_MEMBER, None))
@@ -196,8 +251,8 @@ def load_eval_data(path: str | Path, inputs: list[TensorSpec] | None = None,
     outputs = {**meta.get("outputs", {}), **outputs}
     n_samples = _sample_count(path, infos, axes)
     labels, side_file = _read_labels(path, label_info, boxes_info)
-    data = EvalData(path=path, sha256=file_sha256(path), n_samples=n_samples, info=infos, labels=labels,
-                    arrays=_LazyArrays(path, list(infos)), axes=axes, output_axes=outputs,
+    data = EvalData(path=path, sha256=ahead.sha256 if ahead else file_sha256(path), n_samples=n_samples, info=infos,
+                    labels=labels, arrays=_LazyArrays(path, list(infos), ahead), axes=axes, output_axes=outputs,
                     source=meta.get("source", ""), labels_file=side_file)
     _check_labels(data)
     return data
@@ -269,7 +324,8 @@ def check_finite(data: EvalData) -> None:
     """Every float input (and float labels) must be finite: a NaN or an infinity fed to both models is no
     evidence about either (it would be judged as their outputs' disagreement). Names the first bad sample."""
     where = f"evaluation data {data.source or data.path}"
-    arrays = [(name, data.axis(name), data.info[name].dtype) for name in data.info]
+    known = getattr(data.arrays, "finite", frozenset())       # read ahead (ReadAhead): checked there
+    arrays = [(name, data.axis(name), data.info[name].dtype) for name in data.info if name not in known]
     if data.labels is not None and not labels_mod.is_ragged(data.labels):
         arrays.append((LABELS, 0, data.labels.dtype.name))
     for name, axis, dtype in arrays:

@@ -9,7 +9,7 @@ import pytest
 
 from tiergate.artifact.model import TensorSpec
 from tiergate.errors import InputError
-from tiergate.evaldata import load_eval_data, validate_against
+from tiergate.evaldata import ReadAhead, load_eval_data, validate_against
 
 SPECS = [TensorSpec("image", (1, 3, 8, 8), "float32"), TensorSpec("mask", ("batch", 4), "int64")]
 
@@ -108,9 +108,61 @@ def test_labels_checked_again_by_validate_against(good):
     (lambda p: np.savez(p, a=np.zeros((0, 2))), "holds no samples"),
     (lambda p: np.savez(p, a=np.array([{"x": 1}], dtype=object)), "'a' holds Python objects"),
 ])
-def test_unusable_files_are_one_clear_error(tmp_path, make, message):
+@pytest.mark.parametrize("read_ahead", [False, True])
+def test_unusable_files_are_one_clear_error(tmp_path, make, message, read_ahead):
     path = tmp_path / "eval.npz"
     make(path)
     with pytest.raises(InputError) as err:
-        load_eval_data(path)
+        load_eval_data(path, ahead=ReadAhead(path) if read_ahead else None)
     assert message in str(err.value) and str(path) in str(err.value)
+
+
+# --- read ahead (the gate reads the archive while it takes the models in) -----------------------------------------
+
+def test_read_ahead_gives_the_same_data_and_checks_finiteness(good):
+    ahead = ReadAhead(good)
+    data, plain = load_eval_data(good, ahead=ahead), load_eval_data(good)
+    assert data.sha256 == plain.sha256 == hashlib.sha256(good.read_bytes()).hexdigest()
+    assert data.arrays["image"] is ahead.arrays["image"]           # taken, not read again
+    assert np.array_equal(data.arrays["image"], plain.arrays["image"])
+    assert np.array_equal(data.arrays["mask"], plain.arrays["mask"]) and np.array_equal(data.labels, plain.labels)
+    assert data.arrays.finite == {"image"}                         # the float input; integers need no check
+    validate_against(data, SPECS)
+
+
+def test_read_ahead_of_non_finite_data_is_refused_as_before(tmp_path):
+    image = np.zeros((5, 3, 8, 8), np.float32)
+    image[3, 1, 2, 2] = np.inf
+    path = save(tmp_path, image=image, mask=np.zeros((5, 4), np.int64))
+    data = load_eval_data(path, ahead=ReadAhead(path))
+    assert data.arrays.finite == set()
+    with pytest.raises(InputError, match=r"input 'image' holds inf at sample 3 \(and 0 other"):
+        validate_against(data, SPECS)
+
+
+def test_a_file_changed_after_its_read_ahead_is_read_again(tmp_path):
+    path = save(tmp_path, image=np.zeros((5, 3, 8, 8), np.float32), mask=np.zeros((5, 4), np.int64))
+    ahead = ReadAhead(path)
+    ahead.of(path)                                                  # read
+    changed = np.ones((6, 3, 8, 8), np.float32)
+    changed[4, 0, 0, 0] = np.nan
+    np.savez(path, image=changed, mask=np.zeros((6, 4), np.int64))
+    data = load_eval_data(path, ahead=ahead)
+    assert data.sha256 == hashlib.sha256(path.read_bytes()).hexdigest() and data.n_samples == 6
+    assert np.array_equal(data.arrays["image"], changed, equal_nan=True) and data.arrays.finite == frozenset()
+    with pytest.raises(InputError, match="holds nan at sample 4"):
+        validate_against(data, SPECS)
+    (tmp_path / "other").mkdir()
+    other = save(tmp_path / "other", image=changed[:2], mask=np.zeros((2, 4), np.int64))
+    assert ahead.of(other) is None                                  # another file: never taken
+
+
+def test_read_ahead_never_opens_a_fifo(tmp_path):
+    import os
+    import time
+
+    path = tmp_path / "fifo.npz"
+    os.mkfifo(path)
+    t0 = time.monotonic()
+    assert ReadAhead(path).of(path) is None                         # no writer: opening it would block
+    assert time.monotonic() - t0 < 5

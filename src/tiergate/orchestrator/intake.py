@@ -10,7 +10,7 @@ from pathlib import Path
 
 from tiergate.artifact import Artifact, load_artifact
 from tiergate.errors import InputError
-from tiergate.evaldata import (EvalData, check_labels_within, check_sample_count, is_class_indices, is_loader,
+from tiergate.evaldata import (EvalData, ReadAhead, check_labels_within, check_sample_count, is_class_indices, is_loader,
                                label_classes,
                                load_eval_data, normalised, validate_against)
 from tiergate.dataloader import run_loader
@@ -44,8 +44,10 @@ def check_formats(intakes: dict[str, Intake], device_classes: list[DeviceClass])
 
 
 def load_data(source: Path | str, intakes: dict[str, Intake], sample_axes: dict[str, int] | None = None,
-              policy: Policy | None = None, device_classes: Iterable[DeviceClass] = ()) -> EvalData:
-    """The evaluation data, fitted to the reference's inputs (the first artifact's when there is none).
+              policy: Policy | None = None, device_classes: Iterable[DeviceClass] = (),
+              ahead: ReadAhead | None = None) -> EvalData:
+    """The evaluation data, fitted to the reference's inputs (the first artifact's when there is none); `ahead`:
+    the archive read while the models were taken in (evaldata.ReadAhead).
 
     `source` is an .npz, or a loader FILE.py:FUNCTION run once here and materialised into a
     content-hashed archive. An archive whose sample axes are not all leading is rewritten
@@ -56,7 +58,7 @@ def load_data(source: Path | str, intakes: dict[str, Intake], sample_axes: dict[
     if is_loader(source):
         data = run_loader(str(source), inputs, sample_axes)
     else:
-        data = load_eval_data(source, inputs, sample_axes)
+        data = load_eval_data(source, inputs, sample_axes, ahead=ahead)
     validate_against(data, inputs)
     if policy is not None:     # a gate on fewer samples than its statistics resolve would promote on no evidence
         needed = max([policy.for_target(dc).min_samples for dc in device_classes] or [policy.defaults.min_samples])

@@ -12,6 +12,7 @@ import dataclasses
 from tiergate import leases, usercode
 from tiergate.artifact.precision import check_reference
 from tiergate.decision import GateRun
+from tiergate.evaldata import ReadAhead, is_loader
 from tiergate.execution import counting
 from tiergate.execution.cancel import Cancel
 from tiergate.gate import signature_decision
@@ -40,12 +41,14 @@ def gate(request: GateRequest, seams: Seams | None = None, options: RunOptions |
     device_classes = list(request.device_classes)
     seams.janitor(device_classes)
     roles = list(request.artifacts.items())
+    # the archive's hash, arrays and finiteness on a thread while the models are taken in (a loader runs later)
+    ahead = None if is_loader(request.data) else ReadAhead(request.data)
     intakes = dict(zip([r for r, _ in roles],
                        seams.steps.map("intake", lambda rp: intake(rp[1], device_classes), roles,
                                        name=lambda rp: rp[0])))
     if options.records and options.registry is not None:
         check_registered(options.registry, intakes["candidate"])
-    basis = _basis(request, intakes)
+    basis = _basis(request, intakes, ahead)
     differences = signature_differences(intakes)
     if differences:
         say(options.progress, "signature differs from the reference's: nothing built or run")
@@ -75,7 +78,7 @@ def gate(request: GateRequest, seams: Seams | None = None, options: RunOptions |
     return run
 
 
-def _basis(request: GateRequest, intakes: dict) -> Basis:
+def _basis(request: GateRequest, intakes: dict, ahead: ReadAhead | None = None) -> Basis:
     """What the decision is made from: user errors in the data, the sample axes or the metrics raise here."""
     from tiergate.errors import InputError
     from tiergate.evaldata import parse_sample_axes
@@ -91,7 +94,7 @@ def _basis(request: GateRequest, intakes: dict) -> Basis:
         if name not in known:
             raise InputError(f"--sample-axis {name}={axes[name]}: '{name}' is not an input or output of the models "
                              f"(known: {', '.join(known)})")
-    data = load_data(request.data, intakes, axes, request.policy, device_classes)
+    data = load_data(request.data, intakes, axes, request.policy, device_classes, ahead=ahead)
     metrics = resolve_metrics(list(request.metrics), request.policy)
     reference = intakes.get("reference") or intakes["candidate"]
     kinds = output_kinds(reference.artifact, request.policy)

@@ -69,7 +69,7 @@ class DescribeBeside:
                 _die_with_parent()
                 fd = self.args.slots.take()         # given back when this process ends (the kernel's flock)
                 describe_after(self.args, True)
-                os.close(fd)
+                self.args.slots.give(fd)
             except BaseException:  # noqa: BLE001 - the run goes on; finish() sees the exit code
                 code = 1
             finally:

@@ -138,19 +138,27 @@ def finish_child(args, status):
 
 def wait_child(pid, deadline):
     """The child's wait status; None when it ran past `deadline` (time.monotonic; None: no limit), after killing
-    it."""
+    it. Waited for as it ends (the last artifact's end is the container's), a timer thread killing it at the
+    deadline; a child that ended by itself as the timer fired is no timeout."""
     if deadline is None:
         return os.waitpid(pid, 0)[1]
-    pause = 0.01
-    while time.monotonic() < deadline:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            return status
-        time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
-        pause = min(pause * 2, 0.2)
-    done, status = os.waitpid(pid, os.WNOHANG)
-    if done:
-        return status
-    os.kill(pid, signal.SIGKILL)
-    os.waitpid(pid, 0)
-    return None
+    import threading
+
+    killed = threading.Event()
+
+    def kill():
+        killed.set()
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    timer = threading.Timer(max(0.0, deadline - time.monotonic()), kill)
+    timer.daemon = True
+    timer.start()
+    try:
+        status = os.waitpid(pid, 0)[1]
+    finally:
+        timer.cancel()
+    if killed.is_set() and os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL:
+        return None
+    return status

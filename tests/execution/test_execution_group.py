@@ -177,9 +177,10 @@ def test_the_eval_schedule_covers_every_sample_once_and_ends_in_small_calls():
         assert spans[0][0] == 0 and spans[-1][1] == n
         assert all(a[1] == b[0] for a, b in zip(spans, spans[1:]))          # contiguous, each sample once
         sizes = [b - a for a, b in spans]
-        assert max(sizes) <= batch and all(size >= min(8, n) for size in sizes[:-1])
+        assert max(sizes) <= batch and sizes[-1] == 1                       # down to single samples at the end
         assert sizes == sorted(sizes, reverse=True)                         # the small calls come last
-    assert [b - a for a, b in h.eval_schedule(400, 64, 2)][-1] <= 8
+        assert all(size >= min(batch, -(-(n - a) // (2 * workers))) for (a, _), size in zip(spans, sizes))
+    assert len(h.eval_schedule(400, 64, 2)) <= 25                           # shrinking costs few calls
 
 
 class _Runner:

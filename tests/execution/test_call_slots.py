@@ -29,6 +29,7 @@ def _waiter(slots, got: list):
 def test_a_slot_given_back_wakes_a_waiter_at_once_and_waiting_scans_no_more_than_its_timeout(monkeypatch):
     h = _module("harness_batched")
     slots = h.CallSlots(1, 2)
+    slots.WAKE_S = 5.0                               # a wake by the timeout would take seconds
     held = slots.take()
     scans = []
     real_open = os.open
@@ -40,17 +41,18 @@ def test_a_slot_given_back_wakes_a_waiter_at_once_and_waiting_scans_no_more_than
     monkeypatch.setattr(os, "open", counting_open)
     got = []
     thread = _waiter(slots, got)
-    time.sleep(1.2)                                  # waiting: a scan per WAKE_S (0.5 s), not one per 20 ms
-    assert got == [] and len(scans) <= 1 + 1.2 / slots.WAKE_S + 1, len(scans)
+    time.sleep(1.2)                                  # waiting: a scan per WAKE_S, not one per 20 ms
+    assert got == [] and len(scans) <= 2, len(scans)
     given = time.monotonic()
     slots.give(held)
     thread.join(timeout=30)
-    assert got and got[0] - given < 0.2              # woken by the byte, not by the timeout
+    assert got and got[0] - given < 2.0              # woken by the byte, not by the timeout
 
 
 def test_a_grant_wakes_a_waiter_at_once():
     h = _module("harness_batched")
     slots = h.CallSlots(1, 2)
+    slots.WAKE_S = 5.0
     held = slots.take()
     got = []
     thread = _waiter(slots, got)
@@ -58,7 +60,7 @@ def test_a_grant_wakes_a_waiter_at_once():
     granted = time.monotonic()
     slots.grant()                                   # the host's SIGUSR1: a second slot
     thread.join(timeout=30)
-    assert got and got[0] - granted < 0.2 and slots.allowed() == 2
+    assert got and got[0] - granted < 2.0 and slots.allowed() == 2
     slots.give(held)
 
 
@@ -82,16 +84,18 @@ def test_a_slot_given_back_in_a_forked_child_wakes_the_parent_and_a_dead_holder_
             os._exit(1)
     os.close(back_w)
     assert os.read(back_r, 1) == b"h"
+    slots.WAKE_S = 5.0                              # this process's copy: a wake by the timeout would take 5 s
     t0 = time.monotonic()
     fd = slots.take()                               # the child gives it back after 0.5 s
     waited = time.monotonic() - t0
-    assert 0.3 < waited < 0.7, waited
+    assert 0.3 < waited < 3.0, waited
     slots.give(fd)
+    slots.WAKE_S = 0.5
     assert os.read(back_r, 5) == b"again"
     t0 = time.monotonic()
     fd = slots.take()                               # its holder is killed after 0.5 s: no byte, the kernel's unlock
     waited = time.monotonic() - t0
-    assert 0.3 < waited < 0.5 + slots.WAKE_S + 0.5, waited
+    assert 0.3 < waited < 0.5 + slots.WAKE_S + 2.0, waited
     slots.give(fd)
     os.waitpid(pid, 0)
     os.close(back_r)
@@ -105,11 +109,18 @@ def _child(seconds: float) -> int:
     return pid
 
 
-def test_a_child_is_waited_for_as_it_ends_and_killed_at_its_deadline():
+def test_a_child_is_waited_for_as_it_ends_and_killed_at_its_deadline(monkeypatch):
     c = _module("harness_children")
+    flags, real_waitpid = [], os.waitpid
+
+    def counting_waitpid(pid, options):
+        flags.append(options)
+        return real_waitpid(pid, options)
+    monkeypatch.setattr(os, "waitpid", counting_waitpid)
     t0 = time.monotonic()
     status = c.wait_child(_child(1.0), time.monotonic() + 60)
-    assert os.waitstatus_to_exitcode(status) == 7 and time.monotonic() - t0 < 1.0 + 0.06     # not a polling pause
+    assert os.waitstatus_to_exitcode(status) == 7 and time.monotonic() - t0 < 1.0 + 1.0
+    assert flags == [0]                             # one wait as it ends, no polling with WNOHANG
     t0 = time.monotonic()
     assert c.wait_child(_child(30), time.monotonic() + 0.4) is None     # past its time: killed
     assert 0.35 < time.monotonic() - t0 < 2

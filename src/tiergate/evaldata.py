@@ -54,7 +54,7 @@ class ArrayInfo:
 
 class ReadAhead:
     """An evaluation archive read on a thread of its own while the models are taken in (the gate starts it before
-    its intake): the file's hash, its input arrays and which float ones are all finite. `load_eval_data` takes them
+    its intake): the file's hash, its float input arrays and which are all finite. `load_eval_data` takes them
     only where its file is the one read, unchanged since (device, inode, size, modification and change times),
     else it reads the file itself. Nothing raises here: a file that cannot be read is load_eval_data's to refuse."""
 
@@ -70,12 +70,13 @@ class ReadAhead:
             if not stat.S_ISREG(self.path.stat().st_mode):     # a FIFO or a device: never opened here
                 return
             key, sha256, arrays, finite = _file_key(self.path), file_sha256(self.path), {}, set()
+            floats = [name for name, info in _read_headers(self.path).items()      # what check_finite reads;
+                      if name not in (LABELS, AXES_MEMBER, labels_mod.RAGGED_MEMBER)  # the rest stays lazy
+                      and np.dtype(info.dtype).kind in "fc"]
             with np.load(self.path, allow_pickle=False) as npz:
-                for name in npz.files:
-                    if name in (LABELS, AXES_MEMBER, labels_mod.RAGGED_MEMBER):
-                        continue
+                for name in floats:
                     arrays[name] = npz[name]
-                    if arrays[name].dtype.kind in "fc" and bool(np.isfinite(arrays[name]).all()):
+                    if bool(np.isfinite(arrays[name]).all()):
                         finite.add(name)
             if _file_key(self.path) == key:
                 self.key, self.sha256, self.arrays, self.finite = key, sha256, arrays, finite

@@ -124,6 +124,7 @@ def test_read_ahead_gives_the_same_data_and_checks_finiteness(good):
     data, plain = load_eval_data(good, ahead=ahead), load_eval_data(good)
     assert data.sha256 == plain.sha256 == hashlib.sha256(good.read_bytes()).hexdigest()
     assert data.arrays["image"] is ahead.arrays["image"]           # taken, not read again
+    assert set(ahead.arrays) == {"image"}                           # integers stay lazy, as check_finite leaves them
     assert np.array_equal(data.arrays["image"], plain.arrays["image"])
     assert np.array_equal(data.arrays["mask"], plain.arrays["mask"]) and np.array_equal(data.labels, plain.labels)
     assert data.arrays.finite == {"image"}                         # the float input; integers need no check

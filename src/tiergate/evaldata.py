@@ -54,14 +54,13 @@ class ArrayInfo:
 
 class ReadAhead:
     """An evaluation archive read on a thread of its own while the models are taken in (the gate starts it before
-    its intake): the file's hash, its float input arrays and which are all finite. `load_eval_data` takes them
+    its intake): the file's hash and its float input arrays (what check_finite reads). `load_eval_data` takes them
     only where its file is the one read, unchanged since (device, inode, size, modification and change times),
     else it reads the file itself. Nothing raises here: a file that cannot be read is load_eval_data's to refuse."""
 
     def __init__(self, source: str | Path):
         self.path, self.key, self.sha256 = Path(source), None, ""
         self.arrays: dict[str, np.ndarray] = {}
-        self.finite: set[str] = set()
         self._done = threading.Event()
         threading.Thread(target=self._read, name="tiergate-data-ahead", daemon=True).start()
 
@@ -69,17 +68,14 @@ class ReadAhead:
         try:
             if not stat.S_ISREG(self.path.stat().st_mode):     # a FIFO or a device: never opened here
                 return
-            key, sha256, arrays, finite = _file_key(self.path), file_sha256(self.path), {}, set()
+            key, sha256 = _file_key(self.path), file_sha256(self.path)
             floats = [name for name, info in _read_headers(self.path).items()      # what check_finite reads;
                       if name not in (LABELS, AXES_MEMBER, labels_mod.RAGGED_MEMBER)  # the rest stays lazy
                       and np.dtype(info.dtype).kind in "fc"]
             with np.load(self.path, allow_pickle=False) as npz:
-                for name in floats:
-                    arrays[name] = npz[name]
-                    if bool(np.isfinite(arrays[name]).all()):
-                        finite.add(name)
+                arrays = {name: npz[name] for name in floats}
             if _file_key(self.path) == key:
-                self.key, self.sha256, self.arrays, self.finite = key, sha256, arrays, finite
+                self.key, self.sha256, self.arrays = key, sha256, arrays
         except Exception:  # noqa: BLE001 - read again, and refused with its reason, by load_eval_data
             pass
         finally:
@@ -102,13 +98,11 @@ def _file_key(path: Path) -> tuple[int, ...]:
 
 
 class _LazyArrays(Mapping):
-    """Arrays by name, read from the archive on first access and kept (or read ahead: `finite`, the float ones
-    known to be finite)."""
+    """Arrays by name, read from the archive on first access (or read ahead: ReadAhead) and kept."""
 
     def __init__(self, path: Path, names: list[str], ahead: ReadAhead | None = None):
         self._path, self._names = path, names
         self._cache = {name: array for name, array in (ahead.arrays if ahead else {}).items() if name in names}
-        self.finite = frozenset(ahead.finite & set(names)) if ahead else frozenset()
 
     def __getitem__(self, name: str) -> np.ndarray:
         if name not in self._names:
@@ -325,8 +319,7 @@ def check_finite(data: EvalData) -> None:
     """Every float input (and float labels) must be finite: a NaN or an infinity fed to both models is no
     evidence about either (it would be judged as their outputs' disagreement). Names the first bad sample."""
     where = f"evaluation data {data.source or data.path}"
-    known = getattr(data.arrays, "finite", frozenset())       # read ahead (ReadAhead): checked there
-    arrays = [(name, data.axis(name), data.info[name].dtype) for name in data.info if name not in known]
+    arrays = [(name, data.axis(name), data.info[name].dtype) for name in data.info]
     if data.labels is not None and not labels_mod.is_ragged(data.labels):
         arrays.append((LABELS, 0, data.labels.dtype.name))
     for name, axis, dtype in arrays:

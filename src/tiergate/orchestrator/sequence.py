@@ -41,7 +41,7 @@ def gate(request: GateRequest, seams: Seams | None = None, options: RunOptions |
     device_classes = list(request.device_classes)
     seams.janitor(device_classes)
     roles = list(request.artifacts.items())
-    # the archive's hash, arrays and finiteness on a thread while the models are taken in (a loader runs later)
+    # the archive's hash and float arrays read on a thread while the models are taken in (a loader runs later)
     ahead = None if is_loader(request.data) else ReadAhead(request.data)
     intakes = dict(zip([r for r, _ in roles],
                        seams.steps.map("intake", lambda rp: intake(rp[1], device_classes), roles,

@@ -27,31 +27,79 @@ from tiergate.figures import SPENDING, Interval, Look, McNemar  # noqa: F401 - r
 
 
 def _scipy_stats():
-    """scipy.stats, imported on first use (it costs about a second at start-up)."""
+    """scipy.stats, imported on first use (0.6 s at start-up, most of it its distributions' docstrings): for the
+    bootstrap (and rankdata) only."""
     from scipy import stats
 
     return stats
 
 
-_IMPORTING: list = []
+def _special():
+    """scipy.special (0.15 s to import): the binomial and normal functions the paired intervals, the exact McNemar
+    test, the Wilson interval and alpha spending need, from the same routines scipy.stats calls for them."""
+    from scipy import special
+
+    return special
 
 
-def import_in_background() -> None:
-    """Import scipy.stats on a thread of its own (once per process), while a gate's other containers run: the
-    decision then finds it loaded (0.5 s of the time after the last run, measured) instead of importing it then.
-    A decision that needs it first waits for that import (Python's import lock), never imports it twice."""
+def binom_half_cdf(k, n):
+    """P(X <= k) for X ~ Binomial(n, 1/2) (scipy.stats.binom.cdf(k, n, 0.5)), vectorised over k."""
+    return _special().bdtr(k, n, 0.5)
+
+
+def norm_isf(q):
+    """z with P(Z > z) = q for a standard normal Z (scipy.stats.norm.isf)."""
+    return -_special().ndtri(q)
+
+
+def norm_sf(x):
+    """P(Z > x) for a standard normal Z (scipy.stats.norm.sf)."""
+    return _special().ndtr(-x)
+
+
+def binom_half_two_sided(k: int, n: int) -> float:
+    """The exact two-sided p-value of k successes in n trials at p = 1/2 (scipy.stats.binomtest(k, n, 0.5).pvalue):
+    the distribution is symmetric, so the outcomes as likely as k or less are those as far from n/2 or farther."""
+    if n == 0 or 2 * k == n:
+        return 1.0
+    return float(min(1.0, 2.0 * binom_half_cdf(min(k, n - k), n)))
+
+
+def wilson_interval(k: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
+    """The Wilson score interval of k / n, two-sided, without continuity correction: Newcombe (1998), as
+    scipy.stats.binomtest(k, n).proportion_ci(confidence, method="wilson") computes it (0 and 1 where k is 0 or n)."""
+    p, z = k / n, -float(_special().ndtri((1.0 - confidence) / 2.0))
+    denom = 2 * (n + z ** 2)
+    center = (2 * n * p + z ** 2) / denom
+    delta = z / denom * math.sqrt(4 * n * p * (1 - p) + z ** 2)
+    return (0.0 if k == 0 else center - delta), (1.0 if k == n else center + delta)
+
+
+_IMPORTING: set = set()
+
+
+def import_in_background(bootstrap: bool = True) -> None:
+    """Import what a gate's decision needs on a thread of its own (once per process), while its other containers
+    run: scipy.special, and scipy.stats where the decision bootstraps (`bootstrap`: a task metric's or a mean
+    latency's interval; top-1 and the paired intervals need none). The decision then finds them loaded instead of
+    importing them after the last run. A decision that needs one first waits for that import (Python's import
+    lock), never imports it twice; one that bootstraps unforeseen imports scipy.stats then."""
     import sys
     import threading
 
-    if _IMPORTING or "scipy.stats" in sys.modules:
+    loads = {"scipy.special": _special, "scipy.stats": _scipy_stats}
+    wanted = [name for name in loads if (bootstrap or name == "scipy.special") and name not in _IMPORTING
+              and name not in sys.modules]
+    if not wanted:
         return
-    _IMPORTING.append(True)
+    _IMPORTING.update(wanted)
 
     def later() -> None:
         import time
 
         time.sleep(IMPORT_DELAY_S)        # the next container's start (made on this process's threads) goes first
-        _scipy_stats()
+        for name in wanted:
+            loads[name]()
 
     threading.Thread(target=later, name="tiergate-import-stats", daemon=True).start()
 
@@ -66,12 +114,12 @@ BCA_MAX_SAMPLES = 10_000
 
 
 def mcnemar_exact(correct_a, correct_b) -> McNemar:
-    """Exact McNemar test: scipy.stats.binomtest(only_a, only_a + only_b, 0.5)."""
+    """Exact McNemar test: the two-sided binomial test of only_a in only_a + only_b at 1/2 (binom_half_two_sided)."""
     a, b = _paired_bools(correct_a, correct_b)
     only_a = int(np.count_nonzero(a & ~b))
     only_b = int(np.count_nonzero(~a & b))
     discordant = only_a + only_b
-    p = 1.0 if discordant == 0 else float(_scipy_stats().binomtest(only_a, discordant, 0.5).pvalue)
+    p = binom_half_two_sided(only_a, discordant)
     return McNemar(n=len(a), only_a=only_a, only_b=only_b, p_value=p)
 
 
@@ -118,7 +166,7 @@ def interleaved_latency_ratio(latencies_a, latencies_b, *, confidence: float = 0
     if n == 0:
         return Interval(math.nan, -math.inf, math.inf, confidence, INTERLEAVED_METHOD)
     estimate = float(np.median(ratios))
-    below = _scipy_stats().binom.cdf(np.arange(n), n, 0.5)     # P(fewer than k+1 ratios below the median)
+    below = binom_half_cdf(np.arange(n), n)     # P(fewer than k+1 ratios below the median)
     k = int(np.searchsorted(below, (1 - confidence) / 2, side="right"))   # [r_(k), r_(n-k+1)], 1-based
     if k < 1:
         return Interval(estimate, -math.inf, math.inf, confidence, INTERLEAVED_METHOD)
@@ -197,7 +245,7 @@ def paired_bounds(kind: str, both, only_a, only_b, n, confidence: float = 0.95, 
     """(estimate, low, high), vectorised over arrays of counts: {theta : |Z(theta)| <= z} of the score statistic
     (paired_score), found by bisection on each side of the estimate."""
     both, only_a, only_b, n = (np.asarray(v, dtype=np.float64) for v in (both, only_a, only_b, n))
-    z = float(_scipy_stats().norm.isf((1.0 - confidence) / 2.0))
+    z = float(norm_isf((1.0 - confidence) / 2.0))
     score = (lambda t: _ratio_score(t, both, only_a, only_b, n)) if kind == "ratio" else \
         (lambda t: _difference_score(t, both, only_a, only_b, n))
     if kind == "ratio":
@@ -445,8 +493,7 @@ def alpha_spent(t: float, alpha: float, spending: str = "obrien-fleming") -> flo
     if t >= 1:
         return float(alpha)
     if spending == "obrien-fleming":
-        norm = _scipy_stats().norm
-        return float(2.0 * norm.sf(norm.isf(alpha / 2.0) / math.sqrt(t)))    # 2 - 2 Phi(z / sqrt t), exact tail
+        return float(2.0 * norm_sf(norm_isf(alpha / 2.0) / math.sqrt(t)))    # 2 - 2 Phi(z / sqrt t), exact tail
     if spending == "pocock":
         return float(alpha * math.log(1.0 + (math.e - 1.0) * t))
     if spending == "kim-demets":

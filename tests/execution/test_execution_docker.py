@@ -258,6 +258,33 @@ def test_a_hung_candidate_times_out_alone_in_its_container(images, models, data,
                                rtol=1e-5, atol=1e-5)
 
 
+def test_an_artifact_is_read_back_as_its_harness_finishes_it_without_polling_the_engine(images, models, data,
+                                                                                        tmp_path, monkeypatch):
+    """Several artifacts in one container: the first is read back (on_done) when the harness says it finished it,
+    while the second still runs (here: loops until its own timeout), from the container's log followed as it comes;
+    the container is waited for with one wait, not asked every second."""
+    import time
+
+    import docker
+
+    dc = kit.device_class("x86_64-cpu-onnxruntime", timeout_s=6)
+    loop = kit.looping(tmp_path / "loop.onnx")
+    done: dict[str, float] = {}
+    jobs = [Job(dc, data, tmp_path / "ref", image=images.get(dc.name, models["mlp"]), artifact_path=models["mlp"],
+                role="reference", on_done=lambda result: done.setdefault("ref", time.monotonic())),
+            Job(dc, data, tmp_path / "cand", image=images.get(dc.name, loop), artifact_path=loop, role="candidate")]
+    waits, wait = [], docker.models.containers.Container.wait
+    monkeypatch.setattr(docker.models.containers.Container, "wait",
+                        lambda self, **kw: waits.append(kw) or wait(self, **kw))
+    t0 = time.monotonic()
+    ref, cand = DockerBackend().run_many(jobs)
+    end = time.monotonic()
+    assert ref.ok and not cand.ok and cand.reason == "timed out after 6 s", f"{ref.reason} {cand.reason}"
+    assert "ref" in done and done["ref"] - t0 < end - t0 - 3      # read back seconds before the candidate's timeout
+    assert len(waits) == 1, waits                                   # one wait for the whole run: no polling
+    assert (tmp_path / "ref" / "outputs.npz").is_file()
+
+
 @pytest.mark.emulated
 @pytest.mark.slow
 def test_an_emulated_run_makes_its_batched_calls_two_at_once_once_the_host_grants_the_second_slot(images, models,

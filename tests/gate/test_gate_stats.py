@@ -131,3 +131,81 @@ def test_no_disagreement_is_bounded_by_the_sample_count_not_certain():
         assert interval.method == "exact-no-disagreement" and interval.estimate == 1.0
         assert interval.low == pytest.approx(1 - u) and interval.high == 1.0
         assert (interval.low > 0.99) is clears
+
+
+# --- the binomial and normal figures from scipy.special: the same values scipy.stats gives --------------------
+
+
+def test_exact_binomial_p_at_one_half_is_scipy_stats_binomtest():
+    for n in [*range(0, 41), 97, 200, 401, 1000]:
+        for k in sorted({*range(0, min(n, 40) + 1), *range(max(0, n - 5), n + 1), n // 2}):
+            want = 1.0 if n == 0 else sps.binomtest(k, n, 0.5).pvalue
+            assert stats.binom_half_two_sided(k, n) == pytest.approx(want, rel=1e-9, abs=1e-300), (k, n)
+
+
+def test_the_median_interval_counts_are_scipy_stats_binom_cdf():
+    for n in (1, 5, 6, 7, 50, 200, 1001):
+        k = np.arange(n)
+        np.testing.assert_allclose(stats.binom_half_cdf(k, n), sps.binom.cdf(k, n, 0.5), rtol=1e-10, atol=1e-300)
+        for confidence in (0.9, 0.95, 0.99):     # the order statistic the interval picks is the same
+            cut = (1 - confidence) / 2
+            assert np.searchsorted(stats.binom_half_cdf(k, n), cut, side="right") == \
+                np.searchsorted(sps.binom.cdf(k, n, 0.5), cut, side="right")
+
+
+def test_normal_quantiles_are_scipy_stats_norm():
+    q = np.array([1e-12, 1e-6, 0.0005, 0.005, 0.025, 0.05, 0.25, 0.5, 0.9])
+    np.testing.assert_allclose(stats.norm_isf(q), sps.norm.isf(q), rtol=1e-12)
+    x = np.array([-3.0, 0.0, 0.5, 1.96, 4.0, 9.0])
+    np.testing.assert_allclose(stats.norm_sf(x), sps.norm.sf(x), rtol=1e-12)
+    for t in (0.1, 0.25, 0.5, 0.9):
+        norm = sps.norm
+        assert stats.alpha_spent(t, 0.05) == pytest.approx(2 * norm.sf(norm.isf(0.025) / math.sqrt(t)), rel=1e-12)
+
+
+def test_wilson_interval_is_scipy_stats_proportion_ci():
+    from tiergate.metrics.accuracy import proportion
+
+    for n in (1, 2, 9, 50, 400, 5000):
+        for k in sorted({0, 1, n // 3, n // 2, n - 1, n}):
+            for confidence in (0.9, 0.95, 0.99):
+                ci = sps.binomtest(k, n).proportion_ci(confidence_level=confidence, method="wilson")
+                low, high = stats.wilson_interval(k, n, confidence)
+                assert (low, high) == pytest.approx((ci.low, ci.high), rel=1e-12, abs=1e-15), (k, n, confidence)
+                estimate = proportion(k, n, confidence)
+                assert (estimate.low, estimate.high) == (low, high)
+
+
+def test_a_top1_gate_decides_without_importing_scipy_stats(tmp_path):
+    """The decision of a classifier gate (top-1, McNemar, paired intervals, Wilson) needs scipy.special only: its
+    0.6-s import of scipy.stats is not paid (checked in a fresh interpreter)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, numpy as np\n"
+        "from tiergate import stats\n"
+        "from tiergate.metrics.accuracy import proportion\n"
+        "rng = np.random.default_rng(0)\n"
+        "a, b = rng.random(300) < 0.9, rng.random(300) < 0.8\n"
+        "stats.mcnemar_exact(a, b); stats.paired_ratio(a, b); stats.accuracy_difference(a, b)\n"
+        "proportion(int(a.sum()), a.size)\n"
+        "stats.interleaved_latency_ratio(rng.random(50) + 1, rng.random(50) + 1); stats.alpha_spent(0.5, 0.05)\n"
+        "print('scipy.stats' in sys.modules, 'scipy.special' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["False", "True"]
+
+
+def test_which_decisions_bootstrap():
+    from types import SimpleNamespace
+
+    from tiergate.orchestrator.deciding import bootstraps
+    from tiergate.outputs.kind import OutputKind
+
+    scores = {"p": OutputKind("p", "class_scores")}
+    two = {"candidate": None, "reference": None}
+    top1, topk, cer = (SimpleNamespace(kind=kind) for kind in ("top1", "topk", "cer"))
+    assert not bootstraps(SimpleNamespace(metrics=(top1, topk), intakes=two, kinds=scores))
+    assert bootstraps(SimpleNamespace(metrics=(top1, cer), intakes=two, kinds=scores))        # a task metric
+    assert bootstraps(SimpleNamespace(metrics=(), intakes={**two, "incumbent": None}, kinds=scores))
+    assert bootstraps(SimpleNamespace(metrics=(), intakes=two, kinds={**scores, "b": OutputKind("b", "map")}))

@@ -207,14 +207,13 @@ class DockerBackend:
 
 
 HARNESS_IN_IMAGE = "/opt/tiergate/harness/tiergate_harness.py"   # the runtime image's ENTRYPOINT script
-POLL_S = 1.0      # how often a container of several artifacts is asked which it finished
 
 
 def _run(container, job: Job, runs: int = 1, poll=None, started=None) -> tuple[str | None, str, bool]:
     """Start, wait with the start's timeout (base.start_timeout: each artifact's own is the harness's): (why it
     failed or None, log tail, killed out of memory). `started()` is called once it runs (it raises when the
-    container's files could not be copied in: _copy_beside); `poll()` every POLL_S while it runs (and once at the
-    end)."""
+    container's files could not be copied in: _copy_beside); `poll()` as the harness finishes each artifact while
+    it runs (and once at the end)."""
     dc = job.device_class
     timeout_s = start_timeout([job] * runs)
     if job.on_start is not None:
@@ -284,20 +283,51 @@ def _granter(container):
 
 
 def _wait(container, timeout_s: float, poll) -> int:
-    """The container's exit code; ReadTimeout after timeout_s (polling between, when asked)."""
+    """The container's exit code; ReadTimeout after timeout_s. `poll()`, when given, is called as the harness says
+    it finished an artifact (its log followed on a thread: _Follower), so no wait is polled."""
     if poll is None:
         return container.wait(timeout=timeout_s)["StatusCode"]
-    deadline = time.monotonic() + timeout_s
-    while True:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise requests.exceptions.ReadTimeout("the container's timeout")
+    follower = _Follower(container, poll)
+    try:
+        return container.wait(timeout=timeout_s)["StatusCode"]
+    finally:
+        follower.stop()
+
+
+class _Follower:
+    """A thread reading the container's log as it comes (one stream, no polling) and calling poll() at each
+    "finished artifact" line: a finished artifact is read back while the others run. Whatever stops it (the
+    engine's stream ending, a read back that fails) leaves the artifact to the last poll, after the exit."""
+
+    JOIN_S = 5.0      # the stream ends with the container: a stream that lingers after it is left to its thread
+
+    def __init__(self, container, poll):
+        self.container, self.poll = container, poll
+        self.done, self.busy = threading.Event(), threading.Lock()
+        self.thread = threading.Thread(target=self.follow, name="tiergate-follow", daemon=True)
+        self.thread.start()
+
+    def follow(self) -> None:
         try:
-            return container.wait(timeout=min(POLL_S, left))["StatusCode"]
-        except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError):
-            container.reload()             # the SDK's wait timeout is a ConnectionError; a gone engine raises here
-            if container.status == "running":
-                poll()
+            pending = b""
+            for chunk in self.container.logs(stream=True, follow=True):
+                pending += chunk
+                lines, _, pending = pending.rpartition(b"\n")
+                if _DONE.search(lines.decode("utf-8", "replace")):
+                    with self.busy:
+                        if self.done.is_set():
+                            return
+                        self.poll()
+        except Exception:  # noqa: BLE001 - the last poll, after the exit, reads back what is left
+            return
+
+    def stop(self) -> None:
+        """Once the container has ended (or the wait failed): a read back under way ends first, so the last poll
+        never runs beside it, and no other starts."""
+        self.done.set()
+        with self.busy:
+            pass
+        self.thread.join(self.JOIN_S)
 
 
 def _check_machine(result: TargetResult, job: Job, engine_machine: str) -> TargetResult:

@@ -1,17 +1,10 @@
-"""Accuracy against labels, with a Wilson confidence interval (scipy.stats.binomtest)."""
+"""Accuracy against labels, with a Wilson confidence interval (tiergate.stats.wilson_interval)."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from tiergate.figures import Estimate  # noqa: F401 - re-exported (stdlib-only type)
-
-
-def _scipy_stats():
-    """scipy.stats, imported on first use (it costs about a second at start-up)."""
-    from scipy import stats
-
-    return stats
 
 
 def predictions(output: np.ndarray) -> np.ndarray:
@@ -36,8 +29,10 @@ def proportion(successes: int, n: int, confidence: float = 0.95) -> Estimate:
     """successes / n with a Wilson score interval."""
     if n == 0:
         return Estimate(float("nan"), float("nan"), float("nan"), 0, confidence)
-    ci = _scipy_stats().binomtest(int(successes), int(n)).proportion_ci(confidence_level=confidence, method="wilson")
-    return Estimate(successes / n, float(ci.low), float(ci.high), int(n), confidence)
+    from tiergate.stats import wilson_interval
+
+    low, high = wilson_interval(int(successes), int(n), confidence)
+    return Estimate(successes / n, float(low), float(high), int(n), confidence)
 
 
 def accuracy(output: np.ndarray, labels: np.ndarray, confidence: float = 0.95) -> Estimate:

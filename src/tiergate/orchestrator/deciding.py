@@ -35,6 +35,17 @@ def output_kinds(artifact, policy) -> dict:
     return resolve(artifact, getattr(policy, "outputs", {}) or {})
 
 
+PAIRED_METRICS = ("top1", "topk")           # judged by paired intervals (stats.paired_interval), no bootstrap
+NO_BOOTSTRAP_KINDS = ("class_scores",)     # outputs judged by top-1's paired intervals and drift figures alone
+
+
+def bootstraps(basis) -> bool:
+    """Whether the decision may bootstrap an interval (scipy.stats): a task metric's (the policy's or --metric's
+    other than top-1 and top-k, or an output kind's other than class scores), or an incumbent's mean latency."""
+    return any(spec.kind not in PAIRED_METRICS for spec in basis.metrics) or "incumbent" in basis.intakes or \
+        any(kind.kind not in NO_BOOTSTRAP_KINDS for kind in basis.kinds.values())
+
+
 def decide_saved(folders: dict[tuple[str, str], Path], basis: Basis, *, hits: int = 0, started: int = 0,
                  extra_inputs: dict | None = None) -> GateRun:
     """The decision from saved run folders: from the decision cache when every input it names matches.

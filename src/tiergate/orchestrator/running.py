@@ -167,6 +167,7 @@ class Running:
     # None for them), and what is called with each class's RunDones as soon as its runs end (it may set others)
     cancels: dict = field(default_factory=dict)
     on_tier_done: Callable | None = None
+    bootstraps: bool = True     # the decision bootstraps (deciding.bootstraps): scipy.stats loads while tiers run
     labels: "LabelCheck | None" = None      # labels whose class count only the reference's outputs say
 
 
@@ -188,7 +189,7 @@ def run_specs(specs: list[RunSpec], data: EvalData | dict[str, EvalData], how: R
             done = run_tier(group, tier_data, how.seams.backend_for(group[0].device_class), how.options, slots,
                             describe=describing, cancel=how.cancels.get(name))
             # the decision's statistics load while the other tiers still run (not while containers start)
-            import_in_background()
+            import_in_background(how.bootstraps)
             if how.labels is not None:          # before anything is judged on them
                 how.labels.after(group, done, how.cancels)
             if how.on_tier_done is not None:    # judged before a describe of its own waits for a slot

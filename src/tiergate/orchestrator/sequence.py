@@ -17,7 +17,7 @@ from tiergate.execution import counting
 from tiergate.execution.cancel import Cancel
 from tiergate.gate import signature_decision
 from tiergate.orchestrator.building import build_images
-from tiergate.orchestrator.deciding import decide_saved, output_kinds, resolve_metrics
+from tiergate.orchestrator.deciding import bootstraps, decide_saved, output_kinds, resolve_metrics
 from tiergate.orchestrator.describing import Describing
 from tiergate.orchestrator.early import early_settings, gate_early
 from tiergate.orchestrator.intake import check_formats, intake, labels_checked, load_data, signature_differences
@@ -63,7 +63,7 @@ def gate(request: GateRequest, seams: Seams | None = None, options: RunOptions |
              for role, item in intakes.items() for dc in device_classes]
     counting.ensure_built([s.device_class for s in specs if s.count], lambda text: tell(options.progress, text))
     _build(specs, seams, options, basis.data.call_shapes())
-    how = Running(seams, options, Describing(builder, options.progress))
+    how = Running(seams, options, Describing(builder, options.progress), bootstraps=bootstraps(basis))
     early = early_settings(request.policy, device_classes, request.early_stop, basis.data.n_samples)
     with usercode.reporting(options.progress):      # a user metric's long bootstrap says how it goes
         if early:

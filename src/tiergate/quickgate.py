@@ -495,6 +495,7 @@ def _runs_and_images(gate_run, inputs: dict, recorder: Recorder) -> tuple[list, 
     unchanged). The decision names more runs than the gate's folders where it was made in looks: each chunk's run
     and the merged prefix a look was judged on ("role/class/chunk-2"); each must still be the one it names."""
     runs, named, wanted = [], [], {}
+    mark = stamps.clock_mark()          # the file system's time before any folder is stamped (stamps.changed_before)
     for (role, dc), folder in gate_run.run_dirs.items():
         runs.append([role, dc, str(folder)])
     for label, text in inputs["runs"].items():
@@ -502,12 +503,13 @@ def _runs_and_images(gate_run, inputs: dict, recorder: Recorder) -> tuple[list, 
         dc = where.split("/", 1)[0]
         folder = state.runs_root() / text.rpartition(":")[0]
         image = recorder.images.get((dc, gate_run.intakes[role].sha256)) if role in gate_run.intakes else None
-        before = stamps.settled_folder_stamp(folder)
+        before = stamps.believed_folder_stamp(folder, mark)
         if image is None or not state.run_matches(folder, inputs, label) \
                 or inputs["images"].get(label) != image.image_id:
             raise NoFastPath(f"the run {label} cannot be verified later")
         after = stamps.folder_stamp(folder)
-        named.append([label, str(folder), before if before == after and stamps.folder_settled(before) else None])
+        believed = stamps.changed_before(before, mark) or stamps.folder_settled(before)
+        named.append([label, str(folder), before if before == after and believed else None])
         wanted[image.tag] = image.image_id
         wanted[image.runtime_tag] = None
         wanted[image.labels[f"{LABEL}.base_image"]] = None

@@ -118,3 +118,40 @@ def test_a_folder_written_a_moment_ago_is_stamped_once_it_can_be_believed(tmp_pa
     clock.now = newest - int(10e9)                    # written "10 s from now" (a clock set back): no long wait
     clock.slept.clear()
     assert not stamps.folder_settled(stamps.settled_folder_stamp(folder)) and not clock.slept
+
+
+def test_a_folder_written_before_the_clock_mark_is_believed_at_once(tmp_path, monkeypatch):
+    """A run folder the gate has just written is stamped without waiting out a tick: the mark, a write taken after
+    the folder's, is stamped by the same file system's clock; a file written after the mark is not vouched for."""
+    folder = tmp_path / "run"
+    folder.mkdir()
+    (folder / "outputs.npz").write_bytes(b"0" * 64)
+    newest = max(max(one[3], one[4]) for one in stamps.folder_stamp(folder).values())
+    while True:                                    # the mark in a later tick of the file system than the folder
+        mark = stamps.clock_mark(tmp_path / "quick" / stamps.MARK_FILE)
+        if mark[1] > newest:
+            break
+    clock = _Clock(newest)                         # the moment of the last write: not settled by the clock
+    monkeypatch.setattr(stamps, "time", clock)
+    assert not stamps.folder_settled(stamps.folder_stamp(folder))
+    found = stamps.believed_folder_stamp(folder, mark)
+    assert found == stamps.folder_stamp(folder) and not clock.slept      # believed at once, no wait
+    assert stamps.changed_before(found, mark)
+    assert not stamps.changed_before(found, (mark[0] + 1, mark[1]))      # a mark on another device vouches for none
+    assert not stamps.changed_before(found, None) and not stamps.changed_before({}, mark)
+    (folder / "result.json").write_text("{}")      # written after the mark: waits out a tick as before
+    later = stamps.folder_stamp(folder)
+    if not stamps.changed_before(later, mark):     # (unless the file system's tick is coarser than this test)
+        clock.now = max(max(one[3], one[4]) for one in later.values())
+        stamps.believed_folder_stamp(folder, mark)
+        assert clock.slept
+
+
+def test_the_clock_mark_is_a_write_in_the_homes_quick_folder(tmp_path, tiergate_home):
+    """The clock mark is written in the home's quick/ folder, and read back as its device and time."""
+    mark = stamps.clock_mark()
+    assert mark is not None and (tiergate_home / "quick" / stamps.MARK_FILE).is_file()
+    st = os.stat(tiergate_home / "quick" / stamps.MARK_FILE)
+    assert mark == (st.st_dev, st.st_mtime_ns)
+    (tmp_path / "a-file").write_text("")
+    assert stamps.clock_mark(tmp_path / "a-file" / "below-a-file") is None      # cannot be written: None

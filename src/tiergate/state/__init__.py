@@ -6,6 +6,7 @@ Layout under `home()`:
   decisions/<key>.json            a decision with the hashes of every input it was made from (sealed)
   quick/<request key>.json        the fast path's entry for an unchanged `tiergate gate` (sealed)
   quick/known-files               files' sha256 by their stat, so an unchanged file is not read again (sealed)
+  quick/.clock                    rewritten for its time only: the file system's clock (stamps.clock_mark)
   runtime-graphs/<key>/           the describe cache (a tier's runtime graph of an artifact)
   compiled/<key>/                 the compile cache: an artifact compiled for a class (tiergate.build.compiling: model.so,
                                   tvm-meta.json), sealed like the describe cache

@@ -10,6 +10,12 @@ and after the file was read, and kept only when both agree.
   artifacts, evaluation data and side files: a 200 MB archive is read once, not at every unchanged re-run);
 - `folder_stamp`: the stamps of every file in a folder (a run folder the fast path verified in full once: an
   equal folder stamp is the same verified run, not 700 MB of outputs hashed twice again).
+
+A run folder is stamped right after the gate wrote it. Rather than wait out a tick there, the fast path takes a
+`clock_mark` first: a write of its own, stamped by the same file system's clock. A file last changed before that
+mark (on the same device) cannot change again without its stamp changing, since any later write is stamped at the
+mark's time or after (as git tells a racily clean entry by the index file's own time); only a file changed at or
+after the mark waits out the rest of RACY_S (`believed_folder_stamp`).
 """
 
 from __future__ import annotations
@@ -97,6 +103,37 @@ def settled_folder_stamp(folder: Path) -> dict[str, list[int]] | None:
         time.sleep(wait / 1e9 + 0.01)
         found = folder_stamp(folder)
     return found
+
+
+MARK_FILE = ".clock"          # in home/quick/: written by clock_mark, to read the file system's time
+
+
+def clock_mark(where: Path | None = None) -> tuple[int, int] | None:
+    """(device, ns): the file system's time now, as the stamp of a write made there (home/quick/.clock); None
+    when it cannot be written. Take it before the stamps it is to vouch for (changed_before)."""
+    path = Path(where) if where is not None else home() / QUICK / MARK_FILE
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "wb") as fh:
+            fh.write(b"\n")
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_mtime_ns
+
+
+def changed_before(found: dict[str, list[int]] | None, mark: tuple[int, int] | None) -> bool:
+    """Every file of a folder stamp was last changed before the mark, on the mark's device: the stamp can be believed
+    however recent the files are (a write after the mark would have moved a time past it)."""
+    return bool(found) and mark is not None and all(
+        one[0] == mark[0] and max(one[3], one[4]) < mark[1] for one in found.values())
+
+
+def believed_folder_stamp(folder: Path, mark: tuple[int, int] | None) -> dict[str, list[int]] | None:
+    """folder_stamp, at once where every file changed before `mark` (changed_before, taken before this call), else
+    once every file has been still for a tick (settled_folder_stamp)."""
+    found = folder_stamp(folder)
+    return found if changed_before(found, mark) else settled_folder_stamp(folder)
 
 
 class KnownHashes:

@@ -8,6 +8,8 @@ one `undefined`, a value with no type `?`. Nested types nest: `seq(optional(floa
 
 from __future__ import annotations
 
+import functools
+
 import onnx
 from onnx import helper
 
@@ -15,8 +17,10 @@ UNTYPED = "?"
 UNDEFINED = "undefined"
 
 
+@functools.lru_cache(maxsize=None)
 def dtype_name(elem_type: int) -> str:
-    """A TensorProto element type as a numpy-style name (float32, bfloat16, float8_e4m3fn, int4, ...)."""
+    """A TensorProto element type as a numpy-style name (float32, bfloat16, float8_e4m3fn, int4, ...); a model's
+    every tensor asks (thousands of times an intake: numpy's dtype names are slow to make), so each is kept."""
     if not elem_type:
         return UNDEFINED
     try:

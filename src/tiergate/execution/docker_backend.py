@@ -228,19 +228,25 @@ def _run(container, job: Job, runs: int = 1, poll=None, started=None) -> tuple[s
         started()               # raised here (not as the wait's engine faults below): the attempt fails
     forget = job.cancel.on_cancel(container.kill) if job.cancel is not None else (lambda: None)
     timed_out = False
+    # several artifacts: each read back as the harness finishes it, from its log followed as it comes
+    follower = _Follower(container, poll) if poll is not None else None
     try:
-        code = _wait(container, timeout_s, poll)
-    except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError):
-        container.reload()  # an engine that is gone raises here, and the attempt is retried
-        if container.status != "running":
-            raise
-        container.kill()
-        container.wait(timeout=60)
-        code, timed_out = None, True
+        try:
+            code = container.wait(timeout=timeout_s)["StatusCode"]      # ReadTimeout after timeout_s
+        except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError):
+            container.reload()  # an engine that is gone raises here, and the attempt is retried
+            if container.status != "running":
+                raise
+            container.kill()
+            container.wait(timeout=60)
+            code, timed_out = None, True
+        finally:
+            forget()
+        if job.on_exited is not None:
+            job.on_exited()       # the harness has ended: reading back and removing need no slot
     finally:
-        forget()
-    if job.on_exited is not None:
-        job.on_exited()           # the harness has ended: reading back and removing need no slot
+        if follower is not None:
+            follower.stop()       # a read back under way ends first (after the slot is given back)
     container.reload()
     log_tail = tail(container.logs(tail=LOG_TAIL_LINES).decode("utf-8", "replace"))
     if poll is not None and not timed_out:
@@ -280,18 +286,6 @@ def _granter(container):
             time.sleep(0.1)
         container.kill(signal="SIGUSR1")
     return grant
-
-
-def _wait(container, timeout_s: float, poll) -> int:
-    """The container's exit code; ReadTimeout after timeout_s. `poll()`, when given, is called as the harness says
-    it finished an artifact (its log followed on a thread: _Follower), so no wait is polled."""
-    if poll is None:
-        return container.wait(timeout=timeout_s)["StatusCode"]
-    follower = _Follower(container, poll)
-    try:
-        return container.wait(timeout=timeout_s)["StatusCode"]
-    finally:
-        follower.stop()
 
 
 class _Follower:

@@ -92,15 +92,26 @@ def _registry(served):
 
 
 def _engine_starts(since: datetime, image_ids: set[str]) -> int:
-    """Container starts of these images on the machine's engine since `since` (Docker's own event log)."""
+    """Container starts of these images on the machine's engine since `since` (Docker's own event log), but for
+    those another process owns (its owner labels, execution/janitor.py): the other test worker's runs of the same
+    demo models (the same content-hash images) start beside this one's."""
     import docker
 
+    from tiergate.execution.janitor import OWNER_PID, owner_labels
+
+    ours = owner_labels()[OWNER_PID]
     client = docker.from_env()
     try:
         events = client.events(since=since, until=datetime.now(timezone.utc), decode=True,
                                filters={"type": "container", "event": "start"})
-        starts = [e for e in events if e.get("Actor", {}).get("Attributes", {}).get("image") in image_ids
-                  or e.get("from") in image_ids]
+        starts = []
+        for event in events:
+            attributes = event.get("Actor", {}).get("Attributes", {})
+            if attributes.get("image") not in image_ids and event.get("from") not in image_ids:
+                continue
+            owner = attributes.get(OWNER_PID)
+            if owner is None or owner == ours:          # ours, or of no known owner: counted
+                starts.append(event)
         return len(starts)
     finally:
         client.close()

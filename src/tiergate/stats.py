@@ -68,7 +68,7 @@ def binom_half_two_sided(k: int, n: int) -> float:
 def wilson_interval(k: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
     """The Wilson score interval of k / n, two-sided, without continuity correction: Newcombe (1998), as
     scipy.stats.binomtest(k, n).proportion_ci(confidence, method="wilson") computes it (0 and 1 where k is 0 or n)."""
-    p, z = k / n, -float(_special().ndtri((1.0 - confidence) / 2.0))
+    p, z = k / n, float(norm_isf((1.0 - confidence) / 2.0))
     denom = 2 * (n + z ** 2)
     center = (2 * n * p + z ** 2) / denom
     delta = z / denom * math.sqrt(4 * n * p * (1 - p) + z ** 2)

@@ -14,6 +14,10 @@ from tiergate.metrics.accuracy import accuracy as accuracy_of, correct
 from tiergate.errors import InputError
 from tiergate.metrics.task import MetricSpec, Prepared, value as task_value
 
+# the metrics judged by score intervals on their discordant pairs (stats.paired_interval): no bootstrap, so a gate
+# of these alone never loads scipy.stats (orchestrator.deciding.bootstraps)
+PAIRED_METRICS = ("top1", "topk")
+
 
 def accuracy(ev, m: TargetMetrics, cand, ref, inc, labels) -> None:
     name, conf = m.label_output, ev.t.confidence

@@ -13,6 +13,7 @@ from pathlib import Path
 from tiergate import state
 from tiergate.decision import Decision, GateRun
 from tiergate.gate import evaluate
+from tiergate.gate.tasks import PAIRED_METRICS
 from tiergate.orchestrator.intake import carried_outputs
 from tiergate.orchestrator.running import load_outcomes
 from tiergate.orchestrator.types import Basis
@@ -35,13 +36,13 @@ def output_kinds(artifact, policy) -> dict:
     return resolve(artifact, getattr(policy, "outputs", {}) or {})
 
 
-PAIRED_METRICS = ("top1", "topk")           # judged by paired intervals (stats.paired_interval), no bootstrap
 NO_BOOTSTRAP_KINDS = ("class_scores",)     # outputs judged by top-1's paired intervals and drift figures alone
 
 
 def bootstraps(basis) -> bool:
     """Whether the decision may bootstrap an interval (scipy.stats): a task metric's (the policy's or --metric's
-    other than top-1 and top-k, or an output kind's other than class scores), or an incumbent's mean latency."""
+    other than gate.tasks.PAIRED_METRICS, or an output kind's other than class scores), or an incumbent's mean
+    latency."""
     return any(spec.kind not in PAIRED_METRICS for spec in basis.metrics) or "incumbent" in basis.intakes or \
         any(kind.kind not in NO_BOOTSTRAP_KINDS for kind in basis.kinds.values())
 

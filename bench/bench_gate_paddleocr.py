@@ -8,7 +8,8 @@ ships, upright and rotated 180 degrees, pre-processed as PaddleOCR does.
 
   1. images: built (or found) first, untimed, by the builder `tiergate gate` uses;
   2. WARM gate: `tiergate gate ... --json --no-early-stop` as a subprocess with a fresh TIERGATE_HOME (no saved
-     run, description or decision): the full evaluation's wall time, what a user waits;
+     run, description or decision): the full evaluation's wall time, what a user waits; --warm-repeats times
+     (default 3), each in a home of its own, between two floor measurements (6.);
   3. CACHE HIT: the same command again, unchanged (--repeats times, median);
   4. SECOND CANDIDATE: another INT8 of the same model (the usual calibration: kit.int8_calibrated) against the
      same reference, in the same home, --no-early-stop: the common CD case (the reference's runs are reused);
@@ -21,12 +22,14 @@ ships, upright and rotated 180 degrees, pre-processed as PaddleOCR does.
      image (arm64: under QEMU), plus one container start (a container that imports onnxruntime and exits;
      median of 3). The floor is the issue's: the emulated tiers' bare runs spread over the host's cores (a gate
      shards them over the cores), plus the native tiers' bare runs: floor = sum(native) + sum(emulated) / cores.
-     Measured right before and right after the warm gate (this host's speed drifts by several per cent within
-     minutes): the warm gate's ratio is to the mean of the two, each also shown. Also shown: every tier one
+     Measured before the first warm gate and after each (this host's speed drifts by several per cent within
+     minutes, and one gate's wall time by 2-3 s run to run): each warm gate's ratio is to the mean of the floors
+     either side of it, and the ratio printed is the median of those, each also shown. Also shown: every tier one
      after the other (sum), and with --unbatched the emulated per-sample cost at batch 1 against --batch (64).
 
     PYTHONPATH=src .venv/bin/python bench/bench_gate_paddleocr.py [--samples 400]
-        [--targets x86_64-cpu-onnxruntime,arm64-cpu-onnxruntime] [--repeats 5] [--batch 64] [--unbatched]
+        [--targets x86_64-cpu-onnxruntime,arm64-cpu-onnxruntime] [--repeats 5] [--warm-repeats 3]
+        [--batch 64] [--unbatched]
         [--json OUT] [--baseline-src OTHER_CHECKOUT/src]
 
 Targets (issue 28): warm / floor <= 1.10 (early decision off), the narrow INT8's early REJECT < 0.6 x floor.
@@ -230,6 +233,9 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=400)
     parser.add_argument("--targets", default="x86_64-cpu-onnxruntime,arm64-cpu-onnxruntime")
     parser.add_argument("--repeats", type=int, default=5, help="cache-hit repetitions (median)")
+    parser.add_argument("--warm-repeats", type=int, default=3,
+                        help="warm gates (each in a fresh home), each between two floor measurements: the ratio is "
+                             "the median of the gates' ratios to the mean of the floors either side")
     parser.add_argument("--batch", type=int, default=64, help="the batched emulated loop's batch size")
     parser.add_argument("--unbatched", action="store_true",
                         help="also time the bare loops at batch 1 (minutes under QEMU): per-sample cost batched/not")
@@ -260,13 +266,20 @@ def main() -> None:
             figures.update(baseline_warm_s=base_warm, baseline_verdict=base_doc["verdict"],
                            baseline_top1={dc.name: dict(zip(("candidate", "reference"), top1(base_doc, dc.name)))
                                           for dc in classes})
-        # the floor right before and right after the warm gate: this host's speed drifts by several per cent
-        # within minutes (arm64's bare loop: 65.6 s before a warm gate, 68.9 s after it), so the gate is set
-        # against their mean
-        before = floor_tiers(classes, images, work, args)
-        home = Path(tmp) / "home"
-        warm, doc = gate(home, candidate, reference, data, args.targets)
-        after = floor_tiers(classes, images, work, args)
+        # the floor right before and right after each warm gate: this host's speed drifts by several per cent
+        # within minutes (arm64's bare loop: 65.6 s before a warm gate, 68.9 s after it), so each gate is set
+        # against the mean of the floors either side, and a gate's wall time varies by 2-3 s run to run (its
+        # cores' share with the engine, QEMU's translations), so --warm-repeats gates, interleaved with floors,
+        # give the median ratio
+        floors = [floor_tiers(classes, images, work, args)]
+        warms, ratios = [], []
+        for k in range(max(1, args.warm_repeats)):
+            home = Path(tmp) / f"home-{k}"
+            warm, doc = gate(home, candidate, reference, data, args.targets)
+            floors.append(floor_tiers(classes, images, work, args))
+            warms.append(warm)
+            ratios.append(warm / ((floor_of(floors[-2], cores)[0] + floor_of(floors[-1], cores)[0]) / 2))
+        before, after = floors[0], floors[-1]
         tiers = figures["tiers"] = before
         figures["tiers_after"] = after
         hits = []
@@ -292,10 +305,13 @@ def main() -> None:
 
     floor_before, native, emulated = floor_of(before, cores)
     floor_after = floor_of(after, cores)[0]
-    floor = (floor_before + floor_after) / 2
+    floor_all = [floor_of(f, cores)[0] for f in floors]
+    floor = statistics.median(floor_all)
+    warm = statistics.median(warms)
+    ratio = statistics.median(ratios)
     serial = native + emulated
     figures.update(floor_s=floor, floor_before_s=floor_before, floor_after_s=floor_after, floor_serial_s=serial,
-                   warm_over_floor=warm / floor,
+                   floors_s=floor_all, warms_s=warms, warm_ratios=ratios, warm_over_floor=ratio,
                    early_over_floor=early_s / floor, clear_over_floor=clear_s / floor, second_over_floor=second_s / floor,
                    hit_over_warm=hit / warm)
 
@@ -305,7 +321,8 @@ def main() -> None:
     print(f"  inputs prepared (fetch, render {n}+64 lines, quantize twice) in {figures['prepare_s']:.1f} s; images "
           + ", ".join(f"{k} {'present' if v['reused'] else 'built'} ({v['seconds']:.1f} s)" for k, v in images.items()))
     print(f"  warm gate, full evaluation (fresh home, --no-early-stop)   {warm:8.2f} s   verdict {doc['verdict']} "
-          f"(containers started {figures['warm_containers']})")
+          f"(containers started {figures['warm_containers']}; median of {len(warms)}: "
+          f"{', '.join(f'{w:.2f}' for w in warms)})")
     print(f"  cache hit (same command again, median of {len(hits)})            {hit:8.3f} s   "
           f"({', '.join(f'{h:.3f}' for h in hits)}; containers started {figures['hit_containers']}, "
           f"decision cached {figures['hit_decision_cached']})")
@@ -328,11 +345,12 @@ def main() -> None:
               f"{t['machine']}]")
     print(f"  floor = native {native:.2f} s + emulated {emulated:.2f} s / {cores} cores        {floor_before:8.2f} s   "
           f"(every tier one after the other: {serial:.2f} s)")
-    print(f"  the same floor measured again right after the warm gate    {floor_after:8.2f} s   "
-          f"(emulated bare {sum(t['bare_s'] for t in after.values() if t['emulated']):.2f} s)")
-    print(f"  floor: the mean of the two (before and after the warm gate) {floor:8.2f} s")
-    print(f"  ratio warm / floor:                        {warm / floor:7.3f}   (to the floor before: "
-          f"{warm / floor_before:.3f}, after: {warm / floor_after:.3f})")
+    print(f"  the same floor measured after each warm gate             "
+          f"{', '.join(f'{f:.2f}' for f in floor_all[1:])} s   (emulated bare, the last: "
+          f"{sum(t['bare_s'] for t in after.values() if t['emulated']):.2f} s)")
+    print(f"  floor: the median of the {len(floor_all)}                             {floor:8.2f} s")
+    print(f"  ratio warm / floor:                        {ratio:7.3f}   (the median of each gate's ratio to the "
+          f"mean of the floors before and after it: {', '.join(f'{r:.3f}' for r in ratios)})")
     print(f"  ratio early decision / floor:              {early_s / floor:7.3f}   (the clearer INT8: "
           f"{clear_s / floor:.3f})")
     print(f"  ratio second candidate / floor:            {second_s / floor:7.3f}")

@@ -272,13 +272,15 @@ def main() -> None:
         # cores' share with the engine, QEMU's translations), so --warm-repeats gates, interleaved with floors,
         # give the median ratio
         floors = [floor_tiers(classes, images, work, args)]
+        floor_all = [floor_of(floors[0], cores)[0]]
         warms, ratios = [], []
         for k in range(max(1, args.warm_repeats)):
             home = Path(tmp) / f"home-{k}"
             warm, doc = gate(home, candidate, reference, data, args.targets)
             floors.append(floor_tiers(classes, images, work, args))
+            floor_all.append(floor_of(floors[-1], cores)[0])
             warms.append(warm)
-            ratios.append(warm / ((floor_of(floors[-2], cores)[0] + floor_of(floors[-1], cores)[0]) / 2))
+            ratios.append(warm / ((floor_all[-2] + floor_all[-1]) / 2))
         before, after = floors[0], floors[-1]
         tiers = figures["tiers"] = before
         figures["tiers_after"] = after
@@ -304,8 +306,7 @@ def main() -> None:
                        clear_top1={dc.name: top1(clear_doc, dc.name)[0] for dc in classes})
 
     floor_before, native, emulated = floor_of(before, cores)
-    floor_after = floor_of(after, cores)[0]
-    floor_all = [floor_of(f, cores)[0] for f in floors]
+    floor_after = floor_all[-1]
     floor = statistics.median(floor_all)
     warm = statistics.median(warms)
     ratio = statistics.median(ratios)

@@ -31,6 +31,17 @@ def describe_after(args, wanted):
         _drop_description(args.out)
 
 
+def describe_own(args, own, runner):
+    """describe.json from the run's own session (--describe-at-load: tiergate_describe.OwnSession), its load time
+    as the level's seconds; one that fails leaves none (the host then describes the artifact apart)."""
+    try:
+        own.write(runner.session, runner.device["load_ms"] / 1e3)
+    except Exception as exc:  # noqa: BLE001 - the run is done and stays a result
+        print(f"harness: describing {args.model} from its session failed: {type(exc).__name__}: {exc}",
+              file=sys.stderr)
+        _drop_description(args.out)
+
+
 def _drop_description(out):
     """No describe.json in `out`: the host then describes the artifact in a container of its own."""
     try:

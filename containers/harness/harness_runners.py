@@ -48,8 +48,13 @@ class OnnxRunner:
         if args.runtime == "onnxruntime-gpu":
             providers = ["CUDAExecutionProvider", "CPUExecutionProvider"]
         disabled = list(getattr(args, "disabled_passes", []))
-        self.session = ort.InferenceSession(args.model, sess_options=opts, providers=providers,
+        # --describe-at-load: this session describes itself (tiergate_describe.OwnSession), written after the result
+        self.described = own_session(ort, args, disabled)
+        if self.described is not None:
+            self.described.options(opts)
+        make = lambda: ort.InferenceSession(args.model, sess_options=opts, providers=providers,  # noqa: E731
                                             **({"disabled_optimizers": disabled} if disabled else {}))
+        self.session = make() if self.described is None else self.described.make(make)
         if args.runtime == "onnxruntime-gpu" and "CUDAExecutionProvider" not in self.session.get_providers():
             raise SystemExit("harness: onnxruntime-gpu: the CUDA execution provider is not available")
         self.inputs = self.session.get_inputs()
@@ -87,6 +92,16 @@ class OnnxRunner:
             store(i, out)
             del out  # freed before the next call, as in a bare loop
         return lat
+
+
+def own_session(ort, args, disabled):
+    """A tiergate_describe.OwnSession where this run's session is to describe itself (args.describe_at_load, set
+    by the harness for an artifact it describes), else None."""
+    if not getattr(args, "describe_at_load", False):
+        return None
+    import tiergate_describe
+
+    return tiergate_describe.OwnSession(ort, args.runtime, args.out, disabled)
 
 
 # --- LiteRT (TFLite) ------------------------------------------------------------------

@@ -103,25 +103,14 @@ def describe_onnx(args, doc):
     providers = ["CPUExecutionProvider"]
     if args.runtime == "onnxruntime-gpu":
         providers = ["CUDAExecutionProvider", "CPUExecutionProvider"]
-    level_enum = {"basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
-                  "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
-                  "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL}
-    default = ort.SessionOptions().graph_optimization_level
-    doc["versions"] = {"onnxruntime": ort.__version__}
-    doc["default_level"] = next((name for name, value in level_enum.items() if value == default), str(default))
-    doc["levels"] = {}
-    disabled = sorted(getattr(args, "disabled", None) or [])
-    doc["disabled"], doc["transformers"] = disabled, {}
+    level_enum = onnx_head(ort, doc, getattr(args, "disabled", None))
+    disabled = doc["disabled"]
     for level in (doc["default_level"],) if getattr(args, "own_level", False) else LEVELS:
         opts = ort.SessionOptions()
         opts.graph_optimization_level = level_enum[level]
         opts.intra_op_num_threads = args.threads
         opts.inter_op_num_threads = 1
-        opts.log_severity_level = 0          # verbose: each transformer's "modified" line (transformers_of)
-        opts.log_verbosity_level = 0
-        name = f"optimized-{level}.onnx"
-        opts.optimized_model_filepath = os.path.join(args.out, name)
-        opts.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
+        name = describing(opts, args.out, level)
         t0 = time.monotonic()
         more = {"disabled_optimizers": disabled} if disabled else {}
         try:
@@ -130,21 +119,77 @@ def describe_onnx(args, doc):
         except Exception as exc:  # noqa: BLE001 - the runtime's refusal, in its own words
             doc["ok"], doc["error"], doc["failed_level"] = False, one_line(exc), level
             return 1
-        doc["transformers"][level] = transformers_of(log)
-        doc["providers"] = session.get_providers()
-        nodes = []
-        for subgraph in session.get_provider_graph_assignment_info():
-            for node in subgraph.get_nodes():
-                nodes.append([node.name, f"{node.domain}:{node.op_type}", subgraph.ep_name])
-        placement = {}
-        for _, _, ep in nodes:
-            placement[ep] = placement.get(ep, 0) + 1
-        # the assignment is made when the graph is partitioned (after the basic level); the extended
-        # and all levels fuse nodes within one provider afterwards: op counts come from the file
-        doc["levels"][level] = {"file": name, "placement": placement, "nodes": nodes,
-                                "seconds": round(time.monotonic() - t0, 3)}
+        level_described(doc, level, name, session, log, time.monotonic() - t0)
         del session
     return 0
+
+
+def onnx_head(ort, doc, disabled=None):
+    """doc's onnxruntime fields before any session (versions, default_level, disabled; levels and transformers
+    empty): -> {level name: onnxruntime's GraphOptimizationLevel}."""
+    level_enum = {"basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+                  "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+                  "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL}
+    default = ort.SessionOptions().graph_optimization_level
+    doc["versions"] = {"onnxruntime": ort.__version__}
+    doc["default_level"] = next((name for name, value in level_enum.items() if value == default), str(default))
+    doc["levels"] = {}
+    doc["disabled"], doc["transformers"] = sorted(disabled or []), {}
+    return level_enum
+
+
+def describing(opts, out, level):
+    """Set SessionOptions `opts` so that the session made with them describes itself: verbose log (each
+    transformer's "modified" line: transformers_of), the optimized model written by onnxruntime into `out`, the
+    provider assignment recorded. -> the optimized file's name."""
+    opts.log_severity_level = 0
+    opts.log_verbosity_level = 0
+    name = f"optimized-{level}.onnx"
+    opts.optimized_model_filepath = os.path.join(out, name)
+    opts.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
+    return name
+
+
+def level_described(doc, level, name, session, log, seconds):
+    """doc's entries for one level, from the session made with `describing` options and its captured log."""
+    doc["transformers"][level] = transformers_of(log)
+    doc["providers"] = session.get_providers()
+    nodes = []
+    for subgraph in session.get_provider_graph_assignment_info():
+        for node in subgraph.get_nodes():
+            nodes.append([node.name, f"{node.domain}:{node.op_type}", subgraph.ep_name])
+    placement = {}
+    for _, _, ep in nodes:
+        placement[ep] = placement.get(ep, 0) + 1
+    # the assignment is made when the graph is partitioned (after the basic level); the extended
+    # and all levels fuse nodes within one provider afterwards: op counts come from the file
+    doc["levels"][level] = {"file": name, "placement": placement, "nodes": nodes, "seconds": round(seconds, 3)}
+
+
+class OwnSession:
+    """A run's own onnxruntime session, describing itself (the harness's --describe-at-load): its options set as
+    the describer's at the level the run executes, its log captured while it is made, and describe.json written
+    from it, the same document a describe after the run writes, without a second session (under QEMU an INT8's
+    takes half a second or more). The run's load time then includes the verbose log and the optimized file's
+    save: the harness asks for it where load time is not gated (emulated classes)."""
+
+    def __init__(self, ort, runtime, out, disabled=()):
+        self.doc = head_doc(runtime)
+        onnx_head(ort, self.doc, disabled)
+        self.out, self.log, self.name = out, "", None
+
+    def options(self, opts):
+        os.makedirs(self.out, exist_ok=True)
+        self.name = describing(opts, self.out, self.doc["default_level"])
+
+    def make(self, make):
+        session, self.log = session_logged(make)
+        return session
+
+    def write(self, session, seconds):
+        level_described(self.doc, self.doc["default_level"], self.name, session, self.log, seconds)
+        self.log = ""
+        write_doc(self.doc, self.out)
 
 
 # --- LiteRT (TFLite) ------------------------------------------------------------------
@@ -241,16 +286,25 @@ def describe(runtime, model, out, threads=1, own_level=False, disabled=()):
     args = argparse.Namespace(runtime=runtime, model=model, out=out, threads=threads, own_level=own_level,
                               disabled=list(disabled))
     os.makedirs(out, exist_ok=True)
-    doc = {"ok": True, "runtime": runtime, "machine": platform.machine(), "cpu": cpu_info(), "error": ""}
+    doc = head_doc(runtime)
     code = {"tflite": describe_tflite, "tvm": describe_tvm, "ethos-u": describe_ethos_u}.get(
         runtime, describe_onnx)(args, doc)
+    write_doc(doc, out)
+    if code:
+        print(f"describe: {runtime} refuses the model: {doc['error']}", file=sys.stderr)
+    return code
+
+
+def head_doc(runtime):
+    """describe.json's fields common to every runtime."""
+    return {"ok": True, "runtime": runtime, "machine": platform.machine(), "cpu": cpu_info(), "error": ""}
+
+
+def write_doc(doc, out):
     path = os.path.join(out, "describe.json")
     with open(path + ".tmp", "w") as fh:
         json.dump(doc, fh)
     os.replace(path + ".tmp", path)
-    if code:
-        print(f"describe: {runtime} refuses the model: {doc['error']}", file=sys.stderr)
-    return code
 
 
 def main(argv=None):

@@ -20,8 +20,14 @@ Usage:
   python tiergate_harness.py --runtime onnxruntime --model M.onnx --out DIR [--model M2 --out DIR2 ...]
       --data D.npz [--samples START:STOP] [--threads 1] [--batch-size 1] [--warmup 3]
       [--eval-batch 0] [--latency-calls 16] [--eval-workers 1 [--eval-slots 0]] [--compare-rounds 0] [--profile]
-      [--timeout 0] [--describe N] [--data-ready FILE]
+      [--timeout 0] [--describe N [--describe-at-load]] [--data-ready FILE]
       [--pair-index N --pair-model P [--pair-model P2] --pairs 200 --pairs-seconds 30]
+
+`--describe N`: artifact N's runtime graph described after its run (tiergate_describe.py: describe.json,
+optimized-LEVEL.onnx); with `--describe-at-load` (onnxruntime; the host asks for it on emulated classes, whose load
+time is not gated), from the run's own session, made with the describer's options (its load time then includes the
+verbose log and the optimized file's save), instead of a second session (half a second or more under QEMU). Under
+the counting QEMU (the load's instructions are gated there) the describe always has a session of its own.
 
 `--data-ready FILE`: the data (and the models after the first) are read once FILE exists: the host copies them
 into the container's data volume while it starts, the runtime imported meanwhile (a second under QEMU).
@@ -137,7 +143,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 if HERE not in sys.path:          # its modules beside it, also where this file is loaded by path (tests/fakes.py)
     sys.path.insert(0, HERE)
 
-from harness_after import describe_after, describe_beside, pair_after  # noqa: E402
+from harness_after import describe_after, describe_beside, describe_own, pair_after  # noqa: E402
 from harness_batched import batched_outputs, call_slots  # noqa: E402
 from harness_children import run_each  # noqa: E402
 from harness_data import Outputs, load_data, sample_axes, slices  # noqa: E402
@@ -174,6 +180,9 @@ def parse_args(argv=None):
     p.add_argument("--describe", type=int, action="append", default=[], metavar="N",
                    help="after artifact N's run (0-based, repeatable), describe its runtime graph at the level it "
                         "ran into its --out (tiergate_describe.py: describe.json, optimized-LEVEL.onnx)")
+    p.add_argument("--describe-at-load", action="store_true",
+                   help="onnxruntime: a described artifact's run session describes itself (its load then includes "
+                        "the verbose log and the optimized file's save; for classes whose load time is not gated)")
     p.add_argument("--disabled", action="append", default=[], metavar="N=PASS,PASS",
                    help="artifact N's optimizer passes switched off (repeatable): onnxruntime graph transformers "
                         "(disabled_optimizers), XNNPACK for LiteRT's default delegate")
@@ -284,18 +293,31 @@ def run(args, hooks=(), loaded_data=None):
     return runner, batch, n, store.arrays(), latencies
 
 
+def describes_at_load(args, describe):
+    """Whether this artifact's run session describes itself (--describe-at-load, onnxruntime): not under the
+    counting QEMU, whose load instructions are gated and must be the run's session's alone."""
+    return bool(getattr(args, "describe_at_load", False) and describe and not os.environ.get(INSN_ENV)
+                and args.runtime in ("onnxruntime", "onnxruntime-gpu"))
+
+
 def run_artifact(args, loaded, describe, pair):
     """One artifact: its run, written to its --out and said, then what was asked after it (harness_after.py)."""
-    hooks, beside = load_hooks(args), describe_beside(args, describe and not os.environ.get(INSN_ENV))
+    counted = bool(os.environ.get(INSN_ENV))    # the counting QEMU's load figures are the run's session's alone
+    args.describe_at_load = describes_at_load(args, describe)
+    hooks = load_hooks(args)
+    beside = describe_beside(args, describe and not counted and not args.describe_at_load)
     if beside is not None:                  # forked once the timed calls are done, beside the batched calls
         hooks.append(beside)
     runner, batch, n, outputs, latencies = run(args, hooks, loaded)
     write(args, runner, batch, n, outputs, latencies)
     say(runner, n, latencies)
+    own = getattr(runner, "described", None)
+    if own is not None:                     # its own session described: written after the result, as any describe
+        describe_own(args, own, runner)
     del runner, outputs
     if beside is not None:
         beside.finish()
-    else:
+    elif own is None:
         describe_after(args, describe)
     pair_after(args, loaded, pair)
 

@@ -113,6 +113,9 @@ def harness_command(jobs: list[Job], models: list[str], data: str, outs: list[st
     args += ["--timeout", str(dc.limits.timeout_s)] if len(jobs) > 1 else []    # each artifact its own time
     for n, j in enumerate(jobs):
         args += ["--describe", str(n)] if j.describe else []
+    if dc.emulated and any(j.describe for j in jobs):     # its load time is not gated: no second session
+        args += ["--describe-at-load"]
+    for n, j in enumerate(jobs):
         passes = j.device_class.disabled_passes
         args += ["--disabled", f"{n}={','.join(passes)}"] if passes else []
     for n, (j, pair_models) in enumerate(zip(jobs, partners or [])):

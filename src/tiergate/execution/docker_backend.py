@@ -25,6 +25,7 @@ container) fails. An image that is gone from the engine (removed under the gate)
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import shutil
@@ -366,7 +367,7 @@ def upload(client, image: str, volume: str, files: list[tuple[Path, str]], mount
     helper = client.containers.create(image, entrypoint=["true"], command=[], network_mode="none",
                                       labels=janitor.owner_labels(), volumes={volume: {"bind": mount, "mode": "rw"}})
     try:
-        if not helper.put_archive(mount, readonly_tar(files, ready)):
+        if not helper.put_archive(mount, readonly_tar_stream(files, ready)):
             raise InfrastructureFault(f"could not copy {', '.join(n for _, n in files)} into the job's volume")
     finally:
         helper.remove(force=True)
@@ -376,21 +377,39 @@ def readonly_tar(files: list[tuple[Path, str]], last: str | None = None) -> byte
     """A tar of files (host path, name in it) owned by root and readable by anyone (0444), whatever their owner and
     modes on the host: what a container's unprivileged user reads; `last`: an empty file after them (extracted in
     order, it is there once the others are)."""
-    def readable(info: tarfile.TarInfo) -> tarfile.TarInfo:
+    return b"".join(readonly_tar_stream(files, last))
+
+
+TAR_CHUNK = 1 << 20      # bytes of a file per piece of a streamed tar
+
+
+def readonly_tar_stream(files: list[tuple[Path, str]], last: str | None = None):
+    """readonly_tar's archive in pieces, each file read as it is sent (put_archive streams it): no copy of the data
+    in memory or in a temporary file (an evaluation archive of 44 MB cost 60-85 ms of the gate's CPU per container
+    that way)."""
+    def header(name: str, size: int, mtime: float) -> bytes:
+        info = tarfile.TarInfo(name)
+        info.size, info.mtime, info.mode = size, int(mtime), 0o444
         info.uid = info.gid = 0
         info.uname = info.gname = "root"
-        info.mode = 0o444
-        return info
+        return info.tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape")
 
-    with tempfile.TemporaryFile() as buf:
-        with tarfile.open(fileobj=buf, mode="w") as tar:
-            for path, name in files:
-                with open(path, "rb") as fh:
-                    tar.addfile(readable(tar.gettarinfo(str(path), arcname=name)), fh)
-            if last is not None:
-                tar.addfile(readable(tarfile.TarInfo(last)))
-        buf.seek(0)
-        return buf.read()
+    for path, name in files:
+        with open(path, "rb") as fh:
+            stat = os.fstat(fh.fileno())
+            yield header(name, stat.st_size, stat.st_mtime)
+            left = stat.st_size
+            while left:
+                piece = fh.read(min(TAR_CHUNK, left))
+                if not piece:
+                    raise InfrastructureFault(f"{path} shrank while it was copied into the job's volume")
+                left -= len(piece)
+                yield piece
+        if stat.st_size % tarfile.BLOCKSIZE:
+            yield tarfile.NUL * (tarfile.BLOCKSIZE - stat.st_size % tarfile.BLOCKSIZE)
+    if last is not None:
+        yield header(last, 0, time.time())
+    yield tarfile.NUL * (2 * tarfile.BLOCKSIZE)          # the archive's end
 
 
 def _shareable(jobs: list[Job]) -> bool:

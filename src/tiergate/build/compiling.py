@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
-import docker
+from tiergate.execution.dockersdk import docker
 import requests
 
 from tiergate import state

@@ -10,7 +10,7 @@ import sys
 from contextlib import contextmanager
 from pathlib import Path
 
-import docker
+from tiergate.execution.dockersdk import docker
 
 from tiergate import leases
 from tiergate.errors import EnvironmentProblem

@@ -38,7 +38,7 @@ from concurrent import futures
 from contextlib import contextmanager
 from pathlib import Path
 
-import docker
+from tiergate.execution.dockersdk import docker
 import requests
 
 from tiergate.images import LABEL

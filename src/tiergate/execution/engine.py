@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from typing import Callable, TypeVar
 
-import docker
+from tiergate.execution.dockersdk import docker
 import requests
 
 from tiergate.errors import InfrastructureFault

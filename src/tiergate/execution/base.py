@@ -113,11 +113,10 @@ def harness_command(jobs: list[Job], models: list[str], data: str, outs: list[st
     args += ["--timeout", str(dc.limits.timeout_s)] if len(jobs) > 1 else []    # each artifact its own time
     for n, j in enumerate(jobs):
         args += ["--describe", str(n)] if j.describe else []
-    if dc.emulated and any(j.describe for j in jobs):     # its load time is not gated: no second session
-        args += ["--describe-at-load"]
-    for n, j in enumerate(jobs):
         passes = j.device_class.disabled_passes
         args += ["--disabled", f"{n}={','.join(passes)}"] if passes else []
+    if dc.emulated and any(j.describe for j in jobs):     # its load time is not gated: no second session
+        args += ["--describe-at-load"]
     for n, (j, pair_models) in enumerate(zip(jobs, partners or [])):
         if pair_models and j.pairs > 0:               # one artifact per start pairs (the candidate)
             args += ["--pair-index", str(n), "--pairs", str(j.pairs), "--pairs-seconds", str(PAIRS_SECONDS)]
